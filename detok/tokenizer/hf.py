@@ -1,0 +1,147 @@
+"""Hugging Face `tokenizers` backend: tokenizer.json plus tokenizer_config.json / chat templates."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+
+from detok.tokenizer.base import ByteDecoding, SpecialTokens, Tokenizer, TokenizerLoadError
+from detok.tokenizer.byte_pieces import byte_decoding_from_decoder
+
+_NAMED = ("bos", "eos", "unk", "pad", "sep", "cls", "mask")
+
+
+def _token_content(value: Any) -> str | None:
+    """tokenizer_config.json stores a special token as a string or an AddedToken dict."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def read_json(path: Path, source: object) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise TokenizerLoadError(source, f"{path.name} is not valid JSON ({e})") from None
+    except OSError as e:
+        raise TokenizerLoadError(source, f"cannot read {path}: {e.strerror}") from None
+    if not isinstance(data, dict):
+        raise TokenizerLoadError(source, f"{path.name} does not hold a JSON object")
+    return data
+
+
+class HFTokenizer(Tokenizer):
+    backend = "huggingface"
+
+    def __init__(
+        self,
+        tokenizer: tokenizers.Tokenizer,
+        source: str,
+        config: dict[str, Any] | None = None,
+        chat_template: str | None = None,
+        extra_eos_ids: Iterable[int] = (),
+    ) -> None:
+        super().__init__(source)
+        self._tok = tokenizer
+        self._config = config or {}
+        self._vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        added = tokenizer.get_added_tokens_decoder()
+        # get_vocab_size can undercount when added ids leave gaps above the model's vocabulary
+        if added:
+            self._vocab_size = max(self._vocab_size, max(added) + 1)
+        self._special_ids = frozenset(i for i, t in added.items() if t.special)
+        named = {}
+        for name in _NAMED:
+            content = _token_content(self._config.get(f"{name}_token"))
+            if content is not None:
+                named[name] = content
+        additional = tuple(
+            c
+            for c in (_token_content(v) for v in self._config.get("additional_special_tokens") or [])
+            if c is not None
+        ) or tuple(t.content for i, t in sorted(added.items()) if t.special and t.content not in named.values())
+        self._special = SpecialTokens(**named, additional=additional)
+        self._extra_eos = frozenset(extra_eos_ids)
+        template = chat_template if chat_template is not None else self._config.get("chat_template")
+        if isinstance(template, list):  # the named-template form: [{"name": "default", "template": ...}]
+            by_name = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = by_name.get("default") or next(iter(by_name.values()), None)
+        self.set_chat_template(template if isinstance(template, str) else None)
+
+    # ---- loading ----------------------------------------------------------------------------
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str], source: str | None = None) -> HFTokenizer:
+        """Load a tokenizer.json, or a folder holding one with its config and template files."""
+        p = Path(path)
+        src = source or str(path)
+        folder = p if p.is_dir() else p.parent
+        file = p / "tokenizer.json" if p.is_dir() else p
+        if not file.is_file():
+            raise TokenizerLoadError(src, f"no tokenizer.json in {folder}")
+        read_json(file, src)  # a clear error for corrupt JSON before the Rust parser sees it
+        try:
+            tok = tokenizers.Tokenizer.from_file(str(file))
+        except Exception as e:  # the Rust parser's errors are plain Exceptions
+            raise TokenizerLoadError(src, f"{file.name} is not a tokenizers file ({e})") from None
+        config: dict[str, Any] = {}
+        if (folder / "tokenizer_config.json").is_file():
+            config = read_json(folder / "tokenizer_config.json", src)
+        template = None
+        if (folder / "chat_template.jinja").is_file():
+            template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+        elif (folder / "chat_template.json").is_file():
+            template = _token_content({"content": read_json(folder / "chat_template.json", src).get("chat_template")})
+        extra_eos: list[int] = []
+        if (folder / "generation_config.json").is_file():
+            eos = read_json(folder / "generation_config.json", src).get("eos_token_id")
+            extra_eos = [e for e in (eos if isinstance(eos, list) else [eos]) if isinstance(e, int)]
+        return cls(tok, src, config=config, chat_template=template, extra_eos_ids=extra_eos)
+
+    # ---- protocol ---------------------------------------------------------------------------
+    @property
+    def hf_tokenizer(self) -> tokenizers.Tokenizer:
+        return self._tok
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_batch(self, texts: Iterable[str], add_special_tokens: bool = False) -> list[list[int]]:
+        encs = self._tok.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        return [e.ids for e in encs]
+
+    def _decode_ids(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def special_tokens(self) -> SpecialTokens:
+        return self._special
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special_ids
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return super().eos_token_ids | self._extra_eos
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._tok.id_to_token(token_id)
+
+    def byte_decoding(self) -> ByteDecoding | None:
+        decoder = json.loads(self._tok.to_str()).get("decoder")
+        return byte_decoding_from_decoder(decoder, self._vocab_size, self.id_to_token, self._special_ids)
