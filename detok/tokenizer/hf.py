@@ -14,6 +14,9 @@ from detok.tokenizer.base import ByteDecoding, SpecialTokens, Tokenizer, Tokeniz
 from detok.tokenizer.byte_pieces import byte_decoding_from_decoder
 
 _NAMED = ("bos", "eos", "unk", "pad", "sep", "cls", "mask")
+# End-of-sequence tokens of well-known families, used only when no config names the eos token
+# (a bare tokenizer.json): ending a request is safer than generating past its end.
+_KNOWN_EOS = ("<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>", "</s>", "<|end|>", "<eos>")
 
 
 def _token_content(value: Any) -> str | None:
@@ -69,7 +72,13 @@ class HFTokenizer(Tokenizer):
             if c is not None
         ) or tuple(t.content for i, t in sorted(added.items()) if t.special and t.content not in named.values())
         self._special = SpecialTokens(**named, additional=additional)
-        self._extra_eos = frozenset(extra_eos_ids)
+        if "eos" not in named:
+            present = [t for t in _KNOWN_EOS if tokenizer.token_to_id(t) in self._special_ids]
+            if present:
+                named["eos"] = present[0]
+                self._special = SpecialTokens(**named, additional=additional)
+                extra_eos_ids = [*extra_eos_ids, *(tokenizer.token_to_id(t) for t in present)]
+        self._extra_eos = frozenset(i for i in extra_eos_ids if i is not None)
         template = chat_template if chat_template is not None else self._config.get("chat_template")
         if isinstance(template, list):  # the named-template form: [{"name": "default", "template": ...}]
             by_name = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
@@ -86,10 +95,10 @@ class HFTokenizer(Tokenizer):
         file = p / "tokenizer.json" if p.is_dir() else p
         if not file.is_file():
             raise TokenizerLoadError(src, f"no tokenizer.json in {folder}")
-        read_json(file, src)  # a clear error for corrupt JSON before the Rust parser sees it
         try:
             tok = tokenizers.Tokenizer.from_file(str(file))
         except Exception as e:  # the Rust parser's errors are plain Exceptions
+            read_json(file, src)  # corrupt JSON gets its own clear message
             raise TokenizerLoadError(src, f"{file.name} is not a tokenizers file ({e})") from None
         config: dict[str, Any] = {}
         if (folder / "tokenizer_config.json").is_file():
@@ -143,5 +152,5 @@ class HFTokenizer(Tokenizer):
         return self._tok.id_to_token(token_id)
 
     def byte_decoding(self) -> ByteDecoding | None:
-        decoder = json.loads(self._tok.to_str()).get("decoder")
+        decoder = json.loads(self._tok.decoder.__getstate__()) if self._tok.decoder is not None else None
         return byte_decoding_from_decoder(decoder, self._vocab_size, self.id_to_token, self._special_ids)

@@ -1,0 +1,168 @@
+"""One request's incremental decode with its stop rules (DESIGN.md §3-4)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from detok.stream.byte_text import OutOfVocabulary
+from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
+from detok.stream.stop_strings import StopStringMatcher
+from detok.stream.strategy import Strategy, prepare_decoding
+from detok.tokenizer.base import Tokenizer
+
+CONTEXT_TOKENS = 5  # the prompt tail that fixes the first delta's text (leading space, split characters)
+_DEFAULT_PARAMS = DecodeParams()
+
+
+class DecodeStream:
+    """Turns a request's token ids into text deltas, one scheduler step at a time.
+
+    Text is emitted in the step whose token completes it, except an incomplete UTF-8 tail and the
+    longest suffix that is a proper prefix of a stop string. The concatenated deltas do not depend
+    on how the tokens are grouped into steps.
+    """
+
+    __slots__ = (
+        "_text",
+        "_stop",
+        "_hidden",
+        "_visible",
+        "_stop_ids",
+        "_min_tokens",
+        "_plain",
+        "_vocab",
+        "num_tokens",
+        "char_offset",
+        "finished",
+        "stop_kind",
+        "_pending_error",
+    )
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        context_ids: Sequence[int] = (),
+        params: DecodeParams | None = None,
+        *,
+        ignore_eos: bool = False,
+        strategy: Strategy | None = None,
+    ) -> None:
+        p = params or _DEFAULT_PARAMS
+        plan = prepare_decoding(tokenizer, strategy)
+        self._vocab = tokenizer.vocab_size
+        self.num_tokens = 0
+        self.char_offset = 0
+        self.finished = False
+        self.stop_kind: str | None = None
+        self._visible = frozenset(p.visible_stop_token_ids)
+        hidden = set(p.stop_token_ids) if ignore_eos else set(p.stop_token_ids) | tokenizer.eos_token_ids
+        self._hidden = frozenset(hidden - self._visible)
+        self._stop_ids = self._hidden | self._visible
+        self._min_tokens = p.min_tokens
+        self._stop = StopStringMatcher(p.stop, p.include_stop_str_in_output) if p.stop else None
+        self._plain = self._stop is None and p.min_tokens == 0
+        self._pending_error: OutOfVocabulary | None = None
+        ctx = list(context_ids)[-CONTEXT_TOKENS:]
+        try:
+            self._text = plan.text_decoder(p.skip_special_tokens, p.spaces_between_special_tokens, ctx)
+        except OutOfVocabulary as e:
+            # A bad prompt tail is this request's error, reported at its first step.
+            self._text = plan.text_decoder(p.skip_special_tokens, p.spaces_between_special_tokens, ())
+            self._pending_error = e
+            self._plain = False
+
+    @property
+    def holding_utf8(self) -> bool:
+        return self._text.holding
+
+    @property
+    def held_text(self) -> str:
+        """Text held back because it may begin a stop string."""
+        return self._stop.held if self._stop is not None else ""
+
+    # ---- stepping ---------------------------------------------------------------------------
+    def step(self, token_ids: Sequence[int]) -> Delta:
+        if self.finished:
+            return EMPTY_DELTA
+        if self._plain and self._stop_ids.isdisjoint(token_ids):
+            try:
+                text = self._text.push(token_ids)
+            except OutOfVocabulary as e:
+                return self._end("error", text="", message=self._oov_message(e))
+            self.num_tokens += len(token_ids)
+            if text:
+                self.char_offset += len(text)
+                return Delta(text)
+            return EMPTY_DELTA
+        return self._step_checked(token_ids)
+
+    def _step_checked(self, token_ids: Sequence[int]) -> Delta:
+        if self._pending_error is not None:
+            return self._end("error", text="", message=self._oov_message(self._pending_error))
+        # Tokens go one by one only where a stop id or the min_tokens boundary needs it; a run of
+        # ordinary tokens is decoded and matched in one piece (same text: earliest-ending match).
+        out: list[str] = []
+        start = 0
+        n = len(token_ids)
+        while start < n:
+            if self.num_tokens < self._min_tokens or token_ids[start] in self._stop_ids:
+                end = start + 1
+            else:
+                end = start
+                while end < n and token_ids[end] not in self._stop_ids:
+                    end += 1
+            chunk = token_ids[start:end]
+            start = end
+            self.num_tokens += len(chunk)
+            allow = self.num_tokens >= self._min_tokens
+            last = chunk[-1]
+            if allow and last in self._hidden:
+                return self._end("stop", "".join(out), matched=last)
+            try:
+                text = self._text.push(chunk)
+            except OutOfVocabulary as e:
+                self.num_tokens -= len(chunk)
+                return self._end("error", "".join(out), message=self._oov_message(e))
+            if self._stop is not None:
+                text, matched = self._stop.feed(text, allow)
+                if matched is not None:
+                    out.append(text)
+                    return self._finished_by_string("".join(out), matched)
+            out.append(text)
+            if allow and last in self._visible:
+                return self._end("stop", "".join(out), matched=last)
+        if self.num_tokens >= self._min_tokens:
+            self._plain = self._stop is None and self._pending_error is None
+        text = "".join(out)
+        self.char_offset += len(text)
+        return Delta(text) if text else EMPTY_DELTA
+
+    def finish(self, reason: FinishReason = "length", message: str | None = None) -> Delta:
+        """The scheduler ended the request: release what is held (incomplete bytes become U+FFFD)."""
+        if self.finished:
+            return EMPTY_DELTA
+        return self._end(reason, "", message=message)
+
+    # ---- ending -----------------------------------------------------------------------------
+    def _end(self, reason: FinishReason, text: str, matched: str | int | None = None, message: str | None = None) -> Delta:
+        tail = self._text.flush()
+        if self._stop is not None:
+            tail, hit = self._stop.feed(tail, self.num_tokens >= self._min_tokens)
+            if hit is not None:
+                return self._finished_by_string(text + tail, hit)
+            tail += self._stop.release()
+        if reason == "stop" and isinstance(matched, int):
+            self.stop_kind = "token"
+        text += tail
+        self.finished = True
+        self.char_offset += len(text)
+        return Delta(text, Finish(reason, matched, message))
+
+    def _finished_by_string(self, text: str, matched: str) -> Delta:
+        self.finished = True
+        self.stop_kind = "string"
+        self.char_offset += len(text)
+        return Delta(text, Finish("stop", matched))
+
+    def _oov_message(self, e: OutOfVocabulary) -> str:
+        return f"token id {e.token_id} is outside the vocabulary (size {self._vocab})"

@@ -1,0 +1,158 @@
+"""Choosing the decode strategy of a tokenizer, once, by checking it against `decode`.
+
+A backend may claim its decoder is a per-token byte map (`Tokenizer.byte_decoding`). The claim is
+verified here on the tokenizer itself — every id alone, every special token in both skip modes, and
+random multi-token sequences in every decode mode — never assumed from a name. A claim that fails
+falls back to the window diff, which is exact for any `decode`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+from detok.stream.byte_text import ByteTables, ByteTextDecoder
+from detok.stream.window_text import WindowTextDecoder
+from detok.tokenizer.base import ByteDecoding, Tokenizer
+
+log = logging.getLogger("detok.stream")
+
+Strategy = Literal["bytes", "window"]
+TextDecoder = ByteTextDecoder | WindowTextDecoder
+
+_PLAN_ATTR = "_detok_decode_plan"
+_MODES = ((True, True), (False, False), (False, True))  # (skip_special_tokens, spaces_between_special_tokens)
+_SAMPLE_TEXT = (
+    "Hello, world! The quick brown fox. 北京欢迎你 🫨👍🏽👨‍👩‍👧 สวัสดี مرحبا नमस्ते "
+    "def f(x):\n    return x ** 2  # code\n\tÀ la carte — «quotes» 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"
+)
+
+
+class DecodePlan:
+    """How streams of one tokenizer decode: the strategy and its per-mode tables."""
+
+    def __init__(self, tokenizer: Tokenizer, strategy: Strategy, decoding: ByteDecoding | None, reason: str) -> None:
+        self.tokenizer = tokenizer
+        self.strategy: Strategy = strategy
+        self.reason = reason
+        self.decoding = decoding  # the verified byte map (None for the window strategy)
+        self._tables: dict[tuple[bool, bool], ByteTables] = {}
+
+    def tables(self, skip_special: bool, spaces_between_special: bool) -> ByteTables:
+        assert self.decoding is not None
+        key = (skip_special, spaces_between_special and not skip_special)
+        tables = self._tables.get(key)
+        if tables is None:
+            tables = self._tables[key] = ByteTables(self.decoding, skip_special, spaces_between_special)
+        return tables
+
+    def text_decoder(
+        self, skip_special: bool, spaces_between_special: bool, context_ids: Sequence[int]
+    ) -> TextDecoder:
+        if self.strategy == "bytes":
+            return ByteTextDecoder(self.tables(skip_special, spaces_between_special), context_ids)
+        return WindowTextDecoder(self.tokenizer, skip_special, spaces_between_special, context_ids)
+
+    def __repr__(self) -> str:
+        return f"<DecodePlan {self.strategy}: {self.reason}>"
+
+
+def prepare_decoding(tokenizer: Tokenizer, strategy: Strategy | None = None) -> DecodePlan:
+    """The tokenizer's decode plan, chosen and verified once and cached on the tokenizer.
+
+    `strategy` overrides the choice: "window" always works; "bytes" raises if the tokenizer has no
+    byte map or the map fails verification.
+    """
+    plan: DecodePlan | None = getattr(tokenizer, _PLAN_ATTR, None)
+    if plan is not None and (strategy is None or plan.strategy == strategy):
+        return plan
+    plan = _choose(tokenizer, strategy)
+    if strategy is None:
+        setattr(tokenizer, _PLAN_ATTR, plan)
+    return plan
+
+
+def _choose(tokenizer: Tokenizer, strategy: Strategy | None) -> DecodePlan:
+    if strategy == "window":
+        return DecodePlan(tokenizer, "window", None, "requested")
+    t0 = time.perf_counter()
+    decoding = tokenizer.byte_decoding()
+    if decoding is None:
+        problem: str | None = "the decoder is not a per-token byte map"
+    else:
+        problem = verify_byte_decoding(tokenizer, decoding)
+    if problem is None:
+        log.info("byte-table decoding verified for %s in %.2fs", tokenizer.source, time.perf_counter() - t0)
+        return DecodePlan(tokenizer, "bytes", decoding, "byte map verified against decode()")
+    if strategy == "bytes":
+        raise ValueError(f"byte-table decoding is not exact for {tokenizer.source}: {problem}")
+    log.info("window-diff decoding for %s: %s", tokenizer.source, problem)
+    return DecodePlan(tokenizer, "window", None, problem)
+
+
+def _byte_model_decode(tables: ByteTables, ids: Sequence[int]) -> str:
+    """What decode() must give if the byte-map claim holds (the non-incremental statement)."""
+    dec = ByteTextDecoder(tables, ())
+    return dec.push(ids) + dec.flush()
+
+
+def _valid_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def verify_byte_decoding(tokenizer: Tokenizer, decoding: ByteDecoding, samples: int = 300, seed: int = 0) -> str | None:
+    """None when the byte map reproduces decode(), else a description of the first difference.
+
+    Sequences whose bytes are not valid UTF-8 are left out: there the project's rule (one U+FFFD
+    per maximal invalid subpart) deliberately differs from some decoders (Hugging Face ByteFallback).
+    """
+    n = tokenizer.vocab_size
+    if len(decoding.pieces) != n:
+        return f"byte map has {len(decoding.pieces)} entries for a vocabulary of {n}"
+    special = decoding.special_ids
+    if special != tokenizer.special_ids:
+        return "byte map's special ids differ from the tokenizer's"
+    pieces = decoding.pieces
+    modes = {(skip, spaces): ByteTables(decoding, skip, spaces) for skip, spaces in _MODES}
+    # Every id alone (specials kept), and every special skipped.
+    decode_one = tokenizer._decode_ids
+    strip = decoding.strip_leading_space
+    for i in range(n):
+        try:
+            got = pieces[i].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if strip and got[:1] == " ":
+            got = got[1:]
+        want = decode_one([i], False)
+        if want != got:
+            return f"id {i}: decode gives {want!r}, byte map gives {got!r}"
+    for i in special:
+        if tokenizer.decode([i], skip_special_tokens=True) != "":
+            return f"special id {i} is not removed by skip_special_tokens"
+    # Sequences: real text in many scripts, and random ids mixed with specials, in every mode.
+    rng = random.Random(seed)
+    sequences = [tokenizer.encode(_SAMPLE_TEXT)]
+    sequences += [tokenizer.encode(w) for w in _SAMPLE_TEXT.split()]
+    special_list = sorted(special)
+    for _ in range(samples):
+        seq = [rng.randrange(n) for _ in range(rng.randint(1, 10))]
+        if special_list and rng.random() < 0.5:
+            seq.insert(rng.randrange(len(seq) + 1), rng.choice(special_list))
+        sequences.append(seq)
+    for seq in sequences:
+        if not _valid_utf8(b"".join(pieces[i] for i in seq)):
+            continue
+        for skip, spaces in _MODES:
+            want = tokenizer.decode(seq, skip_special_tokens=skip, spaces_between_special_tokens=spaces)
+            got = _byte_model_decode(modes[skip, spaces], seq)
+            if want != got:
+                return f"ids {seq} (skip={skip}, spaces={spaces}): decode gives {want!r}, byte map gives {got!r}"
+    return None
