@@ -87,8 +87,8 @@ class DecodeStream:
         if self._plain and self._stop_ids.isdisjoint(token_ids):
             try:
                 text = self._text.push(token_ids)
-            except OutOfVocabulary as e:
-                return self._end("error", text="", message=self._oov_message(e))
+            except OutOfVocabulary:
+                return self._step_checked(token_ids)  # emits the ids before the bad one, then the error
             self.num_tokens += len(token_ids)
             if text:
                 self.char_offset += len(text)
@@ -99,6 +99,11 @@ class DecodeStream:
     def _step_checked(self, token_ids: Sequence[int]) -> Delta:
         if self._pending_error is not None:
             return self._end("error", text="", message=self._oov_message(self._pending_error))
+        bad: int | None = None
+        if token_ids and (min(token_ids) < 0 or max(token_ids) >= self._vocab):
+            bad = next(k for k, i in enumerate(token_ids) if not 0 <= i < self._vocab)
+            bad_id = token_ids[bad]
+            token_ids = token_ids[:bad]
         # Tokens go one by one only where a stop id or the min_tokens boundary needs it; a run of
         # ordinary tokens is decoded and matched in one piece (same text: earliest-ending match).
         out: list[str] = []
@@ -118,11 +123,7 @@ class DecodeStream:
             last = chunk[-1]
             if allow and last in self._hidden:
                 return self._end("stop", "".join(out), matched=last)
-            try:
-                text = self._text.push(chunk)
-            except OutOfVocabulary as e:
-                self.num_tokens -= len(chunk)
-                return self._end("error", "".join(out), message=self._oov_message(e))
+            text = self._text.push(chunk)
             if self._stop is not None:
                 text, matched = self._stop.feed(text, allow)
                 if matched is not None:
@@ -131,6 +132,8 @@ class DecodeStream:
             out.append(text)
             if allow and last in self._visible:
                 return self._end("stop", "".join(out), matched=last)
+        if bad is not None:
+            return self._end("error", "".join(out), message=self._oov_message(OutOfVocabulary(bad_id)))
         if self.num_tokens >= self._min_tokens:
             self._plain = self._stop is None and self._pending_error is None
         text = "".join(out)
