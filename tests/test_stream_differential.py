@@ -133,6 +133,15 @@ def test_stream_table_matches_decode_stream(name: str) -> None:
     @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(streams=st.lists(_ids(name), min_size=1, max_size=6), params=st.sampled_from(MODES), data=st.data())
     def check(streams: list[list[int]], params: DecodeParams, data: st.DataObject) -> None:
+        flat = [i for s in streams for i in s]
+        if flat and data.draw(st.booleans()):  # stop rules too: the batched path must defer to them
+            params = DecodeParams(
+                skip_special_tokens=params.skip_special_tokens,
+                stop_token_ids=data.draw(st.lists(st.sampled_from(flat), max_size=2)),
+                visible_stop_token_ids=data.draw(st.lists(st.sampled_from(flat), max_size=1)),
+                stop=data.draw(st.lists(st.sampled_from(["e", "th", "\n", "北"]), max_size=2)),
+                min_tokens=data.draw(st.integers(0, 3)),
+            )
         table = StreamTable(tok)
         rids = [f"r{k}" for k in range(len(streams))]
         for rid in rids:
@@ -149,11 +158,11 @@ def test_stream_table_matches_decode_stream(name: str) -> None:
                 toks += s[pos[r] : pos[r] + c]
             counts = [len(s[pos[r] : pos[r] + c]) for (r, s), c in zip(batch, counts)]
             res = table.step([r for r, _ in batch], [pos[r] for r, _ in batch], counts, toks)
-            for (r, _), c, text, off, n in zip(batch, counts, res.texts, res.offsets, res.num_tokens):
+            for (r, _), c, text, off, n, fin in zip(batch, counts, res.texts, res.offsets, res.num_tokens, res.finishes):
                 assert off == len(got[r])
                 got[r] += text
                 pos[r] += c
-                assert n == pos[r]
+                assert n == pos[r] if fin is None else n <= pos[r]
         for rid, ids in zip(rids, streams):
             if rid in table:
                 text, off, _, _ = table.finish(rid, "length")

@@ -81,6 +81,8 @@ class ByteTextDecoder:
 
     def push(self, ids: Sequence[int]) -> str:
         """Text completed by these ids. Raises OutOfVocabulary before consuming anything."""
+        if not ids:
+            return ""
         if self._fast:
             texts = self._texts
             try:

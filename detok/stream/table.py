@@ -9,6 +9,8 @@ the same text; the table keeps the two paths' counters in step.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import operator
+from collections import deque
 from itertools import repeat
 from typing import NamedTuple
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from detok.stream.byte_text import ByteTables, ByteTextDecoder, _utf8_decode
 from detok.stream.decode_stream import DecodeStream
-from detok.stream.params import DecodeParams, Finish
+from detok.stream.params import DecodeParams, Delta, Finish
 from detok.stream.strategy import Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
 
@@ -38,7 +40,7 @@ class _ModeTables:
     def __init__(self, vocab: int) -> None:
         self.vocab = vocab
         self.index: dict[int, int] = {}
-        self.texts = np.empty(0, dtype=object)
+        self.texts: list[str | None] = []
         self.whole = np.empty(0, dtype=bool)  # the id's bytes are whole characters
         self.lengths = np.empty(0, dtype=np.int64)
         self.byte_ok = np.empty(0, dtype=bool)  # not a special token that is its own spaced segment
@@ -48,7 +50,7 @@ class _ModeTables:
         if m is None:
             m = self.index[id(tables)] = len(self.index)
             texts = tables.texts
-            self.texts = np.concatenate([self.texts, np.array(texts, dtype=object)])
+            self.texts = self.texts + list(texts)
             self.whole = np.concatenate([self.whole, np.array([t is not None for t in texts], dtype=bool)])
             self.lengths = np.concatenate(
                 [self.lengths, np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)]
@@ -73,12 +75,14 @@ class StreamTable:
         # Columnar state of the vectorized path; the stream objects hold everything else.
         self._fast = np.zeros(capacity, dtype=bool)  # one plain token can skip DecodeStream.step
         self._hold = np.zeros(capacity, dtype=bool)  # incomplete UTF-8 bytes are held
+        self._eos_stops = np.zeros(capacity, dtype=bool)  # the stream stops on end-of-sequence ids
         self._mode = np.zeros(capacity, dtype=np.int64)
         self._ntok = np.zeros(capacity, dtype=np.int64)
         self._choff = np.zeros(capacity, dtype=np.int64)
         self._tables = _ModeTables(self._vocab)
+        self._eos = frozenset(tokenizer.eos_token_ids)
         self._eos_mask = np.zeros(self._vocab, dtype=bool)
-        for i in tokenizer.eos_token_ids:
+        for i in self._eos:
             if 0 <= i < self._vocab:
                 self._eos_mask[i] = True
 
@@ -127,7 +131,7 @@ class StreamTable:
         old = len(self._decoders)
         self._decoders.extend([None] * old)
         self._free.extend(range(2 * old - 1, old - 1, -1))
-        for name in ("_fast", "_hold", "_mode", "_ntok", "_choff"):
+        for name in ("_fast", "_hold", "_eos_stops", "_mode", "_ntok", "_choff"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
 
@@ -137,11 +141,13 @@ class StreamTable:
         self._fast[slot] = (
             stream._plain
             and not stream.finished
+            and stream._stop_ids <= self._eos  # the vectorized path checks end-of-sequence ids only
             and isinstance(dec, ByteTextDecoder)
             and not dec._strip
             and not dec._after_special
             and dec._started
         )
+        self._eos_stops[slot] = bool(stream._stop_ids)
         self._hold[slot] = isinstance(dec, ByteTextDecoder) and bool(dec._pending)
 
     # ---- stepping ---------------------------------------------------------------------------
@@ -156,7 +162,6 @@ class StreamTable:
             raise ValueError("rids, starts and counts must align and counts must sum to len(tokens)")
         slots = np.fromiter(map(self._slot_of.get, rids, repeat(-1)), dtype=np.int64, count=n)
         firsts = np.cumsum(counts_a) - counts_a
-        texts = np.full(n, "", dtype=object)
         offsets = np.zeros(n, dtype=np.int64)
         ntoks = np.zeros(n, dtype=np.int64)
         finishes: list[Finish | None] = [None] * n
@@ -169,14 +174,19 @@ class StreamTable:
         idx = np.empty(0, dtype=np.int64)
         if self._tables.index:  # some stream uses the byte table (a window-diff tokenizer has none)
             tok1 = np.where(elig, tok1, 0)
-            elig &= ~self._eos_mask[tok1]
+            elig &= ~(self._eos_mask[tok1] & self._eos_stops[safe])
             gi = self._mode[safe] * self._tables.vocab + tok1
             elig &= self._tables.byte_ok[gi]
             idx = np.flatnonzero(elig)
         else:
             elig[:] = False
-        if len(idx):
-            self._step_plain(idx, slots[idx], tok1[idx], gi[idx], texts, offsets, ntoks)
+        if len(idx) == n:
+            texts = self._step_plain(idx, slots, tok1, gi, offsets, ntoks)
+        else:
+            texts = [""] * n
+            if len(idx):
+                plain = self._step_plain(idx, slots[idx], tok1[idx], gi[idx], offsets, ntoks)
+                deque(map(texts.__setitem__, idx.tolist(), plain), maxlen=0)
         slow = np.flatnonzero(~elig)
         if len(slow):
             for k, slot, start, first, count in zip(
@@ -186,39 +196,37 @@ class StreamTable:
                 texts[k] = text
                 offsets[k] = offset
                 ntoks[k] = ntok
-        return StepResult(texts.tolist(), offsets.tolist(), ntoks.tolist(), finishes)
+        return StepResult(texts, offsets.tolist(), ntoks.tolist(), finishes)
 
     def _step_plain(
         self, idx: np.ndarray, slots: np.ndarray, toks: np.ndarray, gi: np.ndarray,
-        texts: np.ndarray, offsets: np.ndarray, ntoks: np.ndarray,
-    ) -> None:
+        offsets: np.ndarray, ntoks: np.ndarray,
+    ) -> list[str]:
+        """The rows `idx` (one plain token each): their texts; offsets and counts filled in."""
         tables = self._tables
         lens = tables.lengths[gi]
         whole = tables.whole[gi] & ~self._hold[slots]
-        texts[idx] = tables.texts[gi]
+        texts = list(map(tables.texts.__getitem__, gi.tolist()))
         partial = np.flatnonzero(~whole)
         if len(partial):
-            # Held bytes or a token that is part of a character: the request's own UTF-8 decoder.
-            decoders = self._decoders
-            utf8 = _utf8_decode
-            held: list[bool] = []
-            plens: list[int] = []
-            for k, slot, tok in zip(idx[partial].tolist(), slots[partial].tolist(), toks[partial].tolist()):
-                dec = decoders[slot]
-                data = dec._pending + dec._t.pieces[tok]
-                text, used = utf8(data, "replace", False)
-                dec._pending = rest = data[used:]
-                dec._fast = not rest
-                texts[k] = text
-                plens.append(len(text))
-                held.append(bool(rest))
-            lens[partial] = plens
-            self._hold[slots[partial]] = held
+            # Held bytes or a token that is part of a character: the request's own UTF-8 bytes, in
+            # C-level maps rather than a Python loop (byte-fallback runs make these common).
+            decs = [self._decoders[k] for k in slots[partial].tolist()]
+            datas = [d._pending + d._t.pieces[t] for d, t in zip(decs, toks[partial].tolist())]
+            decoded = list(map(_utf8_decode, datas, repeat("replace"), repeat(False)))
+            rests = [data[used:] for data, (_, used) in zip(datas, decoded)]
+            ptexts = [text for text, _ in decoded]
+            deque(map(setattr, decs, repeat("_pending"), rests), maxlen=0)
+            deque(map(setattr, decs, repeat("_fast"), map(operator.not_, rests)), maxlen=0)
+            deque(map(texts.__setitem__, partial.tolist(), ptexts), maxlen=0)
+            lens[partial] = np.fromiter(map(len, ptexts), dtype=np.int64, count=len(ptexts))
+            self._hold[slots[partial]] = np.fromiter(map(len, rests), dtype=np.int64, count=len(rests)) > 0
         offs = self._choff[slots]
         self._choff[slots] = offs + lens
         self._ntok[slots] += 1
         offsets[idx] = offs
         ntoks[idx] = self._ntok[slots]
+        return texts  # type: ignore[return-value]  # every None was a partial row, now replaced
 
     def _step_one(self, rid: str, slot: int, start: int, ids_a: np.ndarray) -> tuple[str, int, int, Finish | None]:
         if slot < 0:
@@ -230,7 +238,8 @@ class StreamTable:
             delta = stream.finish("error", f"tokens missing: expected start {done}, got {start}")
         else:
             # a replay: tokens this stream has already consumed are skipped
-            delta = stream.step(ids_a[done - start :].tolist() if done > start else ids_a.tolist())
+            new_ids = ids_a[done - start :].tolist() if done > start else ids_a.tolist()
+            delta = stream.step(new_ids) if new_ids else Delta()  # wholly replayed: nothing new
         offset = stream.char_offset - len(delta.text)
         if delta.finish is not None:
             self.close(rid)
