@@ -1,0 +1,67 @@
+"""The worker's batched path: replays, gaps, unknown rids, duplicates, growth."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import stream_roster
+from detok import DecodeParams, Finish
+from detok.stream.table import StreamTable
+
+
+def _table(n: int, capacity: int = 4) -> StreamTable:
+    table = StreamTable(stream_roster.get("qwen2"), capacity=capacity)
+    for rid in range(n):
+        table.open(rid, [], DecodeParams(), ignore_eos=True)
+    return table
+
+
+def test_grows_past_capacity_and_steps_every_row() -> None:
+    tok = stream_roster.get("qwen2")
+    ids = tok.encode(" hello world 北京 🫨")
+    table = _table(50, capacity=4)
+    got = {rid: "" for rid in range(50)}
+    for t, i in enumerate(ids):
+        res = table.step(list(range(50)), np.full(50, t), np.ones(50, np.int64), np.full(50, i, np.uint32))
+        for rid, text in zip(range(50), res.texts):
+            got[rid] += text
+    assert set(got.values()) == {tok.decode(ids)}
+
+
+def test_replayed_rows_are_skipped_and_gaps_are_errors() -> None:
+    tok = stream_roster.get("qwen2")
+    a, b, c = tok.encode(" one two three")
+    table = _table(2)
+    assert table.step([0, 1], [0, 0], [1, 1], [a, a]).texts == [" one", " one"]
+    # rid 0 replays token 0 then sends token 1 in the same row; rid 1 skips ahead (token 2 missing)
+    res = table.step([0, 1], [0, 2], [2, 1], [a, b, c])
+    assert res.texts[0] == " two" and res.offsets[0] == 4 and res.num_tokens[0] == 2
+    assert res.finishes[1] is not None and res.finishes[1].reason == "error" and "expected start 1" in res.finishes[1].message
+    assert 1 not in table
+    # the same rid twice in one batch, same start: one token, not two
+    res = table.step([0, 0], [2, 2], [1, 1], [c, c])
+    assert "".join(res.texts) == " three" and res.num_tokens == [3, 3]
+
+
+def test_unknown_rid_gets_an_error_finish_and_others_go_on() -> None:
+    tok = stream_roster.get("qwen2")
+    (x,) = tok.encode(" x")
+    table = _table(1)
+    res = table.step([0, 99], [0, 0], [1, 1], [x, x])
+    assert res.texts == [" x", ""]
+    assert res.finishes[0] is None
+    assert res.finishes[1] == Finish("error", None, "unknown request id 99 (not registered, or already finished)")
+
+
+def test_stop_ids_of_a_stream_are_honoured_on_the_batched_path() -> None:
+    tok = stream_roster.get("qwen2")
+    ids = tok.encode(" a b c d")
+    table = StreamTable(tok)
+    table.open("plain", [], DecodeParams(), ignore_eos=True)
+    table.open("stops", [], DecodeParams(stop_token_ids=[ids[2]]), ignore_eos=True)
+    finishes = []
+    for t, i in enumerate(ids):
+        rids = [r for r in ("plain", "stops") if r in table]
+        res = table.step(rids, [t] * len(rids), [1] * len(rids), [i] * len(rids))
+        finishes += [(r, f) for r, f in zip(rids, res.finishes) if f is not None]
+    assert finishes == [("stops", Finish("stop", ids[2]))]
