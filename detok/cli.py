@@ -1,0 +1,156 @@
+"""The `detok` command.
+
+    detok worker --tokenizer SRC --bind tcp://0.0.0.0:5555 --notify tcp://scheduler:5556
+        one standalone worker (e.g. on another host), until SIGTERM / Ctrl-C
+    detok pool --tokenizer SRC --workers N [--transport tcp --host H]
+        N workers under a supervisor for an external scheduler and frontend; prints its endpoints
+    detok serve ...
+        the whole stack (registered by detok.frontend.serve_cli when the frontend is installed)
+
+Subcommands are registered by modules exposing `add_parser(subparsers)`; each sets
+`func(args) -> int` as its handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+# Modules that add their own subcommand; a missing one is skipped (e.g. a build without the frontend).
+_PLUGGED_SUBCOMMANDS = ("detok.frontend.serve_cli",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="detok", description="A multiprocess detokenizer worker pool for LLM serving.")
+    from detok import __version__
+
+    parser.add_argument("--version", action="version", version=f"detok {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_worker(subparsers)
+    _add_pool(subparsers)
+    for module in _PLUGGED_SUBCOMMANDS:
+        try:
+            plugin = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name is not None and module.startswith(e.name):
+                continue  # the module itself is absent: no such subcommand in this build
+            raise
+        plugin.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+# ---- detok worker --------------------------------------------------------------------------------
+def _add_worker(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "worker",
+        help="run one standalone detokenizer worker",
+        description=(
+            "One worker process: binds --bind for DetokBatch messages from the scheduler, connects to "
+            "--notify (the scheduler client's notice endpoint) for StopNotices, and to each frontend named "
+            "in a registration for deltas. Use tcp:// endpoints to run it on another host. The scheduler "
+            "must list the workers in the same order everywhere (--index is this worker's shard)."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--tokenizer", required=True, metavar="SOURCE", help="anything detok.load_tokenizer accepts")
+    p.add_argument("--bind", required=True, metavar="ENDPOINT", help="input endpoint to bind, e.g. tcp://0.0.0.0:5555")
+    p.add_argument("--notify", default=None, metavar="ENDPOINT", help="scheduler notice endpoint to connect to")
+    p.add_argument("--index", type=int, default=0, help="this worker's shard index (names it in messages and metrics)")
+    p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="finish a request with an error after this long without tokens")
+    p.add_argument("--metrics-dir", default=None, help="prometheus multiprocess directory (default: none)")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=_run_worker)
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    from detok.worker.process import WorkerConfig, serve
+
+    cfg = WorkerConfig(
+        tokenizer=args.tokenizer,
+        notify_endpoint=args.notify,
+        idle_timeout_s=args.idle_timeout,
+        metrics_dir=args.metrics_dir,
+        log_level=args.log_level.upper(),
+        handle_sigint=True,
+    )
+    return serve(cfg, args.index, args.bind)
+
+
+# ---- detok pool ----------------------------------------------------------------------------------
+def _add_pool(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "pool",
+        help="run N workers under a supervisor and print their endpoints",
+        description=(
+            "Starts N worker processes (restarted within a second if they die), prints one JSON line with "
+            "the worker endpoints (shard order), the notice endpoint the scheduler client must bind, and the "
+            "metrics directory, then runs until SIGTERM / Ctrl-C."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--tokenizer", required=True, metavar="SOURCE", help="anything detok.load_tokenizer accepts")
+    p.add_argument("--workers", type=int, default=2, help="worker processes")
+    p.add_argument("--transport", choices=["ipc", "tcp"], default="ipc")
+    p.add_argument("--host", default="127.0.0.1", help="tcp: address the workers bind")
+    p.add_argument("--ports", default=None, help="tcp: comma-separated worker ports (default: free ports)")
+    p.add_argument("--notify", default=None, metavar="ENDPOINT",
+                   help="the scheduler client's notice endpoint (default: chosen by the pool)")
+    p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS")
+    p.add_argument("--no-spare", action="store_true", help="do not keep a loaded spare process (slower restarts)")
+    p.add_argument("--metrics-dir", default=None, help="prometheus multiprocess directory "
+                   "(default: $PROMETHEUS_MULTIPROC_DIR or a private one)")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=_run_pool)
+
+
+def _run_pool(args: argparse.Namespace) -> int:
+    from detok.pool import DetokPool, PoolStartError
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    ports = [int(x) for x in args.ports.split(",")] if args.ports else None
+    try:
+        pool = DetokPool(
+            args.tokenizer,
+            workers=args.workers,
+            transport=args.transport,
+            host=args.host,
+            ports=ports,
+            notify_endpoint=args.notify,
+            idle_timeout_s=args.idle_timeout,
+            spare=not args.no_spare,
+            metrics_dir=args.metrics_dir,
+            log_level=args.log_level.upper(),
+        )
+    except (PoolStartError, ValueError) as e:
+        print(f"detok pool: {e}", file=sys.stderr)
+        return 1
+    with pool:
+        info = {
+            "workers": pool.endpoints,
+            "notify": pool.notify_endpoint,
+            "metrics_dir": str(pool.metrics_dir),
+            "pids": pool.pids(),
+        }
+        print(json.dumps(info), flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

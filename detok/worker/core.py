@@ -1,0 +1,385 @@
+"""The worker's request table and batch processing, without sockets (the hot path).
+
+`WorkerCore.handle_batch` turns one `DetokBatch` into one `DeltaBatch` per frontend and the stop
+notices for the scheduler. The decoding is the stream layer's `StreamTable.step`, which steps the
+whole batch column-wise (numpy gathers for plain one-token steps, `DecodeStream.step` for the
+rest). Around it this module only routes: the texts of a batch go out as the table's columns (no
+per-rid Python when one frontend owns every live request), and per-rid work is limited to the
+rare rows that finished.
+
+Error handling, per rid (no input ever raises out of here except a malformed batch, which is
+rejected before any state changes):
+- unknown rid (never registered, or lost with a dead worker): listed in the StopNotice's
+  `unknown_rids`; the scheduler client, which holds the registration, has the frontend told.
+- tokens for a rid finished a moment ago (e.g. by a stop string the scheduler has not yet seen):
+  ignored and counted.
+- start behind the stream (a replay): the tokens already consumed are skipped; start ahead of it
+  (tokens lost): the request finishes with reason "error".
+- duplicate registration of a live rid: identical -> ignored (idempotent replay) and counted;
+  different -> the live request finishes with reason "error" (the rid was reused).
+- a stream that cannot be created, or an out-of-vocabulary id: that request finishes with "error".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from detok.metrics import WorkerCounts
+from detok.protocol import (
+    DeltaBatch,
+    DetokBatch,
+    FailRequests,
+    Registration,
+    RequestFinished,
+    StopNotice,
+    pack_rids,
+    pack_u32,
+    unpack_rids,
+)
+from detok.stream.decode_stream import DecodeStream
+from detok.stream.params import DecodeParams, Finish
+from detok.stream.table import StreamTable
+from detok.tokenizer.base import Tokenizer
+
+log = logging.getLogger("detok.worker")
+
+# Rids finished recently are remembered this long, so their late tokens are ignored quietly.
+_FINISHED_MEMORY_S = 60.0
+_FINISHED_MEMORY_MAX = 200_000
+
+
+class _Live:
+    """One live request: its stream, its registration and where its deltas go."""
+
+    __slots__ = ("idle_mark", "idle_since", "out", "registration", "stream")
+
+    def __init__(self, stream: DecodeStream, registration: Registration, out: _Columns, now: float) -> None:
+        self.stream = stream
+        self.registration = registration
+        self.out = out
+        self.idle_mark = -1  # tokens consumed at the last idle sweep
+        self.idle_since = now
+
+
+@dataclass(eq=False)
+class _Columns:
+    """The DeltaBatch columns being filled for one frontend. A whole step may be handed over as
+    its packed rid column (`packed_rids`), which later single rows turn back into a list."""
+
+    reply_to: str
+    rids: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    finished: list[RequestFinished] = field(default_factory=list)
+    packed_rids: bytes = b""
+    live: int = 0  # live requests of this frontend in the table
+
+    def add(self, rid: int, text: str, offset: int) -> None:
+        if self.packed_rids:
+            self.rids = unpack_rids(self.packed_rids).tolist()
+            self.packed_rids = b""
+        self.rids.append(rid)
+        self.texts.append(text)
+        self.offsets.append(offset)
+
+    def add_step(self, packed_rids: bytes, rids: list[int], texts: list[str], offsets: list[int]) -> None:
+        if self.texts or self.packed_rids:
+            for rid, text, offset in zip(rids, texts, offsets):
+                self.add(rid, text, offset)
+        else:
+            self.packed_rids, self.texts, self.offsets = packed_rids, texts, offsets
+
+    def take(self, worker: int, sent_at: float) -> DeltaBatch | None:
+        if not (self.texts or self.finished):
+            return None
+        rids = self.packed_rids or pack_rids(self.rids)
+        batch = DeltaBatch(worker, sent_at, rids, self.texts, pack_u32(self.offsets), self.finished)
+        self.rids, self.texts, self.offsets, self.finished, self.packed_rids = [], [], [], [], b""
+        return batch
+
+
+@dataclass
+class Outputs:
+    """What one input message produced: deltas per frontend endpoint and a notice for the scheduler."""
+
+    deltas: list[tuple[str, DeltaBatch]]
+    notice: StopNotice | None
+
+
+class MalformedBatch(ValueError):
+    """A batch whose columns do not fit together; rejected whole, before any state changes."""
+
+
+class WorkerCore:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        worker: int = 0,
+        *,
+        idle_timeout_s: float = 300.0,
+        counts: WorkerCounts | None = None,
+        table: StreamTable | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.worker = worker
+        self.idle_timeout_s = idle_timeout_s
+        self.counts = counts if counts is not None else WorkerCounts()
+        self.table = table if table is not None else warmed_table(tokenizer)
+        self.live: dict[int, _Live] = {}
+        self._recently_finished: dict[int, float] = {}
+        self._frontends: dict[str, _Columns] = {}
+        self._notice_rids: list[int] = []
+        self._notice_finishes: list[Finish] = []
+        self._notice_unknown: list[int] = []
+
+    # ---- messages ------------------------------------------------------------------------------
+    def handle_batch(self, batch: DetokBatch, now: float | None = None) -> Outputs:
+        now = time.monotonic() if now is None else now
+        rids, starts, counts, tokens = _columns(batch)
+        for reg in batch.new:
+            self._register(reg, now)
+        if rids:
+            self._step(batch.rids, rids, starts, counts, tokens)
+        for end in batch.ends:
+            self._end(end.rid, end.reason, end.matched)
+        return self._take_outputs(batch.sent_at)
+
+    def handle_fail(self, msg: FailRequests, sent_at: float = 0.0) -> Outputs:
+        if len(msg.rids) != len(msg.reply_to):
+            raise MalformedBatch("FailRequests: rids and reply_to differ in length")
+        for rid, reply_to in zip(msg.rids, msg.reply_to):
+            live = self.live.get(rid)
+            num_tokens = 0
+            if live is not None:
+                num_tokens = self._progress(rid)
+                self._forget(rid, live)
+            self._remember_finished(rid)
+            self._emit_finish(self._columns_for(reply_to), rid, Finish("error", None, msg.message), num_tokens)
+        return self._take_outputs(sent_at)
+
+    def sweep_idle(self, now: float | None = None) -> Outputs:
+        """Finish requests that got no token for `idle_timeout_s` (never evicts a live one silently)."""
+        now = time.monotonic() if now is None else now
+        expired: list[int] = []
+        for rid, live in self.live.items():
+            n = self._progress(rid)
+            if n != live.idle_mark:
+                live.idle_mark, live.idle_since = n, now
+            elif now - live.idle_since >= self.idle_timeout_s:
+                expired.append(rid)
+        message = f"idle timeout: no tokens for {self.idle_timeout_s:g} s"
+        for rid in expired:
+            self.counts.idle_timeouts += 1
+            self._finish_live(rid, Finish("error", None, message), notify=True)
+        self._prune_finished(now)
+        return self._take_outputs(0.0)
+
+    def finish_all(self, message: str) -> Outputs:
+        """Finish every live request with reason "error" (worker shutdown)."""
+        for rid in list(self.live):
+            self._finish_live(rid, Finish("error", None, message), notify=True)
+        return self._take_outputs(0.0)
+
+    # ---- registration ---------------------------------------------------------------------------
+    def _register(self, reg: Registration, now: float) -> None:
+        self.counts.registrations += 1
+        current = self.live.get(reg.rid)
+        if current is not None:
+            self.counts.duplicate_registrations += 1
+            if current.registration == reg:
+                return  # a replayed registration: the request goes on
+            log.warning("worker %d: conflicting registration of live rid %d", self.worker, reg.rid)
+            self._finish_live(reg.rid, Finish("error", None, "conflicting duplicate registration of this rid"), notify=True)
+            return
+        self._recently_finished.pop(reg.rid, None)
+        out = self._columns_for(reg.reply_to)
+        try:
+            stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos)  # type: ignore[arg-type]
+        except Exception as e:  # noqa: BLE001 - a bad registration is that request's error, never the worker's
+            log.warning("worker %d: cannot start rid %d: %s", self.worker, reg.rid, e)
+            finish = Finish("error", None, f"cannot start decoding: {e}")
+            self._remember_finished(reg.rid)
+            self._emit_finish(out, reg.rid, finish, 0)
+            self._notify(reg.rid, finish)
+            return
+        self.live[reg.rid] = _Live(stream, reg, out, now)
+        out.live += 1
+
+    # ---- stepping -------------------------------------------------------------------------------
+    def _step(self, packed_rids: bytes, rids: list[int], starts: np.ndarray, counts: np.ndarray, tokens: np.ndarray) -> None:
+        result = self.table.step(rids, starts, counts, tokens)  # type: ignore[arg-type]
+        texts, offsets = result.texts, result.offsets
+        self.counts.tokens += len(tokens)
+        self.counts.utf8_holds += self._holding()
+        live = self.live
+        owners = [c for c in self._frontends.values() if c.live]
+        if len(owners) == 1:
+            # One frontend owns every live request: the table's columns go out as they are, no
+            # per-rid Python. Rows with empty text stay (a byte each on the wire; most rows have
+            # text): unknown or late rids among them are not open at that frontend, or already
+            # finished there, so its receiver drops them.
+            owners[0].add_step(packed_rids, rids, texts, offsets)
+        else:
+            get = live.get
+            for rid, text, offset in zip(rids, texts, offsets):
+                if text:
+                    entry = get(rid)
+                    if entry is not None:
+                        entry.out.add(rid, text, offset)
+        finishes = result.finishes
+        if finishes.count(None) != len(finishes):
+            for k, finish in enumerate(finishes):
+                if finish is not None:
+                    self._row_finished(rids[k], finish, result.num_tokens[k], int(counts[k]))
+
+    def _row_finished(self, rid: int, finish: Finish, num_tokens: int, count: int) -> None:
+        entry = self.live.get(rid)
+        if entry is None:  # the table knows no such rid: late tokens, or never registered
+            if rid in self._recently_finished:
+                self.counts.late_tokens += count
+            else:
+                self._unknown(rid)
+            return
+        self._forget(rid, entry, closed=True)
+        self._remember_finished(rid)
+        kind = entry.stream.stop_kind
+        if finish.reason == "error":
+            if finish.message and "vocabulary" in finish.message:
+                self.counts.invalid_token_ids += 1
+        elif kind is not None:
+            self.counts.stops[kind] = self.counts.stops.get(kind, 0) + 1
+        self._emit_finish(entry.out, rid, finish, num_tokens)
+        self._notify(rid, finish)
+
+    # ---- ending ---------------------------------------------------------------------------------
+    def _end(self, rid: int, reason: str, matched: int | None) -> None:
+        entry = self.live.get(rid)
+        if entry is None:
+            if rid not in self._recently_finished:
+                self._unknown(rid)
+            return
+        text, offset, num_tokens, finish = self.table.finish(rid, reason)  # type: ignore[arg-type]
+        self._forget(rid, entry, closed=True)
+        self._remember_finished(rid)
+        if text:
+            entry.out.add(rid, text, offset)
+        message = finish.message if finish is not None else None
+        self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens)  # type: ignore[arg-type]
+
+    def _finish_live(self, rid: int, finish: Finish, *, notify: bool) -> None:
+        """End a live request for a reason of the worker's own (idle, shutdown, conflict)."""
+        entry = self.live[rid]
+        text, offset, num_tokens, _ = self.table.finish(rid, finish.reason, finish.message)  # type: ignore[arg-type]
+        self._forget(rid, entry, closed=True)
+        self._remember_finished(rid)
+        if text:
+            entry.out.add(rid, text, offset)
+        self._emit_finish(entry.out, rid, finish, num_tokens)
+        if notify:
+            self._notify(rid, finish)
+
+    def _unknown(self, rid: int) -> None:
+        self.counts.unknown_rids += 1
+        self._remember_finished(rid)  # report once, then treat its further tokens as late
+        self._notice_unknown.append(rid)
+
+    # ---- bookkeeping ----------------------------------------------------------------------------
+    def _progress(self, rid: int) -> int:
+        """Output tokens the table consumed for a live rid (the table's columns are the truth:
+        streams on its vectorised path are not updated token by token)."""
+        table = self.table
+        return int(table._ntok[table._slot_of[rid]])  # type: ignore[index]
+
+    def _holding(self) -> int:
+        """Live requests holding an incomplete UTF-8 sequence after this step."""
+        return int(np.count_nonzero(self.table._hold))
+
+    def _columns_for(self, reply_to: str) -> _Columns:
+        out = self._frontends.get(reply_to)
+        if out is None:
+            out = self._frontends[reply_to] = _Columns(reply_to)
+        return out
+
+    def _emit_finish(self, out: _Columns, rid: int, finish: Finish, num_tokens: int) -> None:
+        out.finished.append(RequestFinished(rid, finish, num_tokens))
+        finished = self.counts.finished
+        finished[finish.reason] = finished.get(finish.reason, 0) + 1
+
+    def _notify(self, rid: int, finish: Finish) -> None:
+        self._notice_rids.append(rid)
+        self._notice_finishes.append(finish)
+
+    def _forget(self, rid: int, entry: _Live, *, closed: bool = False) -> None:
+        del self.live[rid]
+        entry.out.live -= 1
+        if not closed:
+            self.table.close(rid)  # type: ignore[arg-type]
+
+    def _remember_finished(self, rid: int) -> None:
+        memory = self._recently_finished
+        memory[rid] = time.monotonic()
+        if len(memory) > _FINISHED_MEMORY_MAX:
+            del memory[next(iter(memory))]
+
+    def _prune_finished(self, now: float) -> None:
+        memory = self._recently_finished
+        horizon = now - _FINISHED_MEMORY_S
+        while memory:
+            rid = next(iter(memory))
+            if memory[rid] > horizon:
+                break
+            del memory[rid]
+        # Frontends with nothing live and nothing pending are dropped (their socket too, by the caller).
+        for reply_to in [k for k, c in self._frontends.items() if c.live == 0 and not (c.texts or c.finished)]:
+            del self._frontends[reply_to]
+
+    def _take_outputs(self, sent_at: float) -> Outputs:
+        deltas = []
+        for reply_to, out in self._frontends.items():
+            batch = out.take(self.worker, sent_at)
+            if batch is not None:
+                deltas.append((reply_to, batch))
+        notice = None
+        if self._notice_rids or self._notice_unknown:
+            notice = StopNotice(self.worker, self._notice_rids, self._notice_finishes, self._notice_unknown)
+            self._notice_rids, self._notice_finishes, self._notice_unknown = [], [], []
+        return Outputs(deltas, notice)
+
+    def frontends(self) -> list[str]:
+        return list(self._frontends)
+
+
+def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> StreamTable:
+    """A StreamTable whose per-mode tables are built already: the first request would otherwise pay
+    for them (tens of ms for a large vocabulary). Spares build theirs before they report loaded."""
+    table = StreamTable(tokenizer)
+    rid = -1  # never a real rid (rids are unsigned)
+    table.open(rid, (), params or DecodeParams())  # type: ignore[arg-type]
+    table.close(rid)  # type: ignore[arg-type]
+    return table
+
+
+def _columns(batch: DetokBatch) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+    """The batch's packed columns (rids as ints for dict lookups, the rest as zero-copy arrays),
+    checked to fit together (else MalformedBatch)."""
+    try:
+        rids = unpack_rids(batch.rids).tolist()
+        starts = np.frombuffer(batch.starts, dtype="<u4")
+        tokens = np.frombuffer(batch.tokens, dtype="<u4")
+        counts = np.frombuffer(batch.counts, dtype="<u4") if batch.counts else None
+    except ValueError as e:
+        raise MalformedBatch(str(e)) from None
+    n = len(rids)
+    if len(starts) != n:
+        raise MalformedBatch(f"{n} rids but {len(starts)} starts")
+    if counts is None:
+        if len(tokens) != n:
+            raise MalformedBatch(f"{n} rids with one token each but {len(tokens)} tokens")
+        counts = np.ones(n, dtype=np.int64)
+    elif len(counts) != n or int(counts.sum()) != len(tokens):
+        raise MalformedBatch(f"counts ({len(counts)}, sum {int(counts.sum())}) do not fit {n} rids and {len(tokens)} tokens")
+    return rids, starts, counts, tokens

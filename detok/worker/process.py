@@ -1,0 +1,326 @@
+"""The worker process: sockets around `WorkerCore`, the readiness handshake, clean shutdown.
+
+Sockets: one PULL bound on the worker's input endpoint (DetokBatch / FailRequests from the
+scheduler client), one PUSH per frontend connected on first use (`Registration.reply_to`), one
+PUSH connected to the scheduler client's notice endpoint. Sends never block: a full peer queue
+drops the message and counts it (a stuck frontend must not stall everyone else's requests).
+
+Under a pool (`pool_child_main`) the process loads the tokenizer, reports `WorkerLoaded`, waits
+for an `AssignSlot` (a spare waits here until a slot dies), binds, reports `WorkerReady`.
+Standalone (`serve`), it binds at once.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import msgspec
+import zmq
+
+from detok import protocol
+from detok.endpoints import bound_endpoint, connectable, make_socket
+from detok.stream.table import StreamTable
+from detok.worker.core import MalformedBatch, Outputs, WorkerCore, warmed_table
+from detok.worker.lifecycle import (
+    StopFlag,
+    die_with_parent,
+    install_signal_handlers,
+    orphaned,
+    watch_parent_pipe,
+)
+
+log = logging.getLogger("detok.worker")
+
+_POLL_MS = 100  # how soon a stop request or an idle sweep is noticed when no message comes
+_DRAIN_MAX = 256  # messages handled per poll wake-up before checking timers again
+_LOG_EVERY_S = 5.0  # rate limit for repeated warnings (malformed input, full peer queues)
+PROFILE_ENV = "DETOK_WORKER_PROFILE_DIR"  # set: each worker runs under cProfile and dumps its stats there
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a worker process needs; plain data so it crosses the spawn boundary."""
+
+    tokenizer: str
+    notify_endpoint: str | None = None  # the scheduler client's StopNotice endpoint (connect)
+    idle_timeout_s: float = 300.0
+    metrics_dir: str | None = None
+    hwm: int = 10_000
+    log_level: str = "WARNING"
+    parent_pid: int = 0  # 0: standalone, no parent to die with
+    orphan_cleanup_dir: str | None = None  # the pool's ipc dir, removed if the pool died first
+    handle_sigint: bool = False
+
+
+def serve(cfg: WorkerConfig, worker: int, endpoint: str) -> int:
+    """Run one standalone worker until SIGTERM / SIGINT (the `detok worker` command)."""
+    _setup_process(cfg)
+    stop = StopFlag()
+    install_signal_handlers(stop, handle_sigint=True)
+    tokenizer, _plan, seconds = _load(cfg)
+    log.warning("worker %d: tokenizer %s loaded in %.2f s", worker, cfg.tokenizer, seconds)
+    runner = _Runner(cfg, tokenizer, worker, endpoint, stop)
+    _freeze_heap()
+    print(f"detok worker {worker} serving {runner.endpoint}", flush=True)
+    return runner.run()
+
+
+def pool_child_main(cfg: WorkerConfig, conn: Connection) -> None:
+    """Entry point of a pool's worker process (multiprocessing spawn target)."""
+    _setup_process(cfg)
+    die_with_parent(cfg.parent_pid)
+    stop = StopFlag()
+    # Until it serves, the process holds nothing: SIGTERM keeps its default action (exit now, even
+    # in the middle of a tokenizer load). Ctrl-C is the parent's to handle.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    encoder = protocol.new_encoder()
+    pid = os.getpid()
+
+    def report(msg: msgspec.Struct) -> None:
+        try:
+            conn.send_bytes(encoder.encode(msg))
+        except OSError:  # the pool closed while this process was starting
+            raise SystemExit(0) from None
+
+    try:
+        tokenizer, plan, seconds = _load(cfg)
+        table = warmed_table(tokenizer)  # before "loaded": a spare takes over a slot ready to serve
+    except Exception as e:  # noqa: BLE001 - whatever it is, the supervisor must hear of it
+        report(protocol.WorkerStartFailed(pid, f"{type(e).__name__}: {e}"))
+        raise SystemExit(1) from None
+    _freeze_heap()
+    report(protocol.WorkerLoaded(pid, plan.strategy, seconds))
+    assignment = _wait_assignment(conn, stop)
+    if assignment is None:
+        return  # the pool closed (or died) while this process was a spare
+    install_signal_handlers(stop, handle_sigint=cfg.handle_sigint)  # from now on SIGTERM drains
+    try:
+        runner = _Runner(cfg, tokenizer, assignment.worker, assignment.endpoint, stop, assignment, table)
+    except Exception as e:  # noqa: BLE001 - whatever it is, the supervisor must hear of it
+        report(protocol.WorkerStartFailed(pid, f"{type(e).__name__}: {e}"))
+        raise SystemExit(1) from None
+    report(protocol.WorkerReady(assignment.worker, pid, runner.endpoint))
+    watch = watch_parent_pipe(conn, stop)
+    code = runner.run()
+    if cfg.orphan_cleanup_dir and not watch.pool_closing and (watch.parent_gone or orphaned(cfg.parent_pid)):
+        # The pool died without closing: the last of its workers out removes its ipc files.
+        shutil.rmtree(cfg.orphan_cleanup_dir, ignore_errors=True)
+    raise SystemExit(code)
+
+
+def _wait_assignment(conn: Connection, stop: StopFlag) -> protocol.AssignSlot | None:
+    decoder = protocol.supervisor_command_decoder()
+    try:
+        while not stop:
+            if conn.poll(_POLL_MS / 1000):
+                command = decoder.decode(conn.recv_bytes())
+                return command if isinstance(command, protocol.AssignSlot) else None
+    except (EOFError, OSError):
+        pass
+    return None
+
+
+def _freeze_heap() -> None:
+    """Move everything allocated so far (tokenizer, decode tables: hundreds of thousands of
+    objects) out of the collector's reach: full collections then walk only request state, and do
+    not pause a batch for milliseconds."""
+    gc.collect()
+    gc.freeze()
+
+
+def _setup_process(cfg: WorkerConfig) -> None:
+    if cfg.metrics_dir:
+        from detok.metrics import (
+            use_metrics_dir,  # before anything imports prometheus_client
+        )
+
+        use_metrics_dir(cfg.metrics_dir)
+    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+
+
+def _load(cfg: WorkerConfig) -> tuple[Any, Any, float]:
+    from detok.stream.strategy import prepare_decoding
+    from detok.tokenizer.factory import load_tokenizer
+
+    t0 = time.perf_counter()
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    plan = prepare_decoding(tokenizer)  # once, before ready: never on a request's path
+    return tokenizer, plan, time.perf_counter() - t0
+
+
+class _Runner:
+    def __init__(
+        self,
+        cfg: WorkerConfig,
+        tokenizer: Any,
+        worker: int,
+        endpoint: str,
+        stop: StopFlag,
+        assignment: protocol.AssignSlot | None = None,
+        table: StreamTable | None = None,
+    ) -> None:
+        from detok.metrics import WorkerMetrics
+
+        self.cfg = cfg
+        self.worker = worker
+        self.stop = stop
+        self.metrics = WorkerMetrics(worker) if cfg.metrics_dir else None
+        if self.metrics is not None and assignment is not None and assignment.generation > 1:
+            self.metrics.restarted()
+        counts = self.metrics.counts if self.metrics is not None else None
+        self.core = WorkerCore(tokenizer, worker, idle_timeout_s=cfg.idle_timeout_s, counts=counts, table=table)
+        self.ctx = zmq.Context()
+        self.input = make_socket(self.ctx, zmq.PULL, hwm=cfg.hwm)
+        try:
+            self.input.bind(endpoint)
+        except zmq.ZMQError:
+            self.input.close(0)
+            self.ctx.term()
+            raise
+        self.endpoint = connectable(bound_endpoint(self.input))
+        self.notify: zmq.Socket | None = None
+        if cfg.notify_endpoint:
+            self.notify = make_socket(self.ctx, zmq.PUSH, hwm=cfg.hwm)
+            self.notify.connect(cfg.notify_endpoint)
+        self.frontends: dict[str, zmq.Socket] = {}
+        self.encoder = protocol.new_encoder()
+        self.decoder = protocol.worker_inbound_decoder()
+        self._last_warning: dict[str, float] = {}
+
+    # ---- loop ---------------------------------------------------------------------------------
+    def run(self) -> int:
+        profile_dir = os.environ.get(PROFILE_ENV)
+        if not profile_dir:
+            return self._run()
+        import cProfile  # where the time goes, per worker process (bench/pool.py --profile)
+
+        profiler = cProfile.Profile()
+        try:
+            return profiler.runcall(self._run)
+        finally:
+            profiler.dump_stats(os.path.join(profile_dir, f"worker-{self.worker}-{os.getpid()}.prof"))
+
+    def _run(self) -> int:
+        sweep_every = min(1.0, max(0.01, self.cfg.idle_timeout_s / 4))
+        next_sweep = time.monotonic() + sweep_every
+        recv = self.input.recv
+        try:
+            while not self.stop:
+                if self.input.poll(_POLL_MS):
+                    for _ in range(_DRAIN_MAX):
+                        try:
+                            raw = recv(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._handle(raw)
+                now = time.monotonic()
+                if now >= next_sweep:
+                    self._send(self.core.sweep_idle(now))
+                    self._close_idle_frontends()
+                    next_sweep = now + sweep_every
+                if self.metrics is not None:
+                    self.metrics.maybe_flush(now, len(self.core.live))
+            self._shutdown()
+        except Exception:
+            log.exception("worker %d: fatal error", self.worker)
+            self._close()
+            return 1
+        return 0
+
+    def _handle(self, raw: bytes) -> None:
+        t0 = time.perf_counter()
+        try:
+            msg = self.decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            self._malformed(f"undecodable message ({len(raw)} bytes): {e}")
+            return
+        try:
+            if isinstance(msg, protocol.DetokBatch):
+                lag = time.time() - msg.sent_at
+                outputs = self.core.handle_batch(msg)
+                if self.metrics is not None:
+                    self.metrics.queue_lag_seconds.observe(max(lag, 0.0))
+                    self.metrics.batch_size.observe(len(msg.rids) // 8)  # packed uint64 rids
+                    self.metrics.batch_seconds.observe(time.perf_counter() - t0)
+            else:
+                outputs = self.core.handle_fail(msg)
+        except MalformedBatch as e:
+            self._malformed(f"malformed {type(msg).__name__}: {e}")
+            return
+        self._send(outputs)
+
+    def _malformed(self, what: str) -> None:
+        self.core.counts.malformed_messages += 1
+        self._warn("malformed", "worker %d: dropped %s", self.worker, what)
+
+    # ---- output -------------------------------------------------------------------------------
+    def _send(self, outputs: Outputs) -> None:
+        encode = self.encoder.encode
+        for reply_to, batch in outputs.deltas:
+            sock = self.frontends.get(reply_to) or self._connect_frontend(reply_to)
+            if sock is None:
+                continue
+            try:
+                sock.send(encode(batch), zmq.NOBLOCK)
+            except zmq.Again:
+                self.core.counts.dropped_messages += 1
+                self._warn("full:" + reply_to, "worker %d: frontend %s queue full, deltas dropped", self.worker, reply_to)
+        if outputs.notice is not None and self.notify is not None:
+            try:
+                self.notify.send(encode(outputs.notice), zmq.NOBLOCK)
+            except zmq.Again:
+                self.core.counts.dropped_messages += 1
+                self._warn("full:notify", "worker %d: scheduler notice queue full, StopNotice dropped", self.worker)
+
+    def _connect_frontend(self, reply_to: str) -> zmq.Socket | None:
+        sock = make_socket(self.ctx, zmq.PUSH, hwm=self.cfg.hwm)
+        try:
+            sock.connect(reply_to)
+        except zmq.ZMQError as e:
+            sock.close(0)
+            self.core.counts.dropped_messages += 1
+            self._warn("bad:" + reply_to, "worker %d: cannot connect to frontend %r: %s", self.worker, reply_to, e)
+            return None
+        self.frontends[reply_to] = sock
+        return sock
+
+    def _close_idle_frontends(self) -> None:
+        known = set(self.core.frontends())
+        for reply_to in [r for r in self.frontends if r not in known]:
+            self.frontends.pop(reply_to).close()
+
+    def _warn(self, key: str, fmt: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last_warning.get(key, -_LOG_EVERY_S) >= _LOG_EVERY_S:
+            self._last_warning[key] = now
+            log.warning(fmt, *args)
+
+    # ---- shutdown -----------------------------------------------------------------------------
+    def _shutdown(self) -> None:
+        """Handle what is already queued, finish what is still live with an error, close."""
+        log.info("worker %d: stopping (%s)", self.worker, self.stop.reason)
+        while True:
+            try:
+                raw = self.input.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self._handle(raw)
+        if self.core.live:
+            self._send(self.core.finish_all(f"detok worker {self.worker} shut down ({self.stop.reason})"))
+        self._close()
+
+    def _close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.flush(len(self.core.live))
+        for sock in (self.input, self.notify, *self.frontends.values()):
+            if sock is not None:
+                sock.close()  # bounded linger (endpoints.LINGER_MS) lets the last deltas out
+        self.ctx.term()

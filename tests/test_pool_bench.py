@@ -1,0 +1,34 @@
+"""bench/pool.py stays runnable: a tiny run of detok's pipeline and the SGLang-style anchor, with
+the JSON fields the report reads and no mismatch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tokenizers_available import hf_qwen2_dir
+
+pytestmark = pytest.mark.timeout(240)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_bench_pool_small_run() -> None:
+    out = subprocess.run(
+        [sys.executable, "bench/pool.py", "--tokenizer", str(hf_qwen2_dir()), "--concurrency", "32", "--tokens", "16",
+         "--rounds", "1", "--step-interval-ms", "2", "--pipelines", "detok,sglang", "--json", "--no-progress"],
+        cwd=REPO, capture_output=True, text=True, timeout=220, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    balance = [r for r in records if r.get("metric") == "shard_balance"]
+    assert balance and balance[0]["max_over_mean_sequential"] <= 1.05
+    runs = {r["pipeline"]: r for r in records if "pipeline" in r}
+    assert set(runs) == {"detok", "sglang"}
+    for r in runs.values():
+        assert r["mismatches"] == 0
+        assert r["tokens_per_s"] > 0 and 0 < r["latency_p50_ms"] <= r["latency_p99_ms"]
+        assert r["messages"] == (32 - 1) * 16 // 32 + 16  # steps of a staggered run: ramp up, steady, ramp down

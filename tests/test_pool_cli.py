@@ -1,0 +1,93 @@
+"""`detok pool` and `detok worker` as real commands: endpoints printed, requests served over
+them from this process (as an external scheduler and frontend would), clean exit on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import detok
+from detok.cli import build_parser
+from detok.client import SchedulerClient
+from detok.endpoints import tcp_endpoint
+from detok.pool import _free_port
+from detok.receiver import DeltaReceiver
+from tests.pool_helpers import Collected, drive, reference, workload
+from tests.tokenizers_available import hf_qwen2_dir
+
+pytestmark = pytest.mark.timeout(120)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _detok(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "detok.cli", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _stop(proc: subprocess.Popen) -> tuple[int, str]:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return proc.returncode, err
+
+
+def _serve_some(tok, workers: list[str], notify: str | None, first_rid: int) -> None:
+    rx = DeltaReceiver("tcp://127.0.0.1:*")
+    client = SchedulerClient(workers, notify)
+    try:
+        requests = workload(tok, 30, 10, seed=first_rid, first_rid=first_rid)
+        got = Collected(rx, [r.rid for r in requests])
+        drive(client, requests, rx.endpoint)
+        got.wait_finished()
+        assert all(got.text[r.rid] == reference(tok, r)[0] for r in requests)
+    finally:
+        client.close()
+        rx.close()
+
+
+def test_parser_has_the_subcommands() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["pool", "--tokenizer", "x"]).workers == 2
+    assert parser.parse_args(["worker", "--tokenizer", "x", "--bind", "tcp://*:1"]).index == 0
+
+
+def test_detok_pool_prints_endpoints_and_serves_an_external_scheduler() -> None:
+    tok = detok.load_tokenizer(hf_qwen2_dir())
+    proc = _detok("pool", "--tokenizer", str(hf_qwen2_dir()), "--workers", "2", "--transport", "tcp", "--no-spare")
+    try:
+        info = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+        assert len(info["workers"]) == 2 and all(e.startswith("tcp://127.0.0.1:") for e in info["workers"])
+        _serve_some(tok, info["workers"], info["notify"], 30_000)
+        pids = info["pids"]
+    finally:
+        code, err = _stop(proc)
+    assert code == 0, err
+    time.sleep(0.2)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_detok_worker_standalone_over_tcp() -> None:
+    tok = detok.load_tokenizer(hf_qwen2_dir())
+    bind = tcp_endpoint("127.0.0.1", _free_port("127.0.0.1"))
+    notify = tcp_endpoint("127.0.0.1", _free_port("127.0.0.1"))
+    proc = _detok("worker", "--tokenizer", str(hf_qwen2_dir()), "--bind", bind, "--notify", notify)
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert "serving" in line and bind in line
+        _serve_some(tok, [bind], notify, 31_000)
+    finally:
+        code, err = _stop(proc)
+    assert code == 0, err
