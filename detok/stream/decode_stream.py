@@ -12,6 +12,7 @@ from detok.tokenizer.base import Tokenizer
 
 CONTEXT_TOKENS = 5  # the prompt tail that fixes the first delta's text (leading space, split characters)
 _DEFAULT_PARAMS = DecodeParams()
+_NO_IDS: frozenset[int] = frozenset()
 
 
 class DecodeStream:
@@ -54,10 +55,14 @@ class DecodeStream:
         self.char_offset = 0
         self.finished = False
         self.stop_kind: str | None = None
-        self._visible = frozenset(p.visible_stop_token_ids)
-        hidden = set(p.stop_token_ids) if ignore_eos else set(p.stop_token_ids) | tokenizer.eos_token_ids
-        self._hidden = frozenset(hidden - self._visible)
-        self._stop_ids = self._hidden | self._visible
+        if p.stop_token_ids or p.visible_stop_token_ids:
+            self._visible = frozenset(p.visible_stop_token_ids)
+            hidden = frozenset(p.stop_token_ids) if ignore_eos else plan.eos_ids.union(p.stop_token_ids)
+            self._hidden = hidden - self._visible
+            self._stop_ids = self._hidden | self._visible
+        else:  # the common case: shared sets, nothing built per request
+            self._visible = _NO_IDS
+            self._hidden = self._stop_ids = _NO_IDS if ignore_eos else plan.eos_ids
         self._min_tokens = p.min_tokens
         self._stop = StopStringMatcher(p.stop, p.include_stop_str_in_output) if p.stop else None
         self._plain = self._stop is None and p.min_tokens == 0

@@ -39,6 +39,7 @@ class DecodePlan:
         self.strategy: Strategy = strategy
         self.reason = reason
         self.decoding = decoding  # the verified byte map (None for the window strategy)
+        self.eos_ids = frozenset(tokenizer.eos_token_ids)  # computed once, not per request
         self._tables: dict[tuple[bool, bool], ByteTables] = {}
 
     def tables(self, skip_special: bool, spaces_between_special: bool) -> ByteTables:
