@@ -65,3 +65,18 @@ def test_stop_ids_of_a_stream_are_honoured_on_the_batched_path() -> None:
         res = table.step(rids, [t] * len(rids), [1] * len(rids), [i] * len(rids))
         finishes += [(r, f) for r, f in zip(rids, res.finishes) if f is not None]
     assert finishes == [("stops", Finish("stop", ids[2]))]
+
+
+def test_integer_rid_arrays_find_their_slots_by_binary_search() -> None:
+    tok = stream_roster.get("qwen2")
+    ids = tok.encode(" a b")
+    table = StreamTable(tok, capacity=2)
+    rids = [5, 2**63 + 7, 3]
+    for rid in rids:
+        table.open(rid, [], DecodeParams(), ignore_eos=True)
+    table.close(3)
+    table.open(11, [], DecodeParams(), ignore_eos=True)
+    batch = np.array([2**63 + 7, 5, 11, 3], dtype=np.uint64)
+    res = table.step(batch, np.zeros(4, np.uint32), np.ones(4, np.uint32), np.full(4, ids[0], np.uint32))
+    assert res.texts == [" a", " a", " a", ""]
+    assert res.finishes[3] == Finish("error", None, "unknown request id 3 (not registered, or already finished)")

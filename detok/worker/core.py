@@ -211,7 +211,8 @@ class WorkerCore:
 
     # ---- stepping -------------------------------------------------------------------------------
     def _step(self, packed_rids: bytes, rids: list[int], starts: np.ndarray, counts: np.ndarray, tokens: np.ndarray) -> None:
-        result = self.table.step(rids, starts, counts, tokens)  # type: ignore[arg-type]
+        # the packed rids as an array: the table finds their slots by vectorized binary search
+        result = self.table.step(np.frombuffer(packed_rids, dtype="<u8"), starts, counts, tokens)
         texts, offsets = result.texts, result.offsets
         self.counts.tokens += len(tokens)
         self.counts.utf8_holds += self._holding()
