@@ -160,8 +160,6 @@ class SchedulerClient:
         it if the scheduler knows it (cheaper), else the client counts. `ends` end requests after
         their tokens. Returns the workers whose queue is full (their message is kept and retried
         first on the next call)."""
-        for end in ends:
-            self._stage_end(end if isinstance(end, EndRequest) else EndRequest(*end))  # type: ignore[arg-type]
         rid_arr = np.asarray(rids, dtype=np.uint64)
         tok_arr = np.asarray(tokens, dtype=np.uint32)
         cnt_arr = None if counts is None else np.asarray(counts, dtype=np.uint32)
@@ -173,6 +171,10 @@ class SchedulerClient:
             start_arr = self._count_starts(rids, counts)
         else:
             start_arr = np.asarray(starts, dtype=np.uint32)
+        # Ends apply after this step's tokens: staged only once the starts were counted, since
+        # ending a request forgets its count (its last token would otherwise get start 0).
+        for end in ends:
+            self._stage_end(end if isinstance(end, EndRequest) else EndRequest(*end))  # type: ignore[arg-type]
         now = time.time()
         if self._n == 1:
             self._send_batch(0, now, rid_arr, start_arr, cnt_arr, tok_arr)

@@ -213,3 +213,21 @@ def test_bad_step_arguments_are_rejected(ipc) -> None:
     finally:
         client.close()
         fake.close()
+
+
+def test_an_end_in_the_same_step_as_the_last_token_keeps_its_start(ipc) -> None:
+    """Regression: the end used to be staged before the starts were counted, which forgot the
+    request's count and sent its last token with start 0 (dropped by the worker as a replay)."""
+    workers = FakeWorkers(ipc, 1)
+    client = SchedulerClient(workers.endpoints, workers.notify)
+    try:
+        client.add_request(p.Registration(5, "ipc:///fe", [1, 2], DecodeParams()))
+        client.send_step([5], [40])
+        client.send_step([5], [41], ends=[(5, "length")])
+        first, second = workers.recv(0), workers.recv(0)
+        assert p.unpack_u32(first.starts).tolist() == [0]
+        assert p.unpack_u32(second.starts).tolist() == [1]
+        assert [e.rid for e in second.ends] == [5]
+    finally:
+        client.close()
+        workers.close()
