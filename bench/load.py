@@ -1,0 +1,437 @@
+"""HTTP load benchmark of an OpenAI-compatible server (a running `detok serve`, or one it starts).
+
+For each concurrency level, `concurrency` simulated users each send streamed requests back to
+back (one keep-alive connection each) for `--duration` seconds; requests in flight at the end are
+waited for (up to `--grace`). Reported per level: request throughput, output tokens/s, time to
+first token and inter-token latency (between text-bearing chunks) p50 / p99, end-to-end p50, and,
+when the server exports detok's /metrics, its own TTFT and inter-token means over the level (the
+difference to the client's figures is HTTP and the load generator). One JSON line per level with
+--json; --plot writes a PNG of throughput and latency against concurrency.
+
+    python bench/load.py --spawn --concurrency 1,4,16,64,256 --duration 10 --plot load.png
+    python bench/load.py --url http://127.0.0.1:8000/v1 --concurrency 8 --duration 5 --json
+
+--spawn starts `detok serve --port 0` (more of its options with --serve-arg=...) and stops it at
+the end. The stub scheduler's step interval sets one request's token rate (20 ms: 50 tokens/s), so
+the ideal output rate is concurrency x 50 tokens/s; what matters is how close the stack stays to
+it and what latency it adds. Requests set `ignore_eos` so every output has --max-tokens tokens.
+The client (bench/_sse_client.py, asyncio streams on uvloop) costs a few us per chunk; --procs
+spreads the users over several processes on machines with cores to spare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import multiprocessing
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import numpy as np
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import progress  # noqa: E402
+from _sse_client import HttpError, SseConnection  # noqa: E402
+
+_decode = msgspec.json.Decoder().decode
+_BANNER_URL = re.compile(r"OpenAI API : (http://\S+/v1)")
+
+
+class _Sample(msgspec.Struct):
+    ok: bool
+    ttft: float = 0.0
+    e2e: float = 0.0
+    itls: list[float] = msgspec.field(default_factory=list)
+    output_tokens: int = 0
+    error: str = ""
+    resent: bool = False  # sent twice: the server closed the kept-alive connection under it
+
+
+@dataclasses.dataclass
+class PointResult:
+    concurrency: int
+    duration_s: float
+    requests: int
+    errors: int
+    requests_per_s: float
+    output_tokens_per_s: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    itl_p50_ms: float
+    itl_p99_ms: float
+    e2e_p50_ms: float
+    first_error: str = ""
+    resent: int = 0  # requests sent again on a new connection (the server dropped a kept-alive one)
+    # the server's own view (its /metrics histograms, means over the point), when it exports them:
+    # the difference to the client's figures is HTTP and the load generator itself
+    server_ttft_mean_ms: float | None = None
+    server_itl_mean_ms: float | None = None
+
+    def line(self) -> str:
+        return (
+            f"c={self.concurrency:<4d} {self.requests_per_s:8.1f} req/s {self.output_tokens_per_s:10.0f} tok/s  "
+            f"TTFT p50 {self.ttft_p50_ms:7.1f} ms p99 {self.ttft_p99_ms:7.1f} ms  "
+            f"ITL p50 {self.itl_p50_ms:6.1f} ms p99 {self.itl_p99_ms:6.1f} ms  "
+            f"({self.requests} requests, {self.errors} errors{f', {self.resent} resent' if self.resent else ''})"
+            + (
+                f"  server: TTFT {self.server_ttft_mean_ms:.1f} ms ITL {self.server_itl_mean_ms:.1f} ms (means)"
+                if self.server_ttft_mean_ms is not None and self.server_itl_mean_ms is not None
+                else ""
+            )
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadConfig:
+    url: str
+    model: str = "detok-stub"
+    api_key: str | None = None
+    endpoint: str = "completions"  # or "chat"
+    max_tokens: int = 128
+    duration_s: float = 10.0
+    grace_s: float = 60.0
+    ignore_eos: bool = True  # fixed-length outputs, comparable across points
+
+
+def _body(cfg: LoadConfig, index: int) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": cfg.model,
+        "max_tokens": cfg.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "seed": index,
+        "ignore_eos": cfg.ignore_eos,
+    }
+    prompt = f"Request {index}: tell me a story."
+    if cfg.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+def _chunk_text(chunk: dict[str, Any]) -> str:
+    choices = chunk.get("choices") or []
+    if not choices:
+        return ""
+    choice = choices[0]
+    if "delta" in choice:
+        return choice["delta"].get("content") or ""
+    return choice.get("text") or ""
+
+
+def _events(buffer: bytearray, data: bytes) -> list[bytes]:
+    """Complete SSE `data:` payloads in `buffer + data`; the incomplete rest stays in `buffer`."""
+    buffer += data
+    end = buffer.rfind(b"\n\n")
+    if end < 0:
+        return []
+    complete = bytes(buffer[:end])
+    del buffer[: end + 2]
+    return [e[6:] for e in complete.split(b"\n\n") if e.startswith(b"data: ")]
+
+
+async def _one_request(conn: SseConnection, cfg: LoadConfig, index: int) -> _Sample:
+    path = "/chat/completions" if cfg.endpoint == "chat" else "/completions"
+    start = time.perf_counter()
+    last: float | None = None
+    sample = _Sample(ok=False)
+    buffer = bytearray()
+    resent_before = conn.resent
+    try:
+        status, body = await conn.post(path, msgspec.json.encode(_body(cfg, index)))
+        sample.resent = conn.resent > resent_before
+        if status != 200:
+            content = b"".join([piece async for piece in body])
+            sample.error = f"HTTP {status}: {content[:200].decode(errors='replace')}"
+            return sample
+        async for data in body:
+            for payload in _events(buffer, data):
+                if payload == b"[DONE]":
+                    continue  # read on to the end of the body: the connection is reused
+                chunk = _decode(payload)
+                if "error" in chunk:
+                    sample.error = str(chunk["error"].get("message"))
+                    conn.close()
+                    return sample
+                if _chunk_text(chunk):
+                    now = time.perf_counter()
+                    if last is None:
+                        sample.ttft = now - start
+                    else:
+                        sample.itls.append(now - last)
+                    last = now
+                if chunk.get("usage"):
+                    sample.output_tokens = chunk["usage"]["completion_tokens"]
+    except (HttpError, msgspec.DecodeError) as e:
+        conn.close()
+        sample.error = f"{type(e).__name__}: {e}"
+        return sample
+    sample.e2e = time.perf_counter() - start
+    sample.ok = True
+    return sample
+
+
+def _ms_percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values) * 1000.0, q)) if len(values) else float("nan")
+
+
+_SERVER_HISTOGRAMS = {
+    "server_ttft_mean_ms": "detok_time_to_first_token_seconds",
+    "server_itl_mean_ms": "detok_inter_token_latency_seconds",
+}
+
+
+async def _scrape(api_url: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of the server's latency histograms, {} if it has no detok /metrics."""
+    base = api_url[: -len("/v1")] if api_url.endswith("/v1") else api_url
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.get(base + "/metrics")
+    except httpx.HTTPError:
+        return {}
+    if response.status_code != 200:
+        return {}
+    values: dict[str, float] = {}
+    for line in response.text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.endswith(("_sum", "_count")):
+            values[name] = float(value)
+    return {
+        field: (values[f"{metric}_sum"], values[f"{metric}_count"])
+        for field, metric in _SERVER_HISTOGRAMS.items()
+        if f"{metric}_sum" in values and f"{metric}_count" in values
+    }
+
+
+def _server_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float]:
+    means = {}
+    for field, (total, count) in after.items():
+        prev_total, prev_count = before.get(field, (0.0, 0.0))
+        if count > prev_count:
+            means[field] = (total - prev_total) / (count - prev_count) * 1000.0
+    return means
+
+
+def summarize(concurrency: int, elapsed: float, samples: Sequence[_Sample]) -> PointResult:
+    ok = [s for s in samples if s.ok]
+    errors = [s for s in samples if not s.ok]
+    itls = [x for s in ok for x in s.itls]
+    return PointResult(
+        concurrency=concurrency,
+        duration_s=round(elapsed, 3),
+        requests=len(ok),
+        errors=len(errors),
+        requests_per_s=len(ok) / elapsed if elapsed else 0.0,
+        output_tokens_per_s=sum(s.output_tokens for s in ok) / elapsed if elapsed else 0.0,
+        ttft_p50_ms=_ms_percentile([s.ttft for s in ok], 50),
+        ttft_p99_ms=_ms_percentile([s.ttft for s in ok], 99),
+        itl_p50_ms=_ms_percentile(itls, 50),
+        itl_p99_ms=_ms_percentile(itls, 99),
+        e2e_p50_ms=_ms_percentile([s.e2e for s in ok], 50),
+        first_error=errors[0].error if errors else "",
+        resent=sum(s.resent for s in samples),
+    )
+
+
+async def _send_until(cfg: LoadConfig, concurrency: int, first_index: int, stop_at: float,
+                      samples: list[_Sample]) -> None:
+    """`concurrency` users, each on its own keep-alive connection, sending back to back until
+    wall-clock `stop_at` (shared by the client processes)."""
+    counter = iter(range(first_index, 1 << 62))
+
+    async def user() -> None:
+        conn = SseConnection(cfg.url, cfg.api_key, cfg.grace_s + cfg.duration_s)
+        try:
+            while time.time() < stop_at:
+                samples.append(await _one_request(conn, cfg, next(counter)))
+        finally:
+            conn.close()
+
+    await asyncio.wait_for(asyncio.gather(*(user() for _ in range(concurrency))), cfg.duration_s + cfg.grace_s)
+
+
+def _client_process(cfg: LoadConfig, concurrency: int, first_index: int, stop_at: float, conn: Connection) -> None:
+    samples: list[_Sample] = []
+    uvloop.run(_send_until(cfg, concurrency, first_index, stop_at, samples))
+    conn.send_bytes(msgspec.json.encode(samples))  # JSON, not pickle, between processes too
+    conn.close()
+
+
+async def run_point(cfg: LoadConfig, concurrency: int, show_progress: bool = True, procs: int = 1) -> PointResult:
+    """`concurrency` clients (spread over `procs` processes) sending back to back for `duration_s`;
+    requests in flight at the end are finished and counted."""
+    warm = SseConnection(cfg.url, cfg.api_key)
+    await _one_request(warm, cfg, -1)  # warm-up (the server's first-request paths): not counted
+    warm.close()
+    before = await _scrape(cfg.url)
+    start = time.time()
+    stop_at = start + cfg.duration_s
+    shares = [concurrency // procs + (i < concurrency % procs) for i in range(procs)]
+    children = []
+    mp = multiprocessing.get_context("spawn")
+    for i, share in enumerate(shares[1:], 1):
+        receive, send = mp.Pipe(duplex=False)
+        proc = mp.Process(target=_client_process, args=(cfg, share, i << 40, stop_at, send), daemon=True)
+        proc.start()
+        send.close()
+        children.append((proc, receive))
+    samples: list[_Sample] = []
+    bar = progress(int(cfg.duration_s), f"concurrency {concurrency}", disable=not show_progress)
+
+    async def tick() -> None:
+        for shown in range(1, int(cfg.duration_s) + 1):
+            await asyncio.sleep(max(0.0, start + shown - time.time()))
+            bar.update(1)
+            bar.set_postfix_str(f"{len(samples)} done here")
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        await _send_until(cfg, shares[0], 0, stop_at, samples)
+    finally:
+        ticker.cancel()
+        bar.close()
+    for proc, receive in children:
+        if receive.poll(cfg.grace_s):
+            samples += msgspec.json.decode(receive.recv_bytes(), type=list[_Sample])
+        proc.join(5)
+    elapsed = time.time() - start
+    server = _server_means(before, await _scrape(cfg.url))
+    return dataclasses.replace(summarize(concurrency, elapsed, samples), **server)
+
+
+def plot(results: Sequence[PointResult], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = [r.concurrency for r in results]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 7), sharex=True)
+    top.plot(c, [r.output_tokens_per_s for r in results], "o-", label="output tokens/s")
+    top.set_ylabel("output tokens/s")
+    top.set_yscale("log")  # linear scaling shows as a straight line on log-log axes
+    right = top.twinx()
+    right.plot(c, [r.requests_per_s for r in results], "s--", color="tab:orange", label="requests/s")
+    right.set_ylabel("requests/s")
+    right.set_yscale("log")
+    top.set_title("detok serve: throughput and latency against concurrency")
+    top.legend(loc="upper left")
+    right.legend(loc="lower right")
+    for name, style in (("ttft_p50_ms", "o-"), ("ttft_p99_ms", "o:"), ("itl_p50_ms", "s-"), ("itl_p99_ms", "s:")):
+        bottom.plot(c, [getattr(r, name) for r in results], style, label=name.replace("_ms", " (ms)"))
+    bottom.set_yscale("log")
+    bottom.set_ylabel("latency (ms)")
+    bottom.set_xscale("log", base=2)
+    bottom.set_xlabel("concurrent streaming clients")
+    bottom.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---- a server to measure ----------------------------------------------------------------------
+class SpawnedServer:
+    """`detok serve --port 0 ...` in its own process group, stopped with SIGINT like Ctrl-C."""
+
+    def __init__(self, serve_args: Sequence[str], timeout_s: float = 180.0) -> None:
+        cmd = [sys.executable, "-m", "detok.cli", "serve", "--port", "0", *serve_args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        found: queue.Queue[str] = queue.Queue()
+        # a reader thread keeps the pipe drained for the whole run and hands over the URL
+        threading.Thread(target=self._read, args=(found,), daemon=True).start()
+        try:
+            self.url = found.get(timeout=timeout_s)
+        except queue.Empty:
+            self.close()
+            raise RuntimeError(f"detok serve did not start in {timeout_s:g} s") from None
+        if not self.url:
+            self.close()
+            raise RuntimeError(f"detok serve exited with code {self.proc.returncode} before serving")
+
+    def _read(self, found: queue.Queue[str]) -> None:
+        assert self.proc.stdout is not None
+        reported = False
+        for line in self.proc.stdout:
+            match = _BANNER_URL.search(line)
+            if match and not reported:
+                found.put(match.group(1))
+                reported = True
+        if not reported:
+            self.proc.wait()
+            found.put("")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="base URL of the API, e.g. http://127.0.0.1:8000/v1")
+    where.add_argument("--spawn", action="store_true", help="start `detok serve` for the run")
+    p.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                   help="an argument for the spawned `detok serve` (repeat: --serve-arg=--workers --serve-arg=2)")
+    p.add_argument("--model", default="detok-stub")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
+    p.add_argument("--concurrency", default="1,2,4,8,16,32,64", help="comma-separated levels")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per level")
+    p.add_argument("--grace", type=float, default=60.0, help="most seconds to wait for in-flight requests")
+    p.add_argument("--max-tokens", type=int, default=128, help="output tokens per request (EOS ignored)")
+    p.add_argument("--procs", type=int, default=1,
+                   help="client processes sharing the concurrency (one Python client saturates a core near "
+                        "10k chunks/s; use more on a machine with cores to spare)")
+    p.add_argument("--json", action="store_true", help="one JSON line per level on stdout")
+    p.add_argument("--plot", default=None, metavar="PNG", help="write a plot of the sweep")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    server = SpawnedServer(args.serve_arg) if args.spawn else None
+    url = server.url if server is not None else args.url.rstrip("/")
+    cfg = LoadConfig(url, args.model, args.api_key, args.endpoint, args.max_tokens, args.duration, args.grace)
+    results: list[PointResult] = []
+    try:
+        for level in levels:
+            result = uvloop.run(run_point(cfg, level, not args.no_progress, min(args.procs, level)))
+            results.append(result)
+            if args.json:
+                print(json.dumps(dataclasses.asdict(result)), flush=True)
+            else:
+                print(result.line(), flush=True)
+    finally:
+        if server is not None:
+            server.close()
+    if args.plot and results:
+        plot(results, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0 if all(r.errors == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

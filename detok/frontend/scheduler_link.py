@@ -1,0 +1,72 @@
+"""The frontend's two wires: GenerateRequest / Abort to the scheduler, text deltas back from the
+detok workers (a `DeltaReceiver` whose endpoint travels as each request's `reply_to`)."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+
+import zmq
+
+from detok.endpoints import make_socket
+from detok.frontend.errors import RequestError
+from detok.frontend.validation import GenerationJob
+from detok.protocol import Abort, GenerateRequest, new_encoder
+from detok.receiver import DeltaReceiver, RequestStream
+
+_RID_COUNTER_BITS = 48  # rids: a random frontend id above a per-frontend counter (63 bits in all)
+
+
+class SchedulerLink:
+    def __init__(self, scheduler_endpoint: str, receiver: DeltaReceiver, hwm: int = 100_000) -> None:
+        self._ctx = zmq.Context()
+        self._push = make_socket(self._ctx, zmq.PUSH, hwm=hwm)
+        self._push.connect(scheduler_endpoint)
+        self.receiver = receiver
+        self._encoder = new_encoder()
+        # unique across frontends sharing a scheduler without coordination
+        self._rid_base = secrets.randbits(63 - _RID_COUNTER_BITS) << _RID_COUNTER_BITS
+        self._counter = itertools.count(1)
+
+    def _new_rid(self) -> int:
+        return self._rid_base | (next(self._counter) & ((1 << _RID_COUNTER_BITS) - 1))
+
+    def _send(self, message: GenerateRequest | Abort) -> bool:
+        try:
+            self._push.send(self._encoder.encode(message), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
+
+    def submit(self, job: GenerationJob, arrival_time: float | None = None) -> RequestStream:
+        """Send a request to the scheduler; its deltas arrive on the returned stream."""
+        rid = self._new_rid()
+        stream = self.receiver.open(rid)  # before sending: the first delta must find it
+        request = GenerateRequest(
+            rid=rid,
+            prompt_ids=job.prompt_ids,
+            params=job.params,
+            max_tokens=job.max_tokens,
+            reply_to=self.receiver.endpoint,
+            seed=job.seed,
+            ignore_eos=job.ignore_eos,
+            arrival_time=arrival_time or time.time(),
+        )
+        if not self._send(request):
+            self.receiver.discard(rid)
+            raise RequestError(
+                "the scheduler is not taking requests (its queue is full); retry later",
+                status=503,
+                type="service_unavailable",
+            )
+        return stream
+
+    def abort(self, rid: int) -> None:
+        """The client went away: stop generating (the scheduler tells the worker) and forget it."""
+        self.receiver.discard(rid)
+        self._send(Abort(rid))  # best effort: if the queue is full the request ends on its own
+
+    def close(self) -> None:
+        self._push.close()
+        self._ctx.term()

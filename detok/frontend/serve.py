@@ -1,0 +1,235 @@
+"""`detok serve`: the whole stack in one process tree, the HTTP frontend in this process.
+
+Order matters in two places. Metrics: prometheus_client picks its multiprocess store at import,
+so the metrics directory is set before anything imports it. Shutdown: uvicorn stops first
+(in-flight streams get a short grace period), then the scheduler stub, then the pool; a second
+signal during that is ignored, since every step of it is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import errno
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from detok.frontend.serve_cli import DEFAULT_PORT
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from detok.frontend.stack import Stack
+
+log = logging.getLogger("detok.serve")
+
+_GRACEFUL_SHUTDOWN_S = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeConfig:
+    tokenizer: str | None = None
+    chat_template: str | None = None
+    host: str = "127.0.0.1"
+    port: int | None = None
+    workers: int = 2
+    no_spare: bool = False
+    step_ms: float = 20.0
+    max_batch: int = 256
+    tokens_per_step: int = 1
+    workload: str = "corpus"
+    served_model_name: str = "detok-stub"
+    max_model_len: int = 32768
+    api_key: str | None = None
+    demo: bool = False
+    log_level: str = "warning"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServeConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in vars(args).items() if k in names})
+
+
+class _Shutdown(BaseException):
+    """SIGTERM outside uvicorn's own handling (start-up, clean-up): unwind like Ctrl-C."""
+
+
+def _raise_shutdown(_signum: int, _frame: FrameType | None) -> None:
+    raise _Shutdown
+
+
+def _bind(host: str, port: int | None) -> socket.socket:
+    """The listening socket, bound before anything starts so a taken port fails in milliseconds.
+    Without an explicit port, the default one, or any free port if it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    candidates = [port] if port is not None else [DEFAULT_PORT, 0]
+    for i, candidate in enumerate(candidates):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, candidate))
+        except OSError as e:
+            sock.close()
+            if e.errno == errno.EADDRINUSE and i + 1 < len(candidates):
+                continue
+            raise SystemExit(f"detok serve: cannot listen on {host}:{candidate}: {e.strerror}") from None
+        sock.listen(2048)
+        sock.set_inheritable(False)
+        return sock
+    raise AssertionError("unreachable")
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def run_serve(cfg: ServeConfig) -> int:
+    from detok.metrics import use_metrics_dir
+
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    listener = _bind(cfg.host, cfg.port)
+    metrics_root = tempfile.mkdtemp(prefix="detok-metrics-")
+    use_metrics_dir(metrics_root)  # before anything imports prometheus_client
+    signal.signal(signal.SIGTERM, _raise_shutdown)
+    stack = None
+    try:
+        stack = _start_stack(cfg, metrics_root)
+        return _serve_http(cfg, stack, listener, metrics_root)
+    except (KeyboardInterrupt, _Shutdown):
+        print("\ndetok serve: stopping", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # clean-up is bounded: let it finish
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if stack is not None:
+            stack.close()
+        listener.close()
+        shutil.rmtree(metrics_root, ignore_errors=True)
+
+
+def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
+    # imported here, after the metrics directory is set: the pool's modules import prometheus_client
+    from detok.frontend.stack import Stack, StackConfig, StackStartError
+    from scheduler_stub.stub import StepPolicy
+
+    if cfg.tokenizer is None:
+        from detok.default_tokenizer import default_tokenizer_dir
+
+        source = str(default_tokenizer_dir())
+    else:
+        source = cfg.tokenizer
+    policy = StepPolicy(cfg.step_ms / 1000.0, cfg.max_batch, cfg.tokens_per_step)
+    stack = Stack(
+        StackConfig(
+            tokenizer=source,
+            chat_template=cfg.chat_template,
+            workers=cfg.workers,
+            spare=not cfg.no_spare,
+            workload=cfg.workload,
+            policy=policy,
+            metrics_dir=metrics_root,
+            log_level=cfg.log_level.upper(),
+        )
+    )
+    print(f"detok serve: starting {cfg.workers} detok workers and the scheduler stub ...", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    try:
+        stack.start()
+    except StackStartError as e:
+        stack.close()
+        raise SystemExit(f"detok serve: {e}") from None
+    except BaseException:
+        stack.close()
+        raise
+    print(f"detok serve: stack ready in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    log.info("process tree: frontend %d, scheduler stub %s, detok workers %s", os.getpid(), stack.stub_pid,
+             stack.pool.pids() if stack.pool is not None else [])
+    return stack
+
+
+def _serve_http(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics_root: str) -> int:
+    import uvicorn
+
+    from detok.frontend.app import FrontendState, create_app
+    from detok.frontend.latency import LatencyRecorder
+    from detok.frontend.scheduler_link import SchedulerLink
+    from detok.frontend.validation import ServingLimits
+    from detok.metrics import frontend_metrics
+    from detok.receiver import DeltaReceiver
+
+    receiver = DeltaReceiver(stack.receiver_endpoint)
+    link = SchedulerLink(stack.requests_endpoint, receiver)
+    state = FrontendState(
+        tokenizer=stack.tokenizer,
+        limits=ServingLimits(cfg.served_model_name, cfg.max_model_len),
+        link=link,
+        health=stack.health,
+        api_key=cfg.api_key,
+        latency=LatencyRecorder(frontend_metrics()),
+        metrics_dir=metrics_root,
+    )
+    verbose = cfg.log_level in ("debug", "info")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(state),
+            loop="uvloop",
+            http="httptools",
+            lifespan="on",
+            log_level=cfg.log_level,
+            access_log=verbose,
+            timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
+        )
+    )
+    port = listener.getsockname()[1]
+    base = f"http://{_url_host(cfg.host)}:{port}"
+    threading.Thread(target=_after_start, args=(server, cfg, base), name="detok-serve-banner", daemon=True).start()
+    try:
+        server.run(sockets=[listener])
+    finally:
+        link.close()
+        receiver.close()
+    return 0
+
+
+def _after_start(server: uvicorn.Server, cfg: ServeConfig, base: str) -> None:
+    """Once the server accepts connections: the demo, if asked, then where everything is."""
+    while not server.started:
+        if server.should_exit:
+            return
+        time.sleep(0.02)
+    if cfg.demo:
+        from detok.frontend.demo import stream_demo_chat
+
+        try:
+            stream_demo_chat(f"{base}/v1", cfg.served_model_name, cfg.api_key)
+        except Exception as e:  # the demo is a show; the server stays up for real clients
+            print(f"detok serve: the demo request failed: {e}", file=sys.stderr, flush=True)
+    _print_banner(cfg, base)
+
+
+def _print_banner(cfg: ServeConfig, base: str) -> None:
+    tokenizer = cfg.tokenizer or "embedded Qwen2 (default)"
+    auth = f" -H 'Authorization: Bearer {cfg.api_key}'" if cfg.api_key else ""
+    print(
+        f"\ndetok serve is up: {cfg.workers} detok workers, scheduler stub ({cfg.workload}, "
+        f"{cfg.step_ms:g} ms steps, batch <= {cfg.max_batch}), tokenizer {tokenizer}\n"
+        f"  OpenAI API : {base}/v1   (model \"{cfg.served_model_name}\")\n"
+        f"  metrics    : {base}/metrics\n"
+        f"  health     : {base}/health\n"
+        f"  try        : curl -N {base}/v1/chat/completions -H 'Content-Type: application/json'{auth} "
+        f"-d '{{\"model\": \"{cfg.served_model_name}\", \"stream\": true, "
+        f"\"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'\n"
+        "Press Ctrl-C to stop.",
+        flush=True,
+    )

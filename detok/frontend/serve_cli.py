@@ -1,0 +1,79 @@
+"""`detok serve`: arguments, and the hand-off to `detok.frontend.serve.run_serve`.
+
+Kept apart from `serve.py` so `detok --help` does not import FastAPI, uvicorn or the pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DEFAULT_PORT = 8000
+DEFAULT_MODEL_NAME = "detok-stub"
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="run the whole stack: OpenAI-compatible frontend, scheduler stub, detok worker pool",
+        description=(
+            "One process tree: the HTTP frontend (OpenAI API, /health, /metrics), a stand-in scheduler "
+            "that replays a workload of tokens, and a pool of detokenizer workers. Without --tokenizer it "
+            "uses the tokenizer embedded in the package (Qwen2), so it works offline. Ctrl-C or SIGTERM "
+            "stops everything."
+        ),
+    )
+    p.add_argument("--tokenizer", default=None, metavar="SOURCE",
+                   help="any source detok loads (tokenizer.json, folder, .gguf, .model, tiktoken name, "
+                        "Hub id, module:Class); default: the embedded Qwen2 tokenizer")
+    p.add_argument("--chat-template", default=None, metavar="FILE_OR_STRING",
+                   help="a chat template replacing the tokenizer's own")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=None,
+                   help=f"HTTP port; 0 picks a free one (default: {DEFAULT_PORT}, or a free port if it is taken)")
+    p.add_argument("--workers", type=_positive_int, default=2,
+                   help="detokenizer worker processes (default: %(default)s)")
+    p.add_argument("--no-spare", action="store_true",
+                   help="no loaded spare worker (faster start on small machines, slower restarts)")
+    p.add_argument("--step-ms", type=_non_negative_float, default=20.0,
+                   help="scheduler step interval in ms: each running request gets its next tokens every step "
+                        "(default: %(default)s)")
+    p.add_argument("--max-batch", type=_positive_int, default=256,
+                   help="most requests generating at once; later ones wait (default: %(default)s)")
+    p.add_argument("--tokens-per-step", type=_positive_int, default=1,
+                   help="tokens per request per step, as with speculative decoding (default: %(default)s)")
+    p.add_argument("--workload", default="corpus", metavar="SPEC",
+                   help="what the stub generates: corpus (the embedded multilingual text), corpus:PATH (paragraphs "
+                        "of a text file), random (random valid ids), trace:PATH (JSONL of token id lists) "
+                        "(default: %(default)s)")
+    p.add_argument("--served-model-name", default=DEFAULT_MODEL_NAME,
+                   help="model name of the API (default: %(default)s)")
+    p.add_argument("--max-model-len", type=_positive_int, default=32768,
+                   help="prompt + completion token limit (default: %(default)s)")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
+    p.add_argument("--demo", action="store_true",
+                   help="once up, stream one chat completion through the API and print it (what `make run` does)")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                   help="(default: %(default)s)")
+    p.set_defaults(func=_run)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
+    from detok.frontend.serve import ServeConfig, run_serve
+
+    return run_serve(ServeConfig.from_args(args))

@@ -1,0 +1,58 @@
+"""One request's "model" state in the stub: which token comes next and when the request ends.
+
+The rules are a real scheduler's: end-of-sequence and stop token ids end a request with reason
+"stop" (never before `min_tokens`, EOS never with `ignore_eos`), `max_tokens` with "length"; the
+token that ends it is still sent, as an engine sends its sampled EOS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from detok.protocol import EndRequest, GenerateRequest
+from scheduler_stub.workload import END, Workload
+
+
+class RequestGeneration:
+    __slots__ = ("request", "rid", "_tokens", "generated", "_eos_id", "_stop_ids", "ended")
+
+    def __init__(self, request: GenerateRequest, workload: Workload, eos_ids: frozenset[int]) -> None:
+        self.request = request
+        self.rid = request.rid
+        self._tokens: Iterator[int] = workload.tokens(request.prompt_ids, request.seed or 0)
+        self.generated = 0
+        # the id a workload's END becomes: the tokenizer's (smallest) eos id, if it has one
+        self._eos_id = min(eos_ids) if eos_ids else None
+        self._stop_ids = frozenset(request.params.stop_token_ids) | frozenset(
+            request.params.visible_stop_token_ids
+        )
+        if not request.ignore_eos:
+            self._stop_ids |= eos_ids
+        self.ended = False
+
+    def _may_stop(self) -> bool:
+        # the token being decided is number generated+1; it may stop only once min_tokens came before it
+        return self.generated >= self.request.params.min_tokens
+
+    def next_tokens(self, count: int) -> tuple[list[int], EndRequest | None]:
+        """Up to `count` next tokens (several for speculative decoding) and the end they bring."""
+        out: list[int] = []
+        while len(out) < count:
+            token = next(self._tokens)
+            if token == END:
+                if self.request.ignore_eos or not self._may_stop():
+                    continue  # the model was kept from sampling EOS here
+                if self._eos_id is None:  # no EOS in this vocabulary: end without a token
+                    self.ended = True
+                    return out, EndRequest(self.rid, "stop")
+                token = self._eos_id
+            stops = token in self._stop_ids and self._may_stop()
+            out.append(token)
+            self.generated += 1
+            if stops:
+                self.ended = True
+                return out, EndRequest(self.rid, "stop", token)
+            if self.generated >= self.request.max_tokens:
+                self.ended = True
+                return out, EndRequest(self.rid, "length")
+        return out, None

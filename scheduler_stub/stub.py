@@ -1,0 +1,211 @@
+"""The stand-in scheduler: admits requests, "generates" tokens step by step, hands them to the
+detok workers through `SchedulerClient` exactly as a real scheduler would.
+
+Each step: take frontend messages (GenerateRequest, Abort), take the client's stop notices
+(stop strings and errors the workers found), admit waiting requests up to `max_batch` (their
+registration goes with this step), draw `tokens_per_step` tokens for every running request, end
+those that hit EOS / a stop token / max_tokens, send the step. Requests are served first come,
+first served; a worker whose queue is full holds admission back until it drains.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+import msgspec
+import zmq
+
+from detok import protocol
+from detok.client import SchedulerClient
+from detok.protocol import Abort, EndRequest, GenerateRequest
+from scheduler_stub.generation import RequestGeneration
+from scheduler_stub.workload import Workload
+
+log = logging.getLogger("scheduler_stub")
+
+_IDLE_POLL_S = 0.1  # how soon a stop is noticed while nothing is running
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPolicy:
+    step_interval_s: float = 0.02
+    max_batch: int = 256
+    tokens_per_step: int = 1
+
+    def __post_init__(self) -> None:
+        if self.step_interval_s < 0:
+            raise ValueError("step_interval_s must be >= 0")
+        if self.max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        if self.tokens_per_step < 1:
+            raise ValueError("tokens_per_step must be >= 1")
+
+
+@dataclasses.dataclass
+class StubStats:
+    steps: int = 0
+    tokens: int = 0
+    admitted: int = 0
+    finished: int = 0
+    aborted: int = 0
+    stopped_by_workers: int = 0
+    held_back_steps: int = 0  # steps that admitted nothing because a worker queue was full
+
+
+class SchedulerStub:
+    def __init__(
+        self,
+        client: SchedulerClient,
+        workload: Workload,
+        eos_ids: frozenset[int],
+        policy: StepPolicy = StepPolicy(),
+    ) -> None:
+        self.client = client
+        self.workload = workload
+        self.eos_ids = eos_ids
+        self.policy = policy
+        self.waiting: collections.deque[GenerateRequest] = collections.deque()
+        self._waiting_rids: set[int] = set()
+        self.running: dict[int, RequestGeneration] = {}
+        self.stats = StubStats()
+        self._full_workers: list[int] = []
+
+    # ---- requests in ------------------------------------------------------------------------------
+    def submit(self, request: GenerateRequest) -> None:
+        if request.rid in self.running or request.rid in self._waiting_rids:
+            log.warning("ignoring a second request with rid %d", request.rid)
+            return
+        self.waiting.append(request)
+        self._waiting_rids.add(request.rid)
+
+    def abort(self, rid: int) -> None:
+        if self.running.pop(rid, None) is not None:
+            self.client.abort(rid)  # tells the worker now, so it frees the request
+            self._count_finished(aborted=True)
+            return
+        if rid in self._waiting_rids:
+            self._waiting_rids.discard(rid)
+            self.waiting.remove(next(r for r in self.waiting if r.rid == rid))
+            self._count_finished(aborted=True)  # never registered: nothing to tell the worker
+
+    def handle(self, message: GenerateRequest | Abort) -> None:
+        if isinstance(message, GenerateRequest):
+            self.submit(message)
+        else:
+            self.abort(message.rid)
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    # ---- one step ---------------------------------------------------------------------------------
+    def step(self) -> int:
+        """One scheduler step; returns how many requests got tokens."""
+        for stopped in self.client.poll():
+            if self.running.pop(stopped.rid, None) is not None:
+                self.stats.stopped_by_workers += 1
+                self._count_finished()
+        self._admit()
+        if not self.running:
+            if self._full_workers:
+                self._full_workers = self.client.flush()
+            return 0
+        rids: list[int] = []
+        starts: list[int] = []
+        counts: list[int] = []
+        tokens: list[int] = []
+        ends: list[EndRequest] = []
+        per_step = self.policy.tokens_per_step
+        for rid, gen in self.running.items():
+            got, end = gen.next_tokens(per_step)
+            if got:
+                rids.append(rid)
+                starts.append(gen.generated - len(got))  # index of got[0] in the output
+                counts.append(len(got))
+                tokens.extend(got)
+            if end is not None:
+                ends.append(end)
+        for end in ends:
+            del self.running[end.rid]
+            self._count_finished()
+        self._full_workers = self.client.send_step(
+            rids, tokens, None if per_step == 1 else counts, starts=starts, ends=ends
+        )
+        self.stats.steps += 1
+        self.stats.tokens += len(tokens)
+        return len(rids)
+
+    def _admit(self) -> None:
+        if self._full_workers:
+            self.stats.held_back_steps += 1
+            return
+        room = self.policy.max_batch - len(self.running)
+        while room > 0 and self.waiting:
+            request = self.waiting.popleft()
+            self._waiting_rids.discard(request.rid)
+            self.client.add_request(request)
+            self.running[request.rid] = RequestGeneration(request, self.workload, self.eos_ids)
+            self.stats.admitted += 1
+            room -= 1
+
+    def _count_finished(self, aborted: bool = False) -> None:
+        self.stats.finished += 1
+        self.stats.aborted += aborted
+
+
+class RequestInbox:
+    """The PULL socket frontends send GenerateRequest / Abort to (bound by the scheduler)."""
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, hwm: int = 100_000) -> None:
+        from detok.endpoints import bound_endpoint, connectable, make_socket
+
+        self.socket = make_socket(ctx, zmq.PULL, hwm=hwm)
+        self.socket.bind(endpoint)
+        self.endpoint = connectable(bound_endpoint(self.socket))
+        self._decoder = protocol.scheduler_request_decoder()
+        self.malformed = 0
+
+    def drain(self, stub: SchedulerStub, limit: int = 10_000) -> int:
+        handled = 0
+        while handled < limit:
+            try:
+                raw = self.socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            handled += 1
+            try:
+                message = self._decoder.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                self.malformed += 1
+                log.warning("dropped a malformed frontend message (%d bytes): %s", len(raw), e)
+                continue
+            stub.handle(message)
+        return handled
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def run_loop(stub: SchedulerStub, inbox: RequestInbox, should_stop: Callable[[], bool]) -> None:
+    """Step at the policy's interval while there is work; sleep on the inbox while there is none."""
+    interval = stub.policy.step_interval_s
+    next_step = time.monotonic()
+    while not should_stop():
+        inbox.drain(stub)
+        if stub.idle:
+            inbox.socket.poll(int(_IDLE_POLL_S * 1000))
+            stub.client.poll()  # keep notices flowing (worker events) while idle
+            next_step = time.monotonic()
+            continue
+        now = time.monotonic()
+        if now < next_step:
+            # wait for the step time, but take frontend messages (aborts) as they come
+            inbox.socket.poll(max(1, int((next_step - now) * 1000)))
+            continue
+        stub.step()
+        # a step that ran late does not make the next ones come faster (no catch-up bursts)
+        next_step = max(next_step + interval, time.monotonic())
