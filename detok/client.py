@@ -43,6 +43,10 @@ _MASK64 = (1 << 64) - 1
 _NP_GOLDEN = np.uint64(_GOLDEN)
 
 
+_ENDED_WINDOW_S = 30.0  # how long an ended request is remembered for failure handling
+_ENDED_MAX = 200_000
+
+
 def shard_of(rid: int, workers: int) -> int:
     """The worker index of a rid: Fibonacci hash, top 32 bits scaled to [0, workers)."""
     return ((((rid * _GOLDEN) & _MASK64) >> 32) * workers) >> 32
@@ -100,6 +104,9 @@ class SchedulerClient:
         self._encoder = protocol.new_encoder()
         self._decoder = protocol.scheduler_notice_decoder()
         self._live: dict[int, _Tracked] = {}
+        # Requests the scheduler ended recently: their last messages may die with a worker (or
+        # reach its replacement, which never saw the registration), so they are failed too.
+        self._ended: collections.OrderedDict[int, tuple[_Tracked, float]] = collections.OrderedDict()
         self._new: list[list[Registration]] = [[] for _ in range(self._n)]
         self._ends: list[list[EndRequest]] = [[] for _ in range(self._n)]
         self._backlog: list[collections.deque[bytes]] = [collections.deque() for _ in range(self._n)]
@@ -276,6 +283,12 @@ class SchedulerClient:
         tracked = self._live.pop(end.rid, None)
         worker = tracked.worker if tracked is not None else shard_of(end.rid, self._n)
         self._ends[worker].append(end)
+        if tracked is not None:
+            now = time.monotonic()
+            ended = self._ended
+            ended[end.rid] = (tracked, now)
+            while ended and (len(ended) > _ENDED_MAX or next(iter(ended.values()))[1] < now - _ENDED_WINDOW_S):
+                ended.popitem(last=False)
 
     # ---- notices --------------------------------------------------------------------------------
     def poll(self, timeout: float = 0.0) -> list[Stopped]:
@@ -304,18 +317,26 @@ class SchedulerClient:
                 if self._live.pop(rid, None) is not None:
                     self._stopped.append(Stopped(rid, finish))
             if msg.unknown_rids:
-                lost = [r for r in msg.unknown_rids if r in self._live]
+                lost = [r for r in msg.unknown_rids if r in self._live or r in self._ended]
                 self._fail_lost(msg.worker, lost, f"detok worker {msg.worker} has no registration for this request")
         else:
             self.events.append(msg)
             if msg.kind == "died":
+                # live requests, and recently ended ones whose end may have died with the worker
+                # (a frontend keeps the first finish of a request, so a duplicate error is harmless)
                 lost = [r for r, t in self._live.items() if t.worker == msg.worker]
+                lost += [r for r, (t, _) in self._ended.items() if t.worker == msg.worker]
                 self._fail_lost(msg.worker, lost, msg.message)
 
     def _fail_lost(self, worker: int, rids: list[int], message: str) -> None:
         if not rids:
             return
-        reply_to = [self._live.pop(r).reply_to for r in rids]
+        reply_to = []
+        for r in rids:
+            tracked = self._live.pop(r, None)
+            if tracked is None:
+                tracked = self._ended.pop(r)[0]
+            reply_to.append(tracked.reply_to)
         log.warning("failing %d requests of detok worker %d: %s", len(rids), worker, message)
         self._send(worker, self._encoder.encode(protocol.FailRequests(rids, reply_to, message)))
         finish = Finish("error", None, message)
