@@ -80,3 +80,20 @@ def test_integer_rid_arrays_find_their_slots_by_binary_search() -> None:
     res = table.step(batch, np.zeros(4, np.uint32), np.ones(4, np.uint32), np.full(4, ids[0], np.uint32))
     assert res.texts == [" a", " a", " a", ""]
     assert res.finishes[3] == Finish("error", None, "unknown request id 3 (not registered, or already finished)")
+
+
+def test_a_rid_closed_and_registered_again_between_steps_finds_its_new_stream() -> None:
+    tok = stream_roster.get("qwen2")
+    a, b = tok.encode(" one two")
+    table = StreamTable(tok)
+    rids = np.array([5, 6], dtype=np.uint64)
+    for rid in (5, 6):
+        table.open(rid, [], DecodeParams(), ignore_eos=True)
+    table.step(rids, [0, 0], [1, 1], [a, a])
+    table.close(5)
+    table.open(5, [], DecodeParams(), ignore_eos=True)  # reused: starts again at token 0
+    table.open(7, [], DecodeParams(), ignore_eos=True)
+    table.close(7)  # opened and closed between two steps
+    res = table.step(np.array([5, 6, 7], dtype=np.uint64), [0, 1, 0], [1, 1, 1], [b, b, b])
+    assert res.texts == [" two", " two", ""] and res.offsets == [0, 4, 0]
+    assert res.finishes[2] is not None and res.finishes[2].reason == "error"

@@ -93,6 +93,8 @@ class StreamTable:
         # one vectorized binary search instead of a dict lookup per row.
         self._keys = np.empty(0, dtype=np.uint64)
         self._key_slots = np.empty(0, dtype=np.int64)
+        self._keys_added: list[tuple[int, int]] = []  # merged into the sorted keys at the next step
+        self._keys_removed: list[int] = []
         self._unindexed = 0  # live rids that are not unsigned 64-bit ints (then: dict lookups)
         self._rows = np.arange(capacity, dtype=np.int64)  # scratch for duplicate detection
         self._row_of = np.zeros(capacity, dtype=np.int64)
@@ -127,9 +129,7 @@ class StreamTable:
         self._streams[rid] = stream
         self._slot_of[rid] = slot
         if _indexable(rid):
-            pos = int(np.searchsorted(self._keys, np.uint64(rid)))
-            self._keys = np.insert(self._keys, pos, np.uint64(rid))
-            self._key_slots = np.insert(self._key_slots, pos, slot)
+            self._keys_added.append((int(rid), slot))
         else:
             self._unindexed += 1
         dec = stream._text
@@ -145,9 +145,7 @@ class StreamTable:
             return
         del self._streams[rid]
         if _indexable(rid):
-            pos = int(np.searchsorted(self._keys, np.uint64(rid)))
-            self._keys = np.delete(self._keys, pos)
-            self._key_slots = np.delete(self._key_slots, pos)
+            self._keys_removed.append(int(rid))
         else:
             self._unindexed -= 1
         self._decoders[slot] = None
@@ -248,12 +246,32 @@ class StreamTable:
 
     def _slots_of(self, rids: Sequence[Hashable], n: int) -> np.ndarray:
         if not self._unindexed and isinstance(rids, np.ndarray) and rids.dtype.kind in "ui":
+            if self._keys_added or self._keys_removed:
+                self._merge_keys()
             keys = self._keys
             if not len(keys):
                 return np.zeros(n, dtype=np.int64)
             pos = np.minimum(np.searchsorted(keys, rids.astype(np.uint64, copy=False)), len(keys) - 1)
             return np.where(keys[pos] == rids, self._key_slots[pos], _UNKNOWN)
         return np.fromiter(map(self._slot_of.get, rids, repeat(_UNKNOWN)), dtype=np.int64, count=n)
+
+    def _merge_keys(self) -> None:
+        """Apply the registrations and closes since the last step to the sorted keys, in one go
+        (per-request inserts into a numpy array cost more than the requests' whole decode)."""
+        keys, slots = self._keys, self._key_slots
+        if self._keys_removed:
+            keep = ~np.isin(keys, np.array(self._keys_removed, dtype=np.uint64))
+            keys, slots = keys[keep], slots[keep]
+            self._keys_removed = []
+        live = self._slot_of
+        added = [(r, s) for r, s in self._keys_added if live.get(r) == s]  # not closed meanwhile
+        self._keys_added = []
+        if added:
+            keys = np.concatenate([keys, np.array([r for r, _ in added], dtype=np.uint64)])
+            slots = np.concatenate([slots, np.array([s for _, s in added], dtype=np.int64)])
+            order = np.argsort(keys, kind="stable")
+            keys, slots = keys[order], slots[order]
+        self._keys, self._key_slots = keys, slots
 
     def _step_plain(self, slots: np.ndarray, toks: np.ndarray, gi: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
         """Rows of one plain id each: (texts, char offsets, tokens consumed), state advanced."""
