@@ -131,7 +131,7 @@ def test_stream_table_matches_decode_stream(name: str) -> None:
     tok = stream_roster.get(name)
 
     @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(streams=st.lists(_ids(name), min_size=1, max_size=6), params=st.sampled_from(MODES), data=st.data())
+    @given(streams=st.lists(_ids(name), min_size=1, max_size=24), params=st.sampled_from(MODES), data=st.data())
     def check(streams: list[list[int]], params: DecodeParams, data: st.DataObject) -> None:
         flat = [i for s in streams for i in s]
         if flat and data.draw(st.booleans()):  # stop rules too: the batched path must defer to them

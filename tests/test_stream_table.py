@@ -38,9 +38,14 @@ def test_replayed_rows_are_skipped_and_gaps_are_errors() -> None:
     assert res.texts[0] == " two" and res.offsets[0] == 4 and res.num_tokens[0] == 2
     assert res.finishes[1] is not None and res.finishes[1].reason == "error" and "expected start 1" in res.finishes[1].message
     assert 1 not in table
-    # the same rid twice in one batch, same start: one token, not two
+    # the same rid twice in one batch, same start: one token, not two (small and vectorized batches)
     res = table.step([0, 0], [2, 2], [1, 1], [c, c])
     assert "".join(res.texts) == " three" and res.num_tokens == [3, 3]
+    fillers = list(range(10, 26))
+    for rid in fillers:
+        table.open(rid, [], DecodeParams(), ignore_eos=True)
+    res = table.step([0, 0, *fillers], [3, 3] + [0] * 16, [1] * 18, [a, a] + [a] * 16)
+    assert res.texts[:2] in ([" one", ""], ["", " one"]) and res.num_tokens[:2] == [4, 4]
 
 
 def test_unknown_rid_gets_an_error_finish_and_others_go_on() -> None:
@@ -71,14 +76,15 @@ def test_integer_rid_arrays_find_their_slots_by_binary_search() -> None:
     tok = stream_roster.get("qwen2")
     ids = tok.encode(" a b")
     table = StreamTable(tok, capacity=2)
-    rids = [5, 2**63 + 7, 3]
+    rids = [5, 2**63 + 7, 3, *range(100, 120)]  # more rows than a small batch: the vectorized path
     for rid in rids:
         table.open(rid, [], DecodeParams(), ignore_eos=True)
     table.close(3)
     table.open(11, [], DecodeParams(), ignore_eos=True)
-    batch = np.array([2**63 + 7, 5, 11, 3], dtype=np.uint64)
-    res = table.step(batch, np.zeros(4, np.uint32), np.ones(4, np.uint32), np.full(4, ids[0], np.uint32))
-    assert res.texts == [" a", " a", " a", ""]
+    batch = np.array([2**63 + 7, 5, 11, 3, *range(100, 120)], dtype=np.uint64)
+    n = len(batch)
+    res = table.step(batch, np.zeros(n, np.uint32), np.ones(n, np.uint32), np.full(n, ids[0], np.uint32))
+    assert res.texts == [" a", " a", " a", ""] + [" a"] * 20
     assert res.finishes[3] == Finish("error", None, "unknown request id 3 (not registered, or already finished)")
 
 
@@ -86,14 +92,14 @@ def test_a_rid_closed_and_registered_again_between_steps_finds_its_new_stream() 
     tok = stream_roster.get("qwen2")
     a, b = tok.encode(" one two")
     table = StreamTable(tok)
-    rids = np.array([5, 6], dtype=np.uint64)
-    for rid in (5, 6):
+    others = list(range(100, 116))  # enough rows for the vectorized path
+    for rid in (5, 6, *others):
         table.open(rid, [], DecodeParams(), ignore_eos=True)
-    table.step(rids, [0, 0], [1, 1], [a, a])
+    table.step(np.array([5, 6, *others], dtype=np.uint64), [0] * 18, [1] * 18, [a] * 18)
     table.close(5)
     table.open(5, [], DecodeParams(), ignore_eos=True)  # reused: starts again at token 0
     table.open(7, [], DecodeParams(), ignore_eos=True)
     table.close(7)  # opened and closed between two steps
-    res = table.step(np.array([5, 6, 7], dtype=np.uint64), [0, 1, 0], [1, 1, 1], [b, b, b])
-    assert res.texts == [" two", " two", ""] and res.offsets == [0, 4, 0]
+    res = table.step(np.array([5, 6, 7, *others], dtype=np.uint64), [0, 1, 0] + [1] * 16, [1] * 19, [b] * 19)
+    assert res.texts[:3] == [" two", " two", ""] and res.offsets[:3] == [0, 4, 0]
     assert res.finishes[2] is not None and res.finishes[2].reason == "error"

@@ -23,7 +23,8 @@ from detok.stream.strategy import Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
 
 _UNKNOWN = 0  # slot 0 is never given out: unknown rids map to it, and it never matches a start
-_NOT_PLAIN = -2  # `_expect` of a slot whose next step must go through its DecodeStream
+_NOT_PLAIN = -2
+_SMALL_BATCH = 8  # up to this many rows a batch is stepped row by row  # `_expect` of a slot whose next step must go through its DecodeStream
 
 
 def _indexable(rid: Hashable) -> bool:
@@ -197,6 +198,9 @@ class StreamTable:
         if n > len(self._rows):
             self._rows = np.arange(2 * n, dtype=np.int64)
         slots = self._slots_of(rids, n)
+        if n <= _SMALL_BATCH:
+            # a few rows: numpy's fixed cost per call would dominate; each row steps its own stream
+            return self._step_rows(rids, slots, starts_a, counts_a, tokens_a)
         one_each = len(tokens_a) == n and counts_a.max() == 1
         firsts = None
         if one_each:
@@ -243,6 +247,22 @@ class StreamTable:
                 rids[k], slot, start, tokens_a[first : first + count]
             )
         return StepResult(texts, offsets.tolist(), ntoks.tolist(), finishes)
+
+    def _step_rows(
+        self, rids: Sequence[Hashable], slots: np.ndarray, starts: np.ndarray, counts: np.ndarray, tokens: np.ndarray
+    ) -> StepResult:
+        if isinstance(rids, np.ndarray):
+            rids = rids.tolist()
+        out = StepResult([], [], [], [])
+        first = 0
+        for rid, slot, start, count in zip(rids, slots.tolist(), starts.tolist(), counts.tolist()):
+            text, offset, ntok, finish = self._step_one(rid, slot, start, tokens[first : first + count])
+            first += count
+            out.texts.append(text)
+            out.offsets.append(offset)
+            out.num_tokens.append(ntok)
+            out.finishes.append(finish)
+        return out
 
     def _slots_of(self, rids: Sequence[Hashable], n: int) -> np.ndarray:
         if not self._unindexed and isinstance(rids, np.ndarray) and rids.dtype.kind in "ui":
