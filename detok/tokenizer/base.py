@@ -188,3 +188,29 @@ class Tokenizer(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} backend={self.backend} source={self.source!r} vocab={self.vocab_size}>"
+
+
+class StoredVocabularyTokenizer(Tokenizer):
+    """A backend that fixes its vocabulary facts at load: it sets `_vocab_size`, `_special`,
+    `_special_ids` and `_eos_ids` in its constructor, and these properties read them."""
+
+    _vocab_size: int
+    _special: SpecialTokens
+    _special_ids: frozenset[int]
+    _eos_ids: frozenset[int]
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def special_tokens(self) -> SpecialTokens:
+        return self._special
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special_ids
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return self._eos_ids

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import sentencepiece
 
-from detok.tokenizer.base import ByteDecoding, SpecialTokens, Tokenizer, TokenizerLoadError
+from detok.tokenizer.base import ByteDecoding, SpecialTokens, StoredVocabularyTokenizer, Tokenizer, TokenizerLoadError
 from detok.tokenizer.spm import SentencePieceTokenizer, SpecialTextEncoder, decode_byte_pieces, open_processor
 from detok.tokenizer.tiktoken_backend import bytelevel_name, bytes_of_bytelevel_name
 
@@ -47,7 +47,7 @@ def looks_like_tekken(obj: dict[str, Any]) -> bool:
 
 
 # ---- chat through mistral-common --------------------------------------------------------------
-class _MistralChat(Tokenizer):
+class _MistralChat(StoredVocabularyTokenizer):
     """Chat prompts rendered by mistral-common unless a Jinja template was set explicitly."""
 
     _mistral: MistralCommonTokenizer
@@ -140,22 +140,6 @@ class MistralTekkenTokenizer(_MistralChat):
 
     def _chat_text(self, ids: Sequence[int]) -> str:
         return self._decode_ids(ids, False)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
-    @property
-    def special_tokens(self) -> SpecialTokens:
-        return self._special
-
-    @property
-    def special_ids(self) -> frozenset[int]:
-        return self._special_ids
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return self._eos_ids
 
     def token_to_id(self, token: str) -> int | None:
         """Special tokens by text, the others in the byte-level form `id_to_token` returns."""

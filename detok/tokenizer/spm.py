@@ -24,7 +24,7 @@ from typing import Any
 
 import sentencepiece
 
-from detok.tokenizer.base import ByteDecoding, SpecialTokens, Tokenizer, TokenizerLoadError
+from detok.tokenizer.base import ByteDecoding, SpecialTokens, StoredVocabularyTokenizer, Tokenizer, TokenizerLoadError
 
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _SPACE = "\u2581"
@@ -161,7 +161,7 @@ def _piece_bytes(piece: str, is_byte: bool) -> bytes:
     return piece.replace(_SPACE, " ").encode("utf-8")
 
 
-class SentencePieceTokenizer(Tokenizer):
+class SentencePieceTokenizer(StoredVocabularyTokenizer):
     backend = "sentencepiece"
 
     def __init__(
@@ -246,22 +246,6 @@ class SentencePieceTokenizer(Tokenizer):
                 run.append(i)
         out.append(self._decode_ids(run, True))
         return "".join(out)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
-    @property
-    def special_tokens(self) -> SpecialTokens:
-        return self._special
-
-    @property
-    def special_ids(self) -> frozenset[int]:
-        return self._special_ids
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return self._eos_ids
 
     def token_to_id(self, token: str) -> int | None:
         tid = self._sp.piece_to_id(token)

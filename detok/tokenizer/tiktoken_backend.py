@@ -24,7 +24,7 @@ import tiktoken
 import tiktoken.load
 import tiktoken.model
 
-from detok.tokenizer.base import ByteDecoding, SpecialTokens, Tokenizer, TokenizerLoadError
+from detok.tokenizer.base import ByteDecoding, SpecialTokens, StoredVocabularyTokenizer, Tokenizer, TokenizerLoadError
 from detok.tokenizer.byte_pieces import bytelevel_char_to_byte
 from detok.tokenizer.tiktoken_presets import ENDOFTEXT, PRESET_BY_RANKS, PRESETS
 
@@ -60,7 +60,7 @@ def bytes_of_bytelevel_name(name: str) -> bytes:
 
 
 # ---- the tokenizer ----------------------------------------------------------------------------
-class TiktokenTokenizer(Tokenizer):
+class TiktokenTokenizer(StoredVocabularyTokenizer):
     backend = "tiktoken"
 
     def __init__(
@@ -136,22 +136,6 @@ class TiktokenTokenizer(Tokenizer):
             n = self._vocab_size
             data = self._enc.decode_bytes([i for i in ids if 0 <= i < n and i not in self._holes])
         return data.decode("utf-8", errors="replace")
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
-    @property
-    def special_tokens(self) -> SpecialTokens:
-        return self._special
-
-    @property
-    def special_ids(self) -> frozenset[int]:
-        return self._special_ids
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return self._eos_ids
 
     def token_to_id(self, token: str) -> int | None:
         special = self._special_by_name.get(token)
