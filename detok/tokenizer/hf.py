@@ -10,7 +10,7 @@ from typing import Any
 
 import tokenizers
 
-from detok.tokenizer.base import ByteDecoding, SpecialTokens, Tokenizer, TokenizerLoadError
+from detok.tokenizer.base import ByteDecoding, SpecialTokens, StoredVocabularyTokenizer, TokenizerLoadError
 from detok.tokenizer.byte_pieces import byte_decoding_from_decoder
 
 _NAMED = ("bos", "eos", "unk", "pad", "sep", "cls", "mask")
@@ -41,7 +41,7 @@ def read_json(path: Path, source: object) -> dict[str, Any]:
     return data
 
 
-class HFTokenizer(Tokenizer):
+class HFTokenizer(StoredVocabularyTokenizer):
     backend = "huggingface"
 
     def __init__(
@@ -78,7 +78,8 @@ class HFTokenizer(Tokenizer):
                 named["eos"] = present[0]
                 self._special = SpecialTokens(**named, additional=additional)
                 extra_eos_ids = [*extra_eos_ids, *(tokenizer.token_to_id(t) for t in present)]
-        self._extra_eos = frozenset(i for i in extra_eos_ids if i is not None)
+        eos_id = tokenizer.token_to_id(self._special.eos) if self._special.eos is not None else None
+        self._eos_ids = frozenset(i for i in (*extra_eos_ids, eos_id) if i is not None)
         template = chat_template if chat_template is not None else self._config.get("chat_template")
         if isinstance(template, list):  # the named-template form: [{"name": "default", "template": ...}]
             by_name = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
@@ -128,22 +129,6 @@ class HFTokenizer(Tokenizer):
 
     def _decode_ids(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
-    @property
-    def special_tokens(self) -> SpecialTokens:
-        return self._special
-
-    @property
-    def special_ids(self) -> frozenset[int]:
-        return self._special_ids
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return super().eos_token_ids | self._extra_eos
 
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)

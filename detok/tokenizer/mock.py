@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from detok.tokenizer.base import ByteDecoding, SpecialTokens, Tokenizer, TokenizerLoadError
+from detok.tokenizer.base import ByteDecoding, SpecialTokens, StoredVocabularyTokenizer, Tokenizer, TokenizerLoadError
 from detok.tokenizer.spm import decode_byte_pieces
 
 SPECIALS = ("<pad>", "<bos>", "<eos>")
@@ -32,7 +32,7 @@ def _byte_name(b: int) -> str:
     return f"<0x{b:02X}>"
 
 
-class MockTokenizer(Tokenizer):
+class MockTokenizer(StoredVocabularyTokenizer):
     backend = "mock"
 
     def __init__(self, source: str = "mock") -> None:
@@ -47,6 +47,8 @@ class MockTokenizer(Tokenizer):
         ]
         self._special_ids = frozenset(range(len(SPECIALS)))
         self._special = SpecialTokens(bos="<bos>", eos="<eos>", pad="<pad>")
+        self._vocab_size = VOCAB_SIZE
+        self._eos_ids = frozenset((EOS_ID,))
         self.set_chat_template(CHAT_TEMPLATE)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
@@ -61,18 +63,6 @@ class MockTokenizer(Tokenizer):
 
     def _decode_ids(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         return decode_byte_pieces(self._pieces, ids, self._special_ids, skip_special_tokens, strip_leading_space=True)
-
-    @property
-    def vocab_size(self) -> int:
-        return VOCAB_SIZE
-
-    @property
-    def special_tokens(self) -> SpecialTokens:
-        return self._special
-
-    @property
-    def special_ids(self) -> frozenset[int]:
-        return self._special_ids
 
     def token_to_id(self, token: str) -> int | None:
         return self._ids.get(token)
