@@ -137,7 +137,8 @@ class _DetokBatchRunner(_Runner):
     def start(self, streams: Sequence[TokenStream]) -> None:
         super().start(streams)
         self._table = self._table_cls(self._tok)
-        self._rids = list(range(len(streams)))  # the wire carries integer rids
+        # as the worker passes them: the batch's packed uint64 rids as a numpy array
+        self._rids = np.arange(len(streams), dtype=np.uint64)
         for rid, s in zip(self._rids, streams):
             self._table.open(rid, s.context, self._params, ignore_eos=True)
         # Columns as the worker gets them off the wire: numpy views of packed uint32 arrays.
@@ -151,7 +152,7 @@ class _DetokBatchRunner(_Runner):
             parts.append(text)
 
     def finish(self) -> list[str]:
-        return ["".join(p) + self._table.finish(rid, "length")[0] for rid, p in zip(self._rids, self._parts)]
+        return ["".join(p) + self._table.finish(rid, "length")[0] for rid, p in zip(self._rids.tolist(), self._parts)]
 
 
 def _detok_batch_runner(tok: Any, params: Any) -> _Runner | None:

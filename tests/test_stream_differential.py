@@ -125,8 +125,9 @@ def test_byte_rule_matches_python_utf8_decoder(name: str) -> None:
     check()
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
 @pytest.mark.parametrize("name", ["qwen2", "llama3", "mistral-spm-v1", "gguf-bert-bge", "python-user"])
-def test_stream_table_matches_decode_stream(name: str) -> None:
+def test_stream_table_matches_decode_stream(name: str, compiled: bool) -> None:
     """The worker's batched path gives exactly the per-stream text, offsets and token counts."""
     tok = stream_roster.get(name)
 
@@ -143,6 +144,7 @@ def test_stream_table_matches_decode_stream(name: str) -> None:
                 min_tokens=data.draw(st.integers(0, 3)),
             )
         table = StreamTable(tok)
+        table.compiled = compiled and table.compiled
         rids = [f"r{k}" for k in range(len(streams))]
         for rid in rids:
             table.open(rid, (), params, ignore_eos=True)

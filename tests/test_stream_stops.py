@@ -30,40 +30,44 @@ def _prefix_texts(tok, ctx, gen, skip):
 
 
 def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
+    """The non-streamed answer: the text up to the end of the request (its first allowed stop
+    token, or all tokens), then the earliest-ending allowed stop string in that text.
+
+    A stop string is allowed when the token count at which its last char appeared is at least
+    `min_tokens`; chars released only by the final flush appear at the finishing token count."""
     emitted, full = _prefix_texts(tok, ctx, gen, p.skip_special_tokens)
     n = len(gen)
-    text_all = full[n]
+    token_stop = next(
+        (k for k in range(1, n + 1)
+         if k >= p.min_tokens and (gen[k - 1] in p.stop_token_ids or gen[k - 1] in p.visible_stop_token_ids)),
+        None,
+    )
+    if token_stop is None:
+        limit = end_count = n
+    else:
+        limit = token_stop if gen[token_stop - 1] in p.visible_stop_token_ids else token_stop - 1
+        end_count = token_stop
+    text = full[limit]
 
-    def producer(end: int) -> int:  # the token count at which the char ending at `end` appeared
-        for k in range(n + 1):
-            if len(emitted[k]) >= end:
-                return k
-        return n  # released by the final flush
+    def producer(end: int) -> int:
+        return next((k for k in range(limit + 1) if len(emitted[k]) >= end), end_count)
 
-    best = None  # (end, list index, stop, k)
+    best = None  # (end, list index, stop)
     for order, stop in enumerate(p.stop):
-        start = text_all.find(stop)
+        start = text.find(stop)
         while start >= 0:
             end = start + len(stop)
-            k = producer(end)
-            if k >= p.min_tokens and (best is None or (end, order) < best[:2]):
-                best = (end, order, stop, k)
+            if producer(end) >= p.min_tokens:
+                if best is None or (end, order) < best[:2]:
+                    best = (end, order, stop)
                 break
-            start = text_all.find(stop, start + 1)
-    token_stop = None
-    for k in range(1, n + 1):
-        if k >= p.min_tokens and (gen[k - 1] in p.stop_token_ids or gen[k - 1] in p.visible_stop_token_ids):
-            token_stop = k
-            break
-    if token_stop is not None:
-        visible = gen[token_stop - 1] in p.visible_stop_token_ids
-        limit = token_stop if visible else token_stop - 1
-        if best is None or best[3] > limit:
-            return full[limit], Finish("stop", gen[token_stop - 1])
+            start = text.find(stop, start + 1)
     if best is not None:
-        end, _, stop, _ = best
-        return (text_all[:end] if p.include_stop_str_in_output else text_all[: end - len(stop)]), Finish("stop", stop)
-    return text_all, Finish("length")
+        end, _, stop = best
+        return (text[:end] if p.include_stop_str_in_output else text[: end - len(stop)]), Finish("stop", stop)
+    if token_stop is not None:
+        return text, Finish("stop", gen[token_stop - 1])
+    return text, Finish("length")
 
 
 @pytest.mark.parametrize("name", NAMES)

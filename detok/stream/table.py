@@ -22,6 +22,11 @@ from detok.stream.params import EMPTY_DELTA, DecodeParams, Finish
 from detok.stream.strategy import Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
 
+try:  # the compiled inner loop (optional extension); the numpy/Python path gives the same results
+    from detok.stream._plainstep import step_plain as _compiled_step_plain
+except ImportError:  # pragma: no cover - depends on the build
+    _compiled_step_plain = None
+
 _UNKNOWN = 0  # slot 0 is never given out: unknown rids map to it, and it never matches a start
 _NOT_PLAIN = -2
 _SMALL_BATCH = 8  # up to this many rows a batch is stepped row by row  # `_expect` of a slot whose next step must go through its DecodeStream
@@ -29,6 +34,10 @@ _SMALL_BATCH = 8  # up to this many rows a batch is stepped row by row  # `_expe
 
 def _indexable(rid: Hashable) -> bool:
     return isinstance(rid, (int, np.integer)) and not isinstance(rid, bool) and 0 <= rid < 2**64
+
+
+def _as_list(values: np.ndarray | list[int]) -> list[int]:
+    return values if isinstance(values, list) else values.tolist()
 
 
 class DuplicateRequest(KeyError):
@@ -76,6 +85,7 @@ class StreamTable:
         self.tokenizer = tokenizer
         self.plan = prepare_decoding(tokenizer, strategy)
         self._strategy = strategy
+        self.compiled = _compiled_step_plain is not None  # False: the numpy/Python path (tests set it)
         self._vocab = tokenizer.vocab_size
         self._streams: dict[Hashable, DecodeStream] = {}
         self._slot_of: dict[Hashable, int] = {}
@@ -225,7 +235,7 @@ class StreamTable:
         elig &= self._row_of[slots] == self._rows[:n]
         if elig.all():
             texts, offs, ntok = self._step_plain(slots, tok1, gi)
-            return StepResult(texts, offs.tolist(), ntok.tolist(), [None] * n)
+            return StepResult(texts, _as_list(offs), _as_list(ntok), [None] * n)
 
         texts = [""] * n
         offsets = np.zeros(n, dtype=np.int64)
@@ -293,8 +303,20 @@ class StreamTable:
             keys, slots = keys[order], slots[order]
         self._keys, self._key_slots = keys, slots
 
-    def _step_plain(self, slots: np.ndarray, toks: np.ndarray, gi: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+    def _step_plain(
+        self, slots: np.ndarray, toks: np.ndarray, gi: np.ndarray
+    ) -> tuple[list[str], np.ndarray | list[int], np.ndarray | list[int]]:
         """Rows of one plain id each: (texts, char offsets, tokens consumed), state advanced."""
+        if self.compiled:
+            tables = self._tables
+            return _compiled_step_plain(  # type: ignore[misc]
+                np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(gi, dtype=np.int64),
+                np.ascontiguousarray(toks, dtype=np.int64), tables.texts, tables.lengths, tables.whole,
+                self._hold, self._choff, self._ntok, self._expect, self._decoders,
+            )
+        return self._step_plain_py(slots, toks, gi)
+
+    def _step_plain_py(self, slots: np.ndarray, toks: np.ndarray, gi: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
         tables = self._tables
         texts = list(map(tables.texts.__getitem__, gi.tolist()))
         lens = tables.lengths[gi]
