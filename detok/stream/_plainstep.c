@@ -55,22 +55,26 @@ static PyObject *decode_partial(PyObject *pending, PyObject *piece, PyObject **r
     return text;
 }
 
-/* step_plain(slots, gi, toks, texts, lengths, whole, hold, choff, ntok, expect, decoders)
- *   -> (texts_out: list[str], offsets: list[int], counts: list[int]) */
+/* step_plain(slots, gi, toks, texts, lengths, whole, hold, choff, ntok, expect, decoders, mode, pieces)
+ *   -> (texts_out: list[str], offsets: list[int], counts: list[int])
+ * pieces[mode[slot]][tok] are the bytes of `tok` in that slot's decode mode. */
 static PyObject *step_plain(PyObject *self, PyObject *args) {
     PyObject *o_slots, *o_gi, *o_toks, *texts, *o_lengths, *o_whole, *o_hold, *o_choff, *o_ntok, *o_expect, *decoders;
-    if (!PyArg_ParseTuple(args, "OOOO!OOOOOOO!", &o_slots, &o_gi, &o_toks, &PyList_Type, &texts, &o_lengths,
-                          &o_whole, &o_hold, &o_choff, &o_ntok, &o_expect, &PyList_Type, &decoders))
+    PyObject *o_mode, *pieces_by_mode;
+    if (!PyArg_ParseTuple(args, "OOOO!OOOOOOO!OO!", &o_slots, &o_gi, &o_toks, &PyList_Type, &texts, &o_lengths,
+                          &o_whole, &o_hold, &o_choff, &o_ntok, &o_expect, &PyList_Type, &decoders, &o_mode,
+                          &PyList_Type, &pieces_by_mode))
         return NULL;
-    Buf slots, gi, toks, lengths, whole, hold, choff, ntok, expect;
-    Buf *all[] = {&slots, &gi, &toks, &lengths, &whole, &hold, &choff, &ntok, &expect};
-    for (int i = 0; i < 9; i++) all[i]->held = 0;
+    Buf slots, gi, toks, lengths, whole, hold, choff, ntok, expect, mode;
+    Buf *all[] = {&slots, &gi, &toks, &lengths, &whole, &hold, &choff, &ntok, &expect, &mode};
+    for (int i = 0; i < 10; i++) all[i]->held = 0;
     PyObject *out_texts = NULL, *out_offsets = NULL, *out_counts = NULL, *result = NULL;
-    PyObject *s_pending = NULL, *s_t = NULL, *s_pieces = NULL, *s_fast = NULL;
+    PyObject *s_pending = NULL, *s_fast = NULL;
     if (get_buf(o_slots, &slots, 0, 8, "slots") || get_buf(o_gi, &gi, 0, 8, "gi") || get_buf(o_toks, &toks, 0, 8, "toks") ||
         get_buf(o_lengths, &lengths, 0, 8, "lengths") || get_buf(o_whole, &whole, 0, 1, "whole") ||
         get_buf(o_hold, &hold, 1, 1, "hold") || get_buf(o_choff, &choff, 1, 8, "choff") ||
-        get_buf(o_ntok, &ntok, 1, 8, "ntok") || get_buf(o_expect, &expect, 1, 8, "expect"))
+        get_buf(o_ntok, &ntok, 1, 8, "ntok") || get_buf(o_expect, &expect, 1, 8, "expect") ||
+        get_buf(o_mode, &mode, 0, 8, "mode"))
         goto done;
     Py_ssize_t n = slots.view.len / 8;
     if (gi.view.len / 8 != n || toks.view.len / 8 != n) {
@@ -81,9 +85,12 @@ static PyObject *step_plain(PyObject *self, PyObject *args) {
     const char *wh = whole.view.buf;
     char *hd = hold.view.buf;
     int64_t *co = choff.view.buf, *nt = ntok.view.buf, *ex = expect.view.buf;
+    const int64_t *md = mode.view.buf;
+    Py_ssize_t n_modes = PyList_GET_SIZE(pieces_by_mode);
     Py_ssize_t n_texts = PyList_GET_SIZE(texts), n_len = lengths.view.len / 8, n_slots = hold.view.len;
     Py_ssize_t n_dec = PyList_GET_SIZE(decoders);
     if (choff.view.len / 8 != n_slots || ntok.view.len / 8 != n_slots || expect.view.len / 8 != n_slots ||
+        mode.view.len / 8 != n_slots ||
         whole.view.len != n_len || n_texts != n_len) {
         PyErr_SetString(PyExc_ValueError, "column lengths do not match");
         goto done;
@@ -92,10 +99,8 @@ static PyObject *step_plain(PyObject *self, PyObject *args) {
     out_offsets = PyList_New(n);
     out_counts = PyList_New(n);
     s_pending = PyUnicode_InternFromString("_pending");
-    s_t = PyUnicode_InternFromString("_t");
-    s_pieces = PyUnicode_InternFromString("pieces");
     s_fast = PyUnicode_InternFromString("_fast");
-    if (!out_texts || !out_offsets || !out_counts || !s_pending || !s_t || !s_pieces || !s_fast) goto done;
+    if (!out_texts || !out_offsets || !out_counts || !s_pending || !s_fast) goto done;
     for (Py_ssize_t k = 0; k < n; k++) {
         int64_t slot = sl[k], idx = g[k];
         if (slot < 0 || slot >= n_slots || idx < 0 || idx >= n_len || slot >= n_dec) {
@@ -113,17 +118,15 @@ static PyObject *step_plain(PyObject *self, PyObject *args) {
             PyObject *dec = PyList_GET_ITEM(decoders, slot);
             PyObject *pending = PyObject_GetAttr(dec, s_pending);
             if (pending == NULL) goto done;
-            PyObject *tables = PyObject_GetAttr(dec, s_t);
-            PyObject *pieces = tables ? PyObject_GetAttr(tables, s_pieces) : NULL;
-            Py_XDECREF(tables);
-            PyObject *piece = pieces ? PySequence_GetItem(pieces, (Py_ssize_t)tk[k]) : NULL;
-            Py_XDECREF(pieces);
+            PyObject *pieces = md[slot] >= 0 && md[slot] < n_modes ? PyList_GET_ITEM(pieces_by_mode, md[slot]) : NULL;
+            PyObject *piece = pieces && PyList_Check(pieces) && tk[k] >= 0 && tk[k] < PyList_GET_SIZE(pieces)
+                                  ? PyList_GET_ITEM(pieces, tk[k]) : NULL;
             if (piece == NULL || !PyBytes_Check(piece) || !PyBytes_Check(pending)) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "byte pieces expected");
+                PyErr_SetString(PyExc_TypeError, "byte pieces expected");
                 Py_DECREF(pending);
-                Py_XDECREF(piece);
                 goto done;
             }
+            Py_INCREF(piece);
             PyObject *rest = NULL;
             text = decode_partial(pending, piece, &rest);
             Py_DECREF(pending);
@@ -156,13 +159,11 @@ static PyObject *step_plain(PyObject *self, PyObject *args) {
     }
     result = PyTuple_Pack(3, out_texts, out_offsets, out_counts);
 done:
-    for (int i = 0; i < 9; i++) release(all[i]);
+    for (int i = 0; i < 10; i++) release(all[i]);
     Py_XDECREF(out_texts);
     Py_XDECREF(out_offsets);
     Py_XDECREF(out_counts);
     Py_XDECREF(s_pending);
-    Py_XDECREF(s_t);
-    Py_XDECREF(s_pieces);
     Py_XDECREF(s_fast);
     return result;
 }

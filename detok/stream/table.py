@@ -58,6 +58,7 @@ class _ModeTables:
         self.vocab = vocab
         self.index: dict[int, int] = {}
         self.texts: list[str | None] = []
+        self.pieces: list[list[bytes]] = []  # each mode's bytes per id
         self.whole = np.empty(0, dtype=bool)  # the id's bytes are whole characters
         self.lengths = np.empty(0, dtype=np.int64)
         self.byte_ok = np.empty(0, dtype=bool)  # not a special token that is its own spaced segment
@@ -69,6 +70,7 @@ class _ModeTables:
             m = self.index[id(tables)] = len(self.index)
             texts = tables.texts
             self.texts = self.texts + list(texts)
+            self.pieces.append(list(tables.pieces))
             self.whole = np.concatenate([self.whole, np.array([t is not None for t in texts], dtype=bool)])
             lengths = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
             self.lengths = np.concatenate([self.lengths, lengths])
@@ -312,7 +314,7 @@ class StreamTable:
             return _compiled_step_plain(  # type: ignore[misc]
                 np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(gi, dtype=np.int64),
                 np.ascontiguousarray(toks, dtype=np.int64), tables.texts, tables.lengths, tables.whole,
-                self._hold, self._choff, self._ntok, self._expect, self._decoders,
+                self._hold, self._choff, self._ntok, self._expect, self._decoders, self._mode, tables.pieces,
             )
         return self._step_plain_py(slots, toks, gi)
 
