@@ -55,6 +55,36 @@ static PyObject *decode_partial(PyObject *pending, PyObject *piece, PyObject **r
     return text;
 }
 
+
+/* a row whose bytes are not whole characters (or with held bytes): the request's own UTF-8 state,
+ * kept in its ByteTextDecoder (`_pending`, `_fast`) so the per-stream path sees the same state */
+static PyObject *partial_row(PyObject *dec, int64_t mode, int64_t tok, PyObject *pieces_by_mode, Py_ssize_t n_modes,
+                             PyObject *s_pending, PyObject *s_fast, char *held_flag) {
+    PyObject *pending = PyObject_GetAttr(dec, s_pending);
+    if (pending == NULL) return NULL;
+    PyObject *pieces = mode >= 0 && mode < n_modes ? PyList_GET_ITEM(pieces_by_mode, mode) : NULL;
+    PyObject *piece = pieces && PyList_Check(pieces) && tok >= 0 && tok < PyList_GET_SIZE(pieces)
+                          ? PyList_GET_ITEM(pieces, tok) : NULL;
+    if (piece == NULL || !PyBytes_Check(piece) || !PyBytes_Check(pending)) {
+        PyErr_SetString(PyExc_TypeError, "byte pieces expected");
+        Py_DECREF(pending);
+        return NULL;
+    }
+    PyObject *rest = NULL;
+    PyObject *text = decode_partial(pending, piece, &rest);
+    Py_DECREF(pending);
+    if (text == NULL) return NULL;
+    int held = PyBytes_GET_SIZE(rest) > 0;
+    int bad = PyObject_SetAttr(dec, s_pending, rest) < 0 || PyObject_SetAttr(dec, s_fast, held ? Py_False : Py_True) < 0;
+    Py_DECREF(rest);
+    if (bad) {
+        Py_DECREF(text);
+        return NULL;
+    }
+    *held_flag = (char)held;
+    return text;
+}
+
 /* step_plain(slots, gi, toks, texts, lengths, whole, hold, choff, ntok, expect, decoders, mode, pieces)
  *   -> (texts_out: list[str], offsets: list[int], counts: list[int])
  * pieces[mode[slot]][tok] are the bytes of `tok` in that slot's decode mode. */
@@ -168,8 +198,132 @@ done:
     return result;
 }
 
+
+/* step_one_each(slots, starts, toks, vocab, eos_mask, eos_stops, byte_ok, row_of,
+ *               texts, lengths, whole, hold, choff, ntok, expect, decoders, mode, pieces)
+ *   -> (texts_out, offsets, counts, slow_rows)
+ * A batch of one id per row: decides which rows are plain (the stream expects this start, the id
+ * is in the vocabulary and no end-of-sequence stop for that stream, not a spaced special, the row's
+ * rid not repeated later in the batch) and steps those; the other rows are listed in slow_rows
+ * (their texts None, offsets and counts 0) for the caller's per-stream path. */
+static PyObject *step_one_each(PyObject *self, PyObject *args) {
+    PyObject *o_slots, *o_starts, *o_toks, *o_eos_mask, *o_eos_stops, *o_byte_ok, *o_row_of;
+    PyObject *texts, *o_lengths, *o_whole, *o_hold, *o_choff, *o_ntok, *o_expect, *decoders, *o_mode, *pieces_by_mode;
+    Py_ssize_t vocab;
+    if (!PyArg_ParseTuple(args, "OOOnOOOOO!OOOOOOO!OO!", &o_slots, &o_starts, &o_toks, &vocab, &o_eos_mask, &o_eos_stops,
+                          &o_byte_ok, &o_row_of, &PyList_Type, &texts, &o_lengths, &o_whole, &o_hold, &o_choff,
+                          &o_ntok, &o_expect, &PyList_Type, &decoders, &o_mode, &PyList_Type, &pieces_by_mode))
+        return NULL;
+    Buf slots, starts, toks, eos_mask, eos_stops, byte_ok, row_of, lengths, whole, hold, choff, ntok, expect, mode;
+    Buf *all[] = {&slots, &starts, &toks, &eos_mask, &eos_stops, &byte_ok, &row_of, &lengths, &whole, &hold, &choff,
+                  &ntok, &expect, &mode};
+    const int nbuf = 14;
+    for (int i = 0; i < nbuf; i++) all[i]->held = 0;
+    PyObject *out_texts = NULL, *out_offsets = NULL, *out_counts = NULL, *slow = NULL, *result = NULL;
+    PyObject *s_pending = NULL, *s_fast = NULL;
+    if (get_buf(o_slots, &slots, 0, 8, "slots") || get_buf(o_starts, &starts, 0, 8, "starts") ||
+        get_buf(o_toks, &toks, 0, 8, "toks") || get_buf(o_eos_mask, &eos_mask, 0, 1, "eos_mask") ||
+        get_buf(o_eos_stops, &eos_stops, 0, 1, "eos_stops") || get_buf(o_byte_ok, &byte_ok, 0, 1, "byte_ok") ||
+        get_buf(o_row_of, &row_of, 1, 8, "row_of") || get_buf(o_lengths, &lengths, 0, 8, "lengths") ||
+        get_buf(o_whole, &whole, 0, 1, "whole") || get_buf(o_hold, &hold, 1, 1, "hold") ||
+        get_buf(o_choff, &choff, 1, 8, "choff") || get_buf(o_ntok, &ntok, 1, 8, "ntok") ||
+        get_buf(o_expect, &expect, 1, 8, "expect") || get_buf(o_mode, &mode, 0, 8, "mode"))
+        goto done;
+    Py_ssize_t n = slots.view.len / 8, n_slots = hold.view.len, n_len = lengths.view.len / 8;
+    Py_ssize_t n_modes = PyList_GET_SIZE(pieces_by_mode);
+    if (starts.view.len / 8 != n || toks.view.len / 8 != n || eos_mask.view.len != vocab ||
+        eos_stops.view.len != n_slots || row_of.view.len / 8 != n_slots || choff.view.len / 8 != n_slots ||
+        ntok.view.len / 8 != n_slots || expect.view.len / 8 != n_slots || mode.view.len / 8 != n_slots ||
+        whole.view.len != n_len || PyList_GET_SIZE(texts) != n_len || PyList_GET_SIZE(decoders) != n_slots ||
+        (byte_ok.view.len != 0 && byte_ok.view.len != n_len) || n_len != n_modes * vocab) {
+        PyErr_SetString(PyExc_ValueError, "column lengths do not match");
+        goto done;
+    }
+    const int64_t *sl = slots.view.buf, *st = starts.view.buf, *tk = toks.view.buf, *len = lengths.view.buf;
+    const int64_t *md = mode.view.buf;
+    const char *em = eos_mask.view.buf, *es = eos_stops.view.buf, *bo = byte_ok.view.buf, *wh = whole.view.buf;
+    char *hd = hold.view.buf;
+    int64_t *ro = row_of.view.buf, *co = choff.view.buf, *nt = ntok.view.buf, *ex = expect.view.buf;
+    out_texts = PyList_New(n);
+    out_offsets = PyList_New(n);
+    out_counts = PyList_New(n);
+    slow = PyList_New(0);
+    s_pending = PyUnicode_InternFromString("_pending");
+    s_fast = PyUnicode_InternFromString("_fast");
+    if (!out_texts || !out_offsets || !out_counts || !slow || !s_pending || !s_fast) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (sl[k] < 0 || sl[k] >= n_slots) {
+            PyErr_SetString(PyExc_IndexError, "slot out of range");
+            goto done;
+        }
+        ro[sl[k]] = k;  /* the last row of each slot wins: earlier repeats go the per-stream way */
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t slot = sl[k], tok = tk[k];
+        int plain = ex[slot] == st[k] && ro[slot] == k && tok >= 0 && tok < vocab && !(em[tok] && es[slot]);
+        int64_t idx = plain ? md[slot] * vocab + tok : 0;
+        if (plain && (idx < 0 || idx >= n_len || (byte_ok.view.len && !bo[idx]))) plain = 0;
+        if (!plain) {
+            PyObject *kk = PyLong_FromSsize_t(k);
+            if (kk == NULL || PyList_Append(slow, kk) < 0) {
+                Py_XDECREF(kk);
+                goto done;
+            }
+            Py_DECREF(kk);
+            Py_INCREF(Py_None);
+            PyList_SET_ITEM(out_texts, k, Py_None);
+            PyObject *z1 = PyLong_FromLong(0), *z2 = PyLong_FromLong(0);
+            if (z1 == NULL || z2 == NULL) {
+                Py_XDECREF(z1);
+                Py_XDECREF(z2);
+                goto done;
+            }
+            PyList_SET_ITEM(out_offsets, k, z1);
+            PyList_SET_ITEM(out_counts, k, z2);
+            continue;
+        }
+        PyObject *text;
+        int64_t chars;
+        if (wh[idx] && !hd[slot]) {
+            text = PyList_GET_ITEM(texts, idx);
+            Py_INCREF(text);
+            chars = len[idx];
+        } else {
+            text = partial_row(PyList_GET_ITEM(decoders, slot), md[slot], tok, pieces_by_mode, n_modes, s_pending, s_fast,
+                               &hd[slot]);
+            if (text == NULL) goto done;
+            chars = PyUnicode_GET_LENGTH(text);
+        }
+        int64_t off = co[slot];
+        co[slot] = off + chars;
+        int64_t count = nt[slot] + 1;
+        nt[slot] = count;
+        ex[slot] = count;
+        PyList_SET_ITEM(out_texts, k, text);
+        PyObject *o_off = PyLong_FromLongLong(off), *o_count = PyLong_FromLongLong(count);
+        if (o_off == NULL || o_count == NULL) {
+            Py_XDECREF(o_off);
+            Py_XDECREF(o_count);
+            goto done;
+        }
+        PyList_SET_ITEM(out_offsets, k, o_off);
+        PyList_SET_ITEM(out_counts, k, o_count);
+    }
+    result = PyTuple_Pack(4, out_texts, out_offsets, out_counts, slow);
+done:
+    for (int i = 0; i < nbuf; i++) release(all[i]);
+    Py_XDECREF(out_texts);
+    Py_XDECREF(out_offsets);
+    Py_XDECREF(out_counts);
+    Py_XDECREF(slow);
+    Py_XDECREF(s_pending);
+    Py_XDECREF(s_fast);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"step_plain", step_plain, METH_VARARGS, "The plain rows of a StreamTable step (see table.py)."},
+    {"step_one_each", step_one_each, METH_VARARGS, "A one-id-per-row batch: plain rows stepped, others listed."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,13 +23,15 @@ from detok.stream.strategy import Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
 
 try:  # the compiled inner loop (optional extension); the numpy/Python path gives the same results
+    from detok.stream._plainstep import step_one_each as _compiled_step_one_each
     from detok.stream._plainstep import step_plain as _compiled_step_plain
 except ImportError:  # pragma: no cover - depends on the build
-    _compiled_step_plain = None
+    _compiled_step_plain = _compiled_step_one_each = None
 
 _UNKNOWN = 0  # slot 0 is never given out: unknown rids map to it, and it never matches a start
 _NOT_PLAIN = -2
-_SMALL_BATCH = 8  # up to this many rows a batch is stepped row by row  # `_expect` of a slot whose next step must go through its DecodeStream
+_SMALL_BATCH = 8
+_NO_BYTES = np.zeros(0, dtype=bool)  # up to this many rows a batch is stepped row by row  # `_expect` of a slot whose next step must go through its DecodeStream
 
 
 def _indexable(rid: Hashable) -> bool:
@@ -214,6 +216,8 @@ class StreamTable:
             # a few rows: numpy's fixed cost per call would dominate; each row steps its own stream
             return self._step_rows(rids, slots, starts_a, counts_a, tokens_a)
         one_each = len(tokens_a) == n and counts_a.max() == 1
+        if one_each and self.compiled:
+            return self._step_one_each_compiled(rids, slots, starts_a, tokens_a)
         firsts = None
         if one_each:
             tok1 = tokens_a
@@ -259,6 +263,27 @@ class StreamTable:
                 rids[k], slot, start, tokens_a[first : first + count]
             )
         return StepResult(texts, offsets.tolist(), ntoks.tolist(), finishes)
+
+    def _step_one_each_compiled(
+        self, rids: Sequence[Hashable], slots: np.ndarray, starts: np.ndarray, tokens: np.ndarray
+    ) -> StepResult:
+        """One id per row: eligibility and the plain rows in one compiled pass, the rest per stream."""
+        tables = self._tables
+        texts, offsets, counts, slow = _compiled_step_one_each(  # type: ignore[misc]
+            slots, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(tokens, dtype=np.int64),
+            self._vocab, self._eos_mask, self._eos_stops, tables.byte_ok if tables.spaced else _NO_BYTES,
+            self._row_of, tables.texts, tables.lengths, tables.whole, self._hold, self._choff, self._ntok,
+            self._expect, self._decoders, self._mode, tables.pieces,
+        )
+        finishes: list[Finish | None] = [None] * len(texts)
+        if slow:
+            if isinstance(rids, np.ndarray):
+                rids = rids.tolist()
+            for k in slow:
+                texts[k], offsets[k], counts[k], finishes[k] = self._step_one(
+                    rids[k], int(slots[k]), int(starts[k]), tokens[k : k + 1]
+                )
+        return StepResult(texts, offsets, counts, finishes)
 
     def _step_rows(
         self, rids: Sequence[Hashable], slots: np.ndarray, starts: np.ndarray, counts: np.ndarray, tokens: np.ndarray
