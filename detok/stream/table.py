@@ -316,10 +316,13 @@ class StreamTable:
         """Apply the registrations and closes since the last step to the sorted keys, in one go
         (per-request inserts into a numpy array cost more than the requests' whole decode)."""
         keys, slots = self._keys, self._key_slots
-        if self._keys_removed:
-            keep = ~np.isin(keys, np.array(self._keys_removed, dtype=np.uint64))
+        if self._keys_removed and len(keys):
+            removed = np.array(self._keys_removed, dtype=np.uint64)
+            pos = np.minimum(np.searchsorted(keys, removed), len(keys) - 1)
+            keep = np.ones(len(keys), dtype=bool)
+            keep[pos[keys[pos] == removed]] = False  # keys are unique and sorted
             keys, slots = keys[keep], slots[keep]
-            self._keys_removed = []
+        self._keys_removed = []
         live = self._slot_of
         added = [(r, s) for r, s in self._keys_added if live.get(r) == s]  # not closed meanwhile
         self._keys_added = []
