@@ -85,6 +85,49 @@ static PyObject *partial_row(PyObject *dec, int64_t mode, int64_t tok, PyObject 
     return text;
 }
 
+/* what one plain row reads and advances */
+typedef struct {
+    PyObject *texts, *decoders, *pieces_by_mode, *s_pending, *s_fast;
+    PyObject *out_texts, *out_offsets, *out_counts;
+    const int64_t *len, *md;
+    const char *wh;
+    char *hd;
+    int64_t *co, *nt, *ex;
+    Py_ssize_t n_modes;
+} Row;
+
+/* step row k (slot, table index idx = mode * vocab + tok): its text, char offset and token count
+ * into the output lists, the slot's columns advanced; -1 with an exception set on failure */
+static int plain_row(Row *r, Py_ssize_t k, int64_t slot, int64_t idx, int64_t tok) {
+    PyObject *text;
+    int64_t chars;
+    if (r->wh[idx] && !r->hd[slot]) {
+        text = PyList_GET_ITEM(r->texts, idx);
+        Py_INCREF(text);
+        chars = r->len[idx];
+    } else {
+        text = partial_row(PyList_GET_ITEM(r->decoders, slot), r->md[slot], tok, r->pieces_by_mode, r->n_modes,
+                           r->s_pending, r->s_fast, &r->hd[slot]);
+        if (text == NULL) return -1;
+        chars = PyUnicode_GET_LENGTH(text);
+    }
+    int64_t off = r->co[slot];
+    r->co[slot] = off + chars;
+    int64_t count = r->nt[slot] + 1;
+    r->nt[slot] = count;
+    r->ex[slot] = count;
+    PyList_SET_ITEM(r->out_texts, k, text);
+    PyObject *o_off = PyLong_FromLongLong(off), *o_count = PyLong_FromLongLong(count);
+    if (o_off == NULL || o_count == NULL) {
+        Py_XDECREF(o_off);
+        Py_XDECREF(o_count);
+        return -1;
+    }
+    PyList_SET_ITEM(r->out_offsets, k, o_off);
+    PyList_SET_ITEM(r->out_counts, k, o_count);
+    return 0;
+}
+
 /* step_plain(slots, gi, toks, texts, lengths, whole, hold, choff, ntok, expect, decoders, mode, pieces)
  *   -> (texts_out: list[str], offsets: list[int], counts: list[int])
  * pieces[mode[slot]][tok] are the bytes of `tok` in that slot's decode mode. */
@@ -131,61 +174,15 @@ static PyObject *step_plain(PyObject *self, PyObject *args) {
     s_pending = PyUnicode_InternFromString("_pending");
     s_fast = PyUnicode_InternFromString("_fast");
     if (!out_texts || !out_offsets || !out_counts || !s_pending || !s_fast) goto done;
+    Row row = {texts, decoders, pieces_by_mode, s_pending, s_fast, out_texts, out_offsets, out_counts,
+               len, md, wh, hd, co, nt, ex, n_modes};
     for (Py_ssize_t k = 0; k < n; k++) {
         int64_t slot = sl[k], idx = g[k];
         if (slot < 0 || slot >= n_slots || idx < 0 || idx >= n_len || slot >= n_dec) {
             PyErr_SetString(PyExc_IndexError, "slot or id out of range");
             goto done;
         }
-        PyObject *text;
-        int64_t chars;
-        if (wh[idx] && !hd[slot]) {
-            text = PyList_GET_ITEM(texts, idx);
-            Py_INCREF(text);
-            chars = len[idx];
-        } else {
-            /* held bytes, or an id that is part of a character: the request's own UTF-8 state */
-            PyObject *dec = PyList_GET_ITEM(decoders, slot);
-            PyObject *pending = PyObject_GetAttr(dec, s_pending);
-            if (pending == NULL) goto done;
-            PyObject *pieces = md[slot] >= 0 && md[slot] < n_modes ? PyList_GET_ITEM(pieces_by_mode, md[slot]) : NULL;
-            PyObject *piece = pieces && PyList_Check(pieces) && tk[k] >= 0 && tk[k] < PyList_GET_SIZE(pieces)
-                                  ? PyList_GET_ITEM(pieces, tk[k]) : NULL;
-            if (piece == NULL || !PyBytes_Check(piece) || !PyBytes_Check(pending)) {
-                PyErr_SetString(PyExc_TypeError, "byte pieces expected");
-                Py_DECREF(pending);
-                goto done;
-            }
-            Py_INCREF(piece);
-            PyObject *rest = NULL;
-            text = decode_partial(pending, piece, &rest);
-            Py_DECREF(pending);
-            Py_DECREF(piece);
-            if (text == NULL) goto done;
-            int held = PyBytes_GET_SIZE(rest) > 0;
-            int bad = PyObject_SetAttr(dec, s_pending, rest) < 0 || PyObject_SetAttr(dec, s_fast, held ? Py_False : Py_True) < 0;
-            Py_DECREF(rest);
-            if (bad) {
-                Py_DECREF(text);
-                goto done;
-            }
-            hd[slot] = (char)held;
-            chars = PyUnicode_GET_LENGTH(text);
-        }
-        int64_t off = co[slot];
-        co[slot] = off + chars;
-        int64_t count = nt[slot] + 1;
-        nt[slot] = count;
-        ex[slot] = count;
-        PyList_SET_ITEM(out_texts, k, text);
-        PyObject *o_off = PyLong_FromLongLong(off), *o_count = PyLong_FromLongLong(count);
-        if (o_off == NULL || o_count == NULL) {
-            Py_XDECREF(o_off);
-            Py_XDECREF(o_count);
-            goto done;
-        }
-        PyList_SET_ITEM(out_offsets, k, o_off);
-        PyList_SET_ITEM(out_counts, k, o_count);
+        if (plain_row(&row, k, slot, idx, tk[k]) < 0) goto done;
     }
     result = PyTuple_Pack(3, out_texts, out_offsets, out_counts);
 done:
@@ -251,6 +248,8 @@ static PyObject *step_one_each(PyObject *self, PyObject *args) {
     s_pending = PyUnicode_InternFromString("_pending");
     s_fast = PyUnicode_InternFromString("_fast");
     if (!out_texts || !out_offsets || !out_counts || !slow || !s_pending || !s_fast) goto done;
+    Row row = {texts, decoders, pieces_by_mode, s_pending, s_fast, out_texts, out_offsets, out_counts,
+               len, md, wh, hd, co, nt, ex, n_modes};
     for (Py_ssize_t k = 0; k < n; k++) {
         if (sl[k] < 0 || sl[k] >= n_slots) {
             PyErr_SetString(PyExc_IndexError, "slot out of range");
@@ -282,32 +281,7 @@ static PyObject *step_one_each(PyObject *self, PyObject *args) {
             PyList_SET_ITEM(out_counts, k, z2);
             continue;
         }
-        PyObject *text;
-        int64_t chars;
-        if (wh[idx] && !hd[slot]) {
-            text = PyList_GET_ITEM(texts, idx);
-            Py_INCREF(text);
-            chars = len[idx];
-        } else {
-            text = partial_row(PyList_GET_ITEM(decoders, slot), md[slot], tok, pieces_by_mode, n_modes, s_pending, s_fast,
-                               &hd[slot]);
-            if (text == NULL) goto done;
-            chars = PyUnicode_GET_LENGTH(text);
-        }
-        int64_t off = co[slot];
-        co[slot] = off + chars;
-        int64_t count = nt[slot] + 1;
-        nt[slot] = count;
-        ex[slot] = count;
-        PyList_SET_ITEM(out_texts, k, text);
-        PyObject *o_off = PyLong_FromLongLong(off), *o_count = PyLong_FromLongLong(count);
-        if (o_off == NULL || o_count == NULL) {
-            Py_XDECREF(o_off);
-            Py_XDECREF(o_count);
-            goto done;
-        }
-        PyList_SET_ITEM(out_offsets, k, o_off);
-        PyList_SET_ITEM(out_counts, k, o_count);
+        if (plain_row(&row, k, slot, idx, tok) < 0) goto done;
     }
     result = PyTuple_Pack(4, out_texts, out_offsets, out_counts, slow);
 done:
