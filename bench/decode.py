@@ -8,7 +8,9 @@ implementation's concatenated text is checked against the oracle (DESIGN §3) an
 reported, not hidden: anchors may legitimately differ (see bench/baselines_decode.py).
 
 Implementations: detok (DecodeStream.step one id at a time), detok-batch (the worker's batched
-path: StreamTable.step over the whole batch), naive (full re-decode; only on the first
+path: StreamTable.step_packed over the whole batch, packed wire columns in and out),
+detok-batch+split (the same, plus cutting each step's text into one Python str per stream on the
+clock), naive (full re-decode; only on the first
 --naive-streams streams, it is O(N) per token), window (TGI / vLLM slow), sglang (batched
 DetokenizerManager), hf-decodestream (tokenizers' DecodeStream, as vLLM v1 drives it).
 
@@ -38,7 +40,7 @@ from _common import TokenStream
 from baselines_decode import ANCHORS, SGLangDetokenizer
 
 DETOK = "detok"
-IMPL_ORDER = (DETOK, "detok-batch", "naive", "window", "sglang", "hf-decodestream")
+IMPL_ORDER = (DETOK, "detok-batch", "detok-batch+split", "naive", "window", "sglang", "hf-decodestream")
 
 
 # ---- runners: the same harness loop around every implementation ------------------------------------
@@ -55,8 +57,12 @@ class _Runner:
     def step(self, t: int) -> None:
         raise NotImplementedError
 
-    def finish(self) -> list[str]:
+    def finish(self) -> list[Any]:
         raise NotImplementedError
+
+    def collect(self, finished: list[Any]) -> list[str]:
+        """The texts, from what `finish` returned (after the clock stopped)."""
+        return finished
 
 
 class _DetokRunner(_Runner):
@@ -127,41 +133,50 @@ class _SGLangRunner(_Runner):
 
 
 class _DetokBatchRunner(_Runner):
-    """The worker's batched path: `detok.stream.table.StreamTable.step` over the whole batch."""
+    """The worker's batched path: `StreamTable.step_packed` over the whole batch, on the packed
+    columns a worker gets off the wire, producing the packed columns it sends (one UTF-8 blob and
+    per-row lengths and offsets). With `split`, each step's blob is also cut into per-row Python
+    strings on the clock (what a consumer wanting one str per stream per step would pay); without,
+    that happens after the clock stops, for the mismatch check only."""
 
-    name = "detok-batch"
-
-    def __init__(self, tok: Any, params: Any, table_cls: type) -> None:
-        self._tok, self._params, self._table_cls = tok, params, table_cls
+    def __init__(self, tok: Any, params: Any, table_cls: type, split: bool = False) -> None:
+        self._tok, self._params, self._table_cls, self._split = tok, params, table_cls, split
+        self.name = "detok-batch+split" if split else "detok-batch"
 
     def start(self, streams: Sequence[TokenStream]) -> None:
         super().start(streams)
         self._table = self._table_cls(self._tok)
-        # as the worker passes them: the batch's packed uint64 rids as a numpy array
-        self._rids = np.arange(len(streams), dtype=np.uint64)
-        for rid, s in zip(self._rids, streams):
+        n = len(streams)
+        for rid, s in enumerate(streams):
             self._table.open(rid, s.context, self._params, ignore_eos=True)
-        # Columns as the worker gets them off the wire: numpy views of packed uint32 arrays.
-        self._columns = [np.array(col, dtype=np.uint32) for col in zip(*(s.ids for s in streams))]
-        self._counts = np.ones(len(streams), dtype=np.uint32)
-        self._starts = [np.full(len(streams), t, dtype=np.uint32) for t in range(len(self._columns))]
+        # Columns as the worker gets them off the wire: packed little-endian rids, starts, ids.
+        self._rids = np.arange(n, dtype="<u8").tobytes()
+        self._columns = [np.array(col, dtype="<u4").tobytes() for col in zip(*(s.ids for s in streams))]
+        self._starts = [np.full(n, t, dtype="<u4").tobytes() for t in range(len(self._columns))]
+        self._out: list[Any] = []
 
     def step(self, t: int) -> None:
-        texts = self._table.step(self._rids, self._starts[t], self._counts, self._columns[t]).texts
-        for parts, text in zip(self._parts, texts):
-            parts.append(text)
+        out = self._table.step_packed(self._rids, self._starts[t], b"", self._columns[t])
+        self._out.append(out.unpacked().texts if self._split else out)
 
-    def finish(self) -> list[str]:
-        return ["".join(p) + self._table.finish(rid, "length")[0] for rid, p in zip(self._rids.tolist(), self._parts)]
+    def finish(self) -> list[Any]:
+        return [self._table.finish(rid, "length")[0] for rid in range(len(self._parts))]
+
+    def collect(self, tails: list[Any]) -> list[str]:
+        for out in self._out:
+            texts = out if self._split else out.unpacked().texts
+            for parts, text in zip(self._parts, texts):
+                parts.append(text)
+        return ["".join(p) + tail for p, tail in zip(self._parts, tails)]
 
 
-def _detok_batch_runner(tok: Any, params: Any) -> _Runner | None:
+def _detok_batch_runners(tok: Any, params: Any) -> list[_Runner]:
     try:
         from detok.stream.table import StreamTable
     except ImportError:
         _common.log("detok has no batched decode path (detok.stream.table.StreamTable): detok-batch skipped")
-        return None
-    return _DetokBatchRunner(tok, params, StreamTable)
+        return []
+    return [_DetokBatchRunner(tok, params, StreamTable), _DetokBatchRunner(tok, params, StreamTable, split=True)]
 
 
 class _DecodeAdapter:
@@ -183,7 +198,7 @@ def build_runners(tok: Any, naive_streams: int, only: Sequence[str] | None = Non
     decoder = hf if hf is not None else _DecodeAdapter(tok)
     runners: list[_Runner | None] = [
         _DetokRunner(tok, params),
-        _detok_batch_runner(tok, params),
+        *_detok_batch_runners(tok, params),
         _AnchorRunner("naive", decoder, max_streams=naive_streams),
         _AnchorRunner("window", decoder),
         _SGLangRunner(decoder),
@@ -203,8 +218,9 @@ def time_run(runner: _Runner, streams: Sequence[TokenStream]) -> tuple[int, list
     t0 = time.perf_counter_ns()
     for t in range(n_steps):
         runner.step(t)
-    texts = runner.finish()
-    return time.perf_counter_ns() - t0, texts
+    finished = runner.finish()
+    ns = time.perf_counter_ns() - t0
+    return ns, runner.collect(finished)
 
 
 def measure(
@@ -319,12 +335,12 @@ def run_scaling(label: str, tok: Any, args: argparse.Namespace) -> list[dict[str
 
 def _print_table(records: Sequence[dict[str, Any]]) -> None:
     width = max([len("tokenizer")] + [len(r["tokenizer"]) for r in records])
-    print(f"{'tokenizer':<{width}} {'impl':<16} {'ns/token':>10} {'x detok':>8} {'mismatch':>9}  kinds")
+    print(f"{'tokenizer':<{width}} {'impl':<18} {'ns/token':>10} {'x detok':>8} {'mismatch':>9}  kinds")
     for r in records:
         ratio = f"{r['ratio_vs_detok']:.2f}" if r["ratio_vs_detok"] is not None else "-"
         mism = f"{r['mismatches']}/{r['streams']}"
         kinds = ",".join(r["mismatch_kinds"])
-        print(f"{r['tokenizer']:<{width}} {r['impl']:<16} {r['ns_per_token']:>10.1f} {ratio:>8} {mism:>9}  {kinds}")
+        print(f"{r['tokenizer']:<{width}} {r['impl']:<18} {r['ns_per_token']:>10.1f} {ratio:>8} {mism:>9}  {kinds}")
 
 
 def _print_scaling(records: Sequence[dict[str, Any]]) -> None:

@@ -155,7 +155,7 @@ def _run_detok(source: str, workload: Workload, expected: list[str], interval_s:
                 texts.setdefault(rid, []).append(text)
     n = workload.concurrency
     mismatches = sum("".join(texts.get(rid, ())) != expected[rid % n] for rid in range(total)) + gaps
-    latencies = [t - b.sent_at for t, b in received if b.texts]
+    latencies = [t - b.sent_at for t, b in received if b.rids]
     return _figures(stats, latencies, received[-1][0], mismatches, workload, args)
 
 

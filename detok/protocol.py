@@ -23,27 +23,30 @@ within its output), char `offset`s come out (index of a delta's first char withi
 text), so a replay to a restarted worker can be de-duplicated on both sides.
 
 The integer columns of `DetokBatch` (rids, starts, counts, token ids) and of `DeltaBatch` (rids,
-offsets) are packed little-endian arrays. Measured on this machine for 1024 ids of the Llama-3 vocabulary: 4 bytes per token id
-against 5 for msgpack ints above 65535; encoding from a numpy array 2x faster than msgpack lists of
-ints (7 against 17 us), decoding to Python ints no slower (53 against 64 us) - and a real scheduler
-already holds its ids and rids in arrays, which it can shard and send without a Python loop.
+lengths, offsets) are packed little-endian arrays (`detok.packing`). Measured on this machine for
+1024 ids of the Llama-3 vocabulary: 4 bytes per token id against 5 for msgpack ints above 65535;
+encoding from a numpy array 2x faster than msgpack lists of ints (7 against 17 us), decoding to
+Python ints no slower (53 against 64 us) - and a real scheduler already holds its ids and rids in
+arrays, which it can shard and send without a Python loop. A `DeltaBatch`'s texts are one UTF-8
+blob with per-row char lengths rather than a list of str: the worker's compiled step writes it
+without a Python object per row, and msgpack carries it as one bin field (see `detok.packing`).
 """
 
 from __future__ import annotations
 
-import sys
-from array import array
-from collections.abc import Iterable
-from typing import Final, Literal
+from collections.abc import Iterable, Sequence
+from typing import Literal
 
 import msgspec
 
+from detok.packing import join_texts, pack_rids, pack_u32, split_text, unpack_rids, unpack_u32
 from detok.stream.decode_stream import (
     CONTEXT_TOKENS,  # prompt tail ids a registration carries
 )
 from detok.stream.params import DecodeParams, Finish, FinishReason
 
-_LITTLE_ENDIAN: Final = sys.byteorder == "little"
+pack_tokens = pack_u32
+unpack_tokens = unpack_u32
 
 SchedulerEndReason = Literal["stop", "length", "abort"]
 
@@ -142,12 +145,13 @@ class RequestFinished(msgspec.Struct, array_like=True, gc=False, frozen=True):
 
 
 class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
-    """Text deltas of one worker batch for one frontend, columnar; `rids` (uint64) and `offsets`
-    (uint32) are packed little-endian arrays (`unpack_rids`, `unpack_u32`): a receiver decodes a
-    batch of 1024 rows in half the time of msgpack int lists, and the worker passes the rid column
-    of its input through as it is.
+    """Text deltas of one worker batch for one frontend, columnar. `rids` (uint64), `lengths` and
+    `offsets` (uint32) are packed little-endian arrays, and `text` is every row's text in UTF-8,
+    back to back (row i's text is the next `lengths[i]` chars). The worker writes these columns
+    straight from its tables with no Python object per row and passes the rid column of its input
+    through as it is; `texts()` / `rows()` give the per-row strings.
 
-    `texts[i]` starts at char `offsets[i]` of request `rids[i]`'s output text; a receiver that
+    `texts()[i]` starts at char `offsets[i]` of request `rids[i]`'s output text; a receiver that
     already has more chars drops the overlap (replay de-duplication). Rows with an empty text carry
     nothing (the worker sends a step's columns whole; such a row's offset is not meaningful, and
     its rid may even be unknown to the receiver). `finished` entries apply after the texts of the
@@ -157,13 +161,30 @@ class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
     worker: int
     sent_at: float
     rids: bytes  # uint64 per row
-    texts: list[str]
+    text: bytes  # UTF-8, every row's text back to back
+    lengths: bytes  # uint32 per row: chars of the row's text
     offsets: bytes  # uint32 per row
     finished: list[RequestFinished]
 
+    @classmethod
+    def from_rows(
+        cls, worker: int, sent_at: float, rids: Iterable[int], texts: Sequence[str], offsets: Iterable[int],
+        finished: Iterable[RequestFinished] = (),
+    ) -> DeltaBatch:
+        """A DeltaBatch from per-row Python values (tests, hand-made messages)."""
+        text, lengths = join_texts(texts)
+        return cls(worker, sent_at, pack_rids(rids), text, lengths, pack_u32(offsets), list(finished))
+
+    def texts(self) -> list[str]:
+        """The per-row texts; ValueError if `text` and `lengths` do not fit together."""
+        return split_text(self.text, self.lengths)
+
     def rows(self) -> zip[tuple[int, str, int]]:
-        """(rid, text, offset) per row, as Python ints."""
-        return zip(unpack_rids(self.rids).tolist(), self.texts, unpack_u32(self.offsets).tolist())
+        """(rid, text, offset) per row, as Python objects; ValueError if the columns do not fit."""
+        rids, texts, offsets = unpack_rids(self.rids), self.texts(), unpack_u32(self.offsets)
+        if not len(rids) == len(texts) == len(offsets):
+            raise ValueError(f"{len(rids)} rids, {len(texts)} texts and {len(offsets)} offsets")
+        return zip(rids.tolist(), texts, offsets.tolist())
 
 
 FrontendInbound = DeltaBatch
@@ -279,55 +300,6 @@ def supervisor_command_decoder() -> msgspec.msgpack.Decoder[AssignSlot | StopWor
     return msgspec.msgpack.Decoder(SupervisorCommand)
 
 
-def pack_u32(values: Iterable[int]) -> bytes:
-    """Pack non-negative ints < 2**32 (token ids, starts, counts) as little-endian uint32.
-    From numpy: `values.astype("<u4").tobytes()`."""
-    return _pack("I", values)
-
-
-def pack_rids(rids: Iterable[int]) -> bytes:
-    """Pack rids as little-endian uint64. From numpy: `rids.astype("<u8").tobytes()`."""
-    return _pack("Q", rids)
-
-
-pack_tokens = pack_u32
-
-
-def unpack_u32(data: bytes) -> array[int]:
-    """The ints of `pack_u32` bytes; ValueError if the length is not a multiple of 4."""
-    return _unpack("I", data)
-
-
-def unpack_rids(data: bytes) -> array[int]:
-    """The rids of `pack_rids` bytes; ValueError if the length is not a multiple of 8."""
-    return _unpack("Q", data)
-
-
-unpack_tokens = unpack_u32
-
-
-def _pack(code: str, values: Iterable[int]) -> bytes:
-    packed = values if isinstance(values, array) and values.typecode == code else array(code, values)
-    if not _LITTLE_ENDIAN:
-        packed = array(code, packed)
-        packed.byteswap()
-    return packed.tobytes()
-
-
-def _unpack(code: str, data: bytes) -> array[int]:
-    out = array(code)
-    if len(data) % out.itemsize:
-        raise ValueError(f"packed {code} column must be a multiple of {out.itemsize} bytes, got {len(data)}")
-    out.frombytes(data)
-    if not _LITTLE_ENDIAN:
-        out.byteswap()
-    return out
-
-
-# array's "I" and "Q" are 4 and 8 bytes on every platform CPython supports with 64-bit ints.
-assert array("I").itemsize == 4 and array("Q").itemsize == 8
-
-
 def registration_for(request: GenerateRequest) -> Registration:
     """The worker registration of a frontend request (the prompt tail as decode context)."""
     return Registration(
@@ -366,6 +338,7 @@ __all__ = [
     "WorkerReady",
     "WorkerStartFailed",
     "frontend_inbound_decoder",
+    "join_texts",
     "new_encoder",
     "pack_rids",
     "pack_tokens",
@@ -373,6 +346,7 @@ __all__ = [
     "registration_for",
     "scheduler_notice_decoder",
     "scheduler_request_decoder",
+    "split_text",
     "supervisor_command_decoder",
     "supervisor_inbound_decoder",
     "unpack_rids",

@@ -228,8 +228,14 @@ class DeltaReceiver:
         streams = self._streams
         if not streams:
             return
+        try:
+            rows = batch.rows()
+        except ValueError as e:
+            self.malformed += 1
+            log.warning("dropped a delta message whose columns do not fit together: %s", e)
+            return
         get = streams.get
-        for rid, text, offset in batch.rows():
+        for rid, text, offset in rows:
             stream = get(rid)
             if stream is not None:
                 stream._feed(text, offset)

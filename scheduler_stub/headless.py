@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from detok.packing import unpack_u32
 from detok.pool import DetokPool
 from detok.protocol import DeltaBatch, GenerateRequest
 from detok.receiver import DeltaReceiver
@@ -66,7 +67,7 @@ class _Sink:
 
     def __call__(self, batch: DeltaBatch) -> None:
         self.latencies.append(time.time() - batch.sent_at)
-        self.chars += sum(map(len, batch.texts))
+        self.chars += sum(unpack_u32(batch.lengths))
         for done in batch.finished:
             self.finished.setdefault(done.rid, done.finish.reason)
 

@@ -9,7 +9,7 @@ import pytest
 import uvloop
 import zmq
 
-from detok.protocol import DeltaBatch, RequestFinished, new_encoder, pack_rids, pack_u32
+from detok.protocol import DeltaBatch, RequestFinished, new_encoder
 from detok.receiver import DeltaReceiver, RequestDelta
 from detok.stream.params import Finish
 
@@ -24,7 +24,7 @@ def rx():
 
 
 def deltas(rids, texts, offsets, finished=()) -> DeltaBatch:
-    return DeltaBatch(0, 0.0, pack_rids(rids), list(texts), pack_u32(offsets), list(finished))
+    return DeltaBatch.from_rows(0, 0.0, rids, list(texts), offsets, finished)
 
 
 def test_replayed_text_is_cut_and_slow_consumers_get_it_joined(rx) -> None:

@@ -33,7 +33,7 @@ def _batch() -> p.DetokBatch:
         (_batch(), p.worker_inbound_decoder),
         (p.FailRequests([1, 2], ["ipc:///a", "tcp://h:1"], "detok worker 0 died"), p.worker_inbound_decoder),
         (
-            p.DeltaBatch(1, 2.5, p.pack_rids([1, 2]), ["he", "\u5317\U0001fae8"], p.pack_u32([0, 40]), [p.RequestFinished(2, Finish("stop", "END"), 12)]),
+            p.DeltaBatch.from_rows(1, 2.5, [1, 2], ["he", "\u5317\U0001fae8"], [0, 40], [p.RequestFinished(2, Finish("stop", "END"), 12)]),
             p.frontend_inbound_decoder,
         ),
         (p.StopNotice(0, [5], [Finish("stop", 7)], [6]), p.scheduler_notice_decoder),
@@ -73,7 +73,7 @@ def test_garbage_is_rejected_by_the_typed_decoder(garbage: bytes) -> None:
 
 
 def test_a_message_for_another_socket_is_rejected() -> None:
-    delta = p.new_encoder().encode(p.DeltaBatch(0, 0.0, b"", [], b"", []))
+    delta = p.new_encoder().encode(p.DeltaBatch(0, 0.0, b"", b"", b"", b"", []))
     with pytest.raises(msgspec.ValidationError):
         p.worker_inbound_decoder().decode(delta)
 
@@ -86,8 +86,24 @@ def test_invalid_decode_params_do_not_decode() -> None:
 
 
 def test_delta_rows() -> None:
-    batch = p.DeltaBatch(0, 0.0, p.pack_rids([2**62, 5]), ["a", ""], p.pack_u32([7, 0]), [])
-    assert list(batch.rows()) == [(2**62, "a", 7), (5, "", 0)]
+    batch = p.DeltaBatch.from_rows(0, 0.0, [2**62, 5, 6], ["a\U0001fae8", "", "北京"], [7, 0, 3])
+    assert batch.text == "a\U0001fae8北京".encode() and p.unpack_u32(batch.lengths).tolist() == [2, 0, 2]
+    assert list(batch.rows()) == [(2**62, "a\U0001fae8", 7), (5, "", 0), (6, "北京", 3)]
+
+
+@pytest.mark.parametrize(
+    ("text", "lengths", "rids"),
+    [
+        ("abc".encode(), [1, 1], [1, 2]),  # lengths add up to fewer chars than the text
+        ("abc".encode(), [2, 2], [1, 2]),  # to more
+        (b"\xff\xfe", [1, 1], [1, 2]),  # not UTF-8
+        ("ab".encode(), [1, 1], [1]),  # a length per row, but fewer rids
+    ],
+)
+def test_delta_rows_that_do_not_fit_are_a_value_error(text: bytes, lengths: list[int], rids: list[int]) -> None:
+    batch = p.DeltaBatch(0, 0.0, p.pack_rids(rids), text, p.pack_u32(lengths), p.pack_u32([0] * len(lengths)), [])
+    with pytest.raises(ValueError):
+        list(batch.rows())
 
 
 def test_packed_columns() -> None:

@@ -1,12 +1,28 @@
-"""The worker's batched path: replays, gaps, unknown rids, duplicates, growth."""
+"""The worker's batched path: replays, gaps, unknown rids, duplicates, growth - on the compiled
+step and on the numpy path alike - and the two paths against each other."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import stream_roster
 from detok import DecodeParams, Finish
+from detok.packing import pack_rids, pack_u32
+from detok.stream import table as table_module
 from detok.stream.table import StreamTable
+
+_COMPILED = table_module._compiled_step_packed is not None
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def step_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on both paths (tables made in the test take the module's choice)."""
+    if request.param == "compiled" and not _COMPILED:
+        pytest.skip("the _plainstep extension is not built")
+    if request.param == "numpy":
+        monkeypatch.setattr(table_module, "_compiled_step_packed", None)
+    return request.param
 
 
 def _table(n: int, capacity: int = 4) -> StreamTable:
@@ -105,31 +121,18 @@ def test_a_rid_closed_and_registered_again_between_steps_finds_its_new_stream() 
     assert res.finishes[2] is not None and res.finishes[2].reason == "error"
 
 
-def test_compiled_and_python_plain_paths_agree_row_for_row() -> None:
-    """The optional C inner loop and the numpy/Python path give identical results and state."""
-    import random
-
-    from detok.stream import table as table_module
-
-    if table_module._compiled_step_plain is None:
-        import pytest
-
-        pytest.skip("the _plainstep extension is not built")
+def test_step_packed_gives_the_wire_columns_of_step() -> None:
     tok = stream_roster.get("qwen2")
-    ids = tok.encode("Hello 北京欢迎你 🫨👍🏽👨‍👩‍👧 สวัสดี नमस्ते " * 4)
-    rng = random.Random(0)
-    specials = sorted(tok.special_ids)
-    streams = [[rng.choice(ids + specials + [tok.token_to_id("ÿ")]) for _ in range(40)] for _ in range(30)]
-    tables = [StreamTable(tok), StreamTable(tok)]
-    tables[1].compiled = False
-    for t in tables:
-        for rid in range(30):
-            t.open(rid, [], DecodeParams(), ignore_eos=True)
-    for step in range(40):
-        args = (np.arange(30, dtype=np.uint64), np.full(30, step), np.ones(30, np.int64),
-                np.array([s[step] for s in streams], dtype=np.uint32))
-        a, b = tables[0].step(*args), tables[1].step(*args)
-        assert a == b
-    assert [t.finish(r, "length") for r in range(30) for t in tables[:1]] == [
-        tables[1].finish(r, "length") for r in range(30)
-    ]
+    ids = tok.encode(" 北京 🫨 x")
+    tables = [_table(3), _table(3)]
+    for t, i in enumerate(ids):
+        rids, starts = [0, 2, 1], [t, t, t]
+        res = tables[0].step(rids, starts, [1, 1, 1], [i, i, i])
+        packed = tables[1].step_packed(pack_rids(rids), pack_u32(starts), b"", pack_u32([i, i, i]))
+        assert packed.unpacked() == res
+        assert packed.text == "".join(res.texts).encode()
+    with pytest.raises(ValueError):
+        tables[1].step_packed(pack_rids([0, 1]), pack_u32([0, 0]), pack_u32([2, 2]), pack_u32([ids[0]] * 3))
+    # the rejected batch changed nothing: both tables go on alike
+    packed = tables[1].step_packed(pack_rids([0]), pack_u32([len(ids)]), b"", pack_u32([ids[-1]]))
+    assert packed.unpacked() == tables[0].step([0], [len(ids)], [1], [ids[-1]])

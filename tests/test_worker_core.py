@@ -57,7 +57,7 @@ class Collector:
 
     def take(self, out: Outputs) -> Outputs:
         for reply_to, b in out.deltas:
-            assert len(b.rids) // 8 == len(b.texts) == len(b.offsets) // 4
+            assert len(b.rids) // 8 == len(b.texts()) == len(b.lengths) // 4 == len(b.offsets) // 4
             for rid, text, offset in b.rows():
                 if not text:
                     continue  # empty rows carry nothing

@@ -1,16 +1,199 @@
-/* The inner loop of StreamTable's vectorized path, compiled: one pass over the plain rows of a
- * batch (one id each, nothing but bytes to decode), producing their texts, char offsets and token
- * counts, and advancing the per-slot columns. Same behaviour as the numpy/Python fallback in
- * table.py (`_step_plain_py`), which tests compare it with; built as an optional extension.
+/* StreamTable's batch step, compiled (optional extension; table.py has a numpy/Python path with
+ * the same results, which tests compare it with).
  *
- * Why C: in CPython every per-row list/dict/tolist operation costs 30-100 ns on a small machine,
- * and a row needs several; here a row is a few loads and stores.
+ * `step_packed` takes a scheduler batch as it came off the wire (packed little-endian rid, start,
+ * count and token columns) and produces the frontend's columns directly: one UTF-8 text blob plus
+ * per-row char lengths, char offsets and token counts. Rows that are "plain" (one id, the start
+ * the stream expects, bytes only, no stop rule to check) are a few loads and stores here; every
+ * other row is handed, in row order, to a Python callback that steps that request's DecodeStream.
+ * `RidMap` finds a rid's slot (open addressing on the raw uint64), so no per-row Python object is
+ * made on the plain path.
+ *
+ * Why C: in CPython every per-row list/dict/int operation costs 30-100 ns on a small machine and a
+ * row needs several; here a plain row costs a few ns.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
+#if PY_BIG_ENDIAN
+#define LE64(v) __builtin_bswap64(v)
+#define LE32(v) __builtin_bswap32(v)
+#else
+#define LE64(v) (v)
+#define LE32(v) (v)
+#endif
+
+static inline uint64_t load_u64(const char *p, Py_ssize_t i) {
+    uint64_t v;
+    memcpy(&v, p + 8 * i, 8);
+    return LE64(v);
+}
+
+static inline uint32_t load_u32(const char *p, Py_ssize_t i) {
+    uint32_t v;
+    memcpy(&v, p + 4 * i, 4);
+    return LE32(v);
+}
+
+static inline void store_u32(char *p, Py_ssize_t i, uint32_t v) {
+    v = LE32(v);
+    memcpy(p + 4 * i, &v, 4);
+}
+
+/* ---- RidMap: uint64 rid -> slot (> 0) ------------------------------------------------------ */
+typedef struct {
+    uint64_t key;
+    int64_t val; /* 0: empty, -1: deleted, > 0: the slot */
+} RidEntry;      /* key and value side by side: one cache line per probe */
+
+typedef struct {
+    PyObject_HEAD
+    RidEntry *e;
+    size_t cap; /* a power of two, kept at least twice the filled entries */
+    int shift;
+    Py_ssize_t used, filled;
+} RidMap;
+
+static inline size_t rm_home(const RidMap *m, uint64_t key) {
+    /* Fibonacci hashing: sequential rids (the common kind) spread over the whole table */
+    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> m->shift);
+}
+
+static inline int64_t rm_get(const RidMap *m, uint64_t key) {
+    size_t mask = m->cap - 1, i = rm_home(m, key);
+    for (;;) {
+        int64_t v = m->e[i].val;
+        if (v == 0) return 0;
+        if (v > 0 && m->e[i].key == key) return v;
+        i = (i + 1) & mask;
+    }
+}
+
+static void rm_insert_absent(RidMap *m, uint64_t key, int64_t slot) {
+    size_t mask = m->cap - 1, i = rm_home(m, key);
+    while (m->e[i].val > 0) i = (i + 1) & mask;
+    if (m->e[i].val == 0) m->filled++;
+    m->e[i].key = key;
+    m->e[i].val = slot;
+    m->used++;
+}
+
+static int rm_resize(RidMap *m, size_t cap) {
+    RidEntry *e = PyMem_Calloc(cap, sizeof(RidEntry)), *old = m->e;
+    if (e == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t old_cap = m->cap;
+    int bits = 0;
+    while (((size_t)1 << bits) < cap) bits++;
+    m->e = e;
+    m->cap = cap;
+    m->shift = 64 - bits;
+    m->used = m->filled = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].val > 0) rm_insert_absent(m, old[i].key, old[i].val);
+    PyMem_Free(old);
+    return 0;
+}
+
+static int rm_key(PyObject *obj, uint64_t *key) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    *key = (uint64_t)v;
+    return 0;
+}
+
+static PyObject *RidMap_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    RidMap *m = (RidMap *)type->tp_alloc(type, 0);
+    if (m == NULL) return NULL;
+    if (rm_resize(m, 1024) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return (PyObject *)m;
+}
+
+static void RidMap_dealloc(RidMap *m) {
+    PyMem_Free(m->e);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static PyObject *RidMap_put(RidMap *m, PyObject *args) {
+    PyObject *o_key;
+    long long slot;
+    uint64_t key;
+    if (!PyArg_ParseTuple(args, "OL", &o_key, &slot) || rm_key(o_key, &key) < 0) return NULL;
+    if (slot <= 0) {
+        PyErr_SetString(PyExc_ValueError, "slots are positive");
+        return NULL;
+    }
+    size_t mask = m->cap - 1, i = rm_home(m, key);
+    for (;;) { /* an existing key is updated in place */
+        int64_t v = m->e[i].val;
+        if (v == 0) break;
+        if (v > 0 && m->e[i].key == key) {
+            m->e[i].val = slot;
+            Py_RETURN_NONE;
+        }
+        i = (i + 1) & mask;
+    }
+    if ((size_t)(m->filled + 1) * 2 > m->cap) {
+        size_t cap = 1024;
+        while (cap < (size_t)(m->used + 1) * 4) cap *= 2;
+        if (rm_resize(m, cap) < 0) return NULL;
+    }
+    rm_insert_absent(m, key, slot);
+    Py_RETURN_NONE;
+}
+
+static PyObject *RidMap_pop(RidMap *m, PyObject *o_key) {
+    uint64_t key;
+    if (rm_key(o_key, &key) < 0) return NULL;
+    size_t mask = m->cap - 1, i = rm_home(m, key);
+    for (;;) {
+        int64_t v = m->e[i].val;
+        if (v == 0) return PyLong_FromLong(0);
+        if (v > 0 && m->e[i].key == key) {
+            m->e[i].val = -1;
+            m->used--;
+            return PyLong_FromLongLong(v);
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+static PyObject *RidMap_get(RidMap *m, PyObject *o_key) {
+    uint64_t key;
+    if (rm_key(o_key, &key) < 0) return NULL;
+    return PyLong_FromLongLong(rm_get(m, key));
+}
+
+static Py_ssize_t RidMap_len(RidMap *m) { return m->used; }
+
+static PyMethodDef RidMap_methods[] = {
+    {"put", (PyCFunction)RidMap_put, METH_VARARGS, "put(rid, slot): map an unsigned 64-bit rid to a slot > 0."},
+    {"pop", (PyCFunction)RidMap_pop, METH_O, "pop(rid) -> the slot it had, or 0."},
+    {"get", (PyCFunction)RidMap_get, METH_O, "get(rid) -> its slot, or 0."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods RidMap_as_sequence = {.sq_length = (lenfunc)RidMap_len};
+
+static PyTypeObject RidMapType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.stream._plainstep.RidMap",
+    .tp_basicsize = sizeof(RidMap),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Unsigned 64-bit rid -> slot, for step_packed's lookups.",
+    .tp_new = RidMap_new,
+    .tp_dealloc = (destructor)RidMap_dealloc,
+    .tp_methods = RidMap_methods,
+    .tp_as_sequence = &RidMap_as_sequence,
+};
+
+/* ---- buffers ------------------------------------------------------------------------------- */
 typedef struct {
     Py_buffer view;
     int held;
@@ -18,7 +201,6 @@ typedef struct {
 
 static int get_buf(PyObject *obj, Buf *b, int writable, Py_ssize_t itemsize, const char *name) {
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    b->held = 0;
     if (PyObject_GetBuffer(obj, &b->view, flags) < 0) return -1;
     b->held = 1;
     if (b->view.itemsize != itemsize) {
@@ -30,277 +212,372 @@ static int get_buf(PyObject *obj, Buf *b, int writable, Py_ssize_t itemsize, con
 
 static void release(Buf *b) {
     if (b->held) PyBuffer_Release(&b->view);
+    b->held = 0;
 }
 
-/* decode `pending + piece` with UTF-8 "replace", keeping an incomplete tail: the text, and the
- * new pending bytes in *rest (new references) */
-static PyObject *decode_partial(PyObject *pending, PyObject *piece, PyObject **rest) {
-    PyObject *data = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(pending) + PyBytes_GET_SIZE(piece));
-    if (data == NULL) return NULL;
-    char *p = PyBytes_AS_STRING(data);
-    memcpy(p, PyBytes_AS_STRING(pending), PyBytes_GET_SIZE(pending));
-    memcpy(p + PyBytes_GET_SIZE(pending), PyBytes_AS_STRING(piece), PyBytes_GET_SIZE(piece));
-    Py_ssize_t size = PyBytes_GET_SIZE(data), consumed = 0;
-    PyObject *text = PyUnicode_DecodeUTF8Stateful(p, size, "replace", &consumed);
-    if (text == NULL) {
-        Py_DECREF(data);
-        return NULL;
-    }
-    *rest = PyBytes_FromStringAndSize(p + consumed, size - consumed);
-    Py_DECREF(data);
-    if (*rest == NULL) {
-        Py_DECREF(text);
-        return NULL;
-    }
-    return text;
-}
-
-
-/* a row whose bytes are not whole characters (or with held bytes): the request's own UTF-8 state,
- * kept in its ByteTextDecoder (`_pending`, `_fast`) so the per-stream path sees the same state */
-static PyObject *partial_row(PyObject *dec, int64_t mode, int64_t tok, PyObject *pieces_by_mode, Py_ssize_t n_modes,
-                             PyObject *s_pending, PyObject *s_fast, char *held_flag) {
-    PyObject *pending = PyObject_GetAttr(dec, s_pending);
-    if (pending == NULL) return NULL;
-    PyObject *pieces = mode >= 0 && mode < n_modes ? PyList_GET_ITEM(pieces_by_mode, mode) : NULL;
-    PyObject *piece = pieces && PyList_Check(pieces) && tok >= 0 && tok < PyList_GET_SIZE(pieces)
-                          ? PyList_GET_ITEM(pieces, tok) : NULL;
-    if (piece == NULL || !PyBytes_Check(piece) || !PyBytes_Check(pending)) {
-        PyErr_SetString(PyExc_TypeError, "byte pieces expected");
-        Py_DECREF(pending);
-        return NULL;
-    }
-    PyObject *rest = NULL;
-    PyObject *text = decode_partial(pending, piece, &rest);
-    Py_DECREF(pending);
-    if (text == NULL) return NULL;
-    int held = PyBytes_GET_SIZE(rest) > 0;
-    int bad = PyObject_SetAttr(dec, s_pending, rest) < 0 || PyObject_SetAttr(dec, s_fast, held ? Py_False : Py_True) < 0;
-    Py_DECREF(rest);
-    if (bad) {
-        Py_DECREF(text);
-        return NULL;
-    }
-    *held_flag = (char)held;
-    return text;
-}
-
-/* what one plain row reads and advances */
+/* the output text: UTF-8 bytes appended row by row */
 typedef struct {
-    PyObject *texts, *decoders, *pieces_by_mode, *s_pending, *s_fast;
-    PyObject *out_texts, *out_offsets, *out_counts;
-    const int64_t *len, *md;
-    const char *wh;
-    char *hd;
-    int64_t *co, *nt, *ex;
-    Py_ssize_t n_modes;
-} Row;
+    char *data;
+    Py_ssize_t size, cap;
+} Text;
 
-/* step row k (slot, table index idx = mode * vocab + tok): its text, char offset and token count
- * into the output lists, the slot's columns advanced; -1 with an exception set on failure */
-static int plain_row(Row *r, Py_ssize_t k, int64_t slot, int64_t idx, int64_t tok) {
-    PyObject *text;
-    int64_t chars;
-    if (r->wh[idx] && !r->hd[slot]) {
-        text = PyList_GET_ITEM(r->texts, idx);
-        Py_INCREF(text);
-        chars = r->len[idx];
-    } else {
-        text = partial_row(PyList_GET_ITEM(r->decoders, slot), r->md[slot], tok, r->pieces_by_mode, r->n_modes,
-                           r->s_pending, r->s_fast, &r->hd[slot]);
-        if (text == NULL) return -1;
-        chars = PyUnicode_GET_LENGTH(text);
+static int text_append(Text *t, const char *p, Py_ssize_t n) {
+    if (t->size + n > t->cap) {
+        Py_ssize_t cap = t->cap * 2 > t->size + n ? t->cap * 2 : t->size + n + 256;
+        char *data = PyMem_Realloc(t->data, cap);
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->data = data;
+        t->cap = cap;
     }
-    int64_t off = r->co[slot];
-    r->co[slot] = off + chars;
-    int64_t count = r->nt[slot] + 1;
-    r->nt[slot] = count;
-    r->ex[slot] = count;
-    PyList_SET_ITEM(r->out_texts, k, text);
-    PyObject *o_off = PyLong_FromLongLong(off), *o_count = PyLong_FromLongLong(count);
-    if (o_off == NULL || o_count == NULL) {
-        Py_XDECREF(o_off);
-        Py_XDECREF(o_count);
-        return -1;
-    }
-    PyList_SET_ITEM(r->out_offsets, k, o_off);
-    PyList_SET_ITEM(r->out_counts, k, o_count);
+    memcpy(t->data + t->size, p, n);
+    t->size += n;
     return 0;
 }
 
-/* step_plain(slots, gi, toks, texts, lengths, whole, hold, choff, ntok, expect, decoders, mode, pieces)
- *   -> (texts_out: list[str], offsets: list[int], counts: list[int])
- * pieces[mode[slot]][tok] are the bytes of `tok` in that slot's decode mode. */
-static PyObject *step_plain(PyObject *self, PyObject *args) {
-    PyObject *o_slots, *o_gi, *o_toks, *texts, *o_lengths, *o_whole, *o_hold, *o_choff, *o_ntok, *o_expect, *decoders;
-    PyObject *o_mode, *pieces_by_mode;
-    if (!PyArg_ParseTuple(args, "OOOO!OOOOOOO!OO!", &o_slots, &o_gi, &o_toks, &PyList_Type, &texts, &o_lengths,
-                          &o_whole, &o_hold, &o_choff, &o_ntok, &o_expect, &PyList_Type, &decoders, &o_mode,
-                          &PyList_Type, &pieces_by_mode))
-        return NULL;
-    Buf slots, gi, toks, lengths, whole, hold, choff, ntok, expect, mode;
-    Buf *all[] = {&slots, &gi, &toks, &lengths, &whole, &hold, &choff, &ntok, &expect, &mode};
-    for (int i = 0; i < 10; i++) all[i]->held = 0;
-    PyObject *out_texts = NULL, *out_offsets = NULL, *out_counts = NULL, *result = NULL;
-    PyObject *s_pending = NULL, *s_fast = NULL;
-    if (get_buf(o_slots, &slots, 0, 8, "slots") || get_buf(o_gi, &gi, 0, 8, "gi") || get_buf(o_toks, &toks, 0, 8, "toks") ||
-        get_buf(o_lengths, &lengths, 0, 8, "lengths") || get_buf(o_whole, &whole, 0, 1, "whole") ||
-        get_buf(o_hold, &hold, 1, 1, "hold") || get_buf(o_choff, &choff, 1, 8, "choff") ||
-        get_buf(o_ntok, &ntok, 1, 8, "ntok") || get_buf(o_expect, &expect, 1, 8, "expect") ||
-        get_buf(o_mode, &mode, 0, 8, "mode"))
-        goto done;
-    Py_ssize_t n = slots.view.len / 8;
-    if (gi.view.len / 8 != n || toks.view.len / 8 != n) {
-        PyErr_SetString(PyExc_ValueError, "slots, gi and toks must have the same length");
-        goto done;
+static int text_append_str(Text *t, PyObject *s, Py_ssize_t *chars) {
+    if (!PyUnicode_Check(s)) {
+        PyErr_SetString(PyExc_TypeError, "row text must be a str");
+        return -1;
     }
-    const int64_t *sl = slots.view.buf, *g = gi.view.buf, *tk = toks.view.buf, *len = lengths.view.buf;
-    const char *wh = whole.view.buf;
-    char *hd = hold.view.buf;
-    int64_t *co = choff.view.buf, *nt = ntok.view.buf, *ex = expect.view.buf;
-    const int64_t *md = mode.view.buf;
-    Py_ssize_t n_modes = PyList_GET_SIZE(pieces_by_mode);
-    Py_ssize_t n_texts = PyList_GET_SIZE(texts), n_len = lengths.view.len / 8, n_slots = hold.view.len;
-    Py_ssize_t n_dec = PyList_GET_SIZE(decoders);
-    if (choff.view.len / 8 != n_slots || ntok.view.len / 8 != n_slots || expect.view.len / 8 != n_slots ||
-        mode.view.len / 8 != n_slots ||
-        whole.view.len != n_len || n_texts != n_len) {
-        PyErr_SetString(PyExc_ValueError, "column lengths do not match");
-        goto done;
-    }
-    out_texts = PyList_New(n);
-    out_offsets = PyList_New(n);
-    out_counts = PyList_New(n);
-    s_pending = PyUnicode_InternFromString("_pending");
-    s_fast = PyUnicode_InternFromString("_fast");
-    if (!out_texts || !out_offsets || !out_counts || !s_pending || !s_fast) goto done;
-    Row row = {texts, decoders, pieces_by_mode, s_pending, s_fast, out_texts, out_offsets, out_counts,
-               len, md, wh, hd, co, nt, ex, n_modes};
-    for (Py_ssize_t k = 0; k < n; k++) {
-        int64_t slot = sl[k], idx = g[k];
-        if (slot < 0 || slot >= n_slots || idx < 0 || idx >= n_len || slot >= n_dec) {
-            PyErr_SetString(PyExc_IndexError, "slot or id out of range");
-            goto done;
-        }
-        if (plain_row(&row, k, slot, idx, tk[k]) < 0) goto done;
-    }
-    result = PyTuple_Pack(3, out_texts, out_offsets, out_counts);
-done:
-    for (int i = 0; i < 10; i++) release(all[i]);
-    Py_XDECREF(out_texts);
-    Py_XDECREF(out_offsets);
-    Py_XDECREF(out_counts);
-    Py_XDECREF(s_pending);
-    Py_XDECREF(s_fast);
-    return result;
+    Py_ssize_t n;
+    const char *p = PyUnicode_AsUTF8AndSize(s, &n);
+    if (p == NULL) return -1;
+    *chars = PyUnicode_GET_LENGTH(s);
+    return text_append(t, p, n);
 }
 
+/* Decode s[0:n] as UTF-8 the way CPython's incremental decoder does with errors="replace" and
+ * final=False: each maximal invalid subpart becomes one U+FFFD, and an incomplete but so far valid
+ * sequence at the end is not consumed. The text goes to `out` (as UTF-8); returns its chars, and
+ * the bytes consumed in *used; -1 on memory error. */
+static int64_t utf8_replace(Text *out, const unsigned char *s, Py_ssize_t n, Py_ssize_t *used) {
+    static const char FFFD[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
+    Py_ssize_t i = 0;
+    int64_t chars = 0;
+    while (i < n) {
+        unsigned char b = s[i];
+        int need;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (b < 0x80) need = 0;
+        else if (b >= 0xC2 && b <= 0xDF) need = 1;
+        else if (b == 0xE0) need = 2, lo = 0xA0;
+        else if (b == 0xED) need = 2, hi = 0x9F;
+        else if (b >= 0xE1 && b <= 0xEF) need = 2;
+        else if (b == 0xF0) need = 3, lo = 0x90;
+        else if (b == 0xF4) need = 3, hi = 0x8F;
+        else if (b >= 0xF1 && b <= 0xF3) need = 3;
+        else need = -1; /* never a start byte */
+        if (need < 0) {
+            if (text_append(out, FFFD, 3) < 0) return -1;
+            i++, chars++;
+            continue;
+        }
+        if (b == 0xED && n - i == 2 && s[i + 1] >= 0xA0 && s[i + 1] <= 0xBF) {
+            *used = i; /* as CPython: a truncated surrogate at the end waits for more bytes */
+            return chars;
+        }
+        int j = 1;
+        for (; j <= need; j++) {
+            if (i + j >= n) { /* incomplete at the end: held for the next bytes */
+                *used = i;
+                return chars;
+            }
+            unsigned char c = s[i + j];
+            if (c < (j == 1 ? lo : 0x80) || c > (j == 1 ? hi : 0xBF)) break;
+        }
+        if (j > need) {
+            if (text_append(out, (const char *)s + i, need + 1) < 0) return -1;
+            i += need + 1;
+        } else { /* bytes i .. i+j-1 are a maximal invalid subpart */
+            if (text_append(out, FFFD, 3) < 0) return -1;
+            i += j;
+        }
+        chars++;
+    }
+    *used = n;
+    return chars;
+}
 
-/* step_one_each(slots, starts, toks, vocab, eos_mask, eos_stops, byte_ok, row_of,
- *               texts, lengths, whole, hold, choff, ntok, expect, decoders, mode, pieces)
- *   -> (texts_out, offsets, counts, slow_rows)
- * A batch of one id per row: decides which rows are plain (the stream expects this start, the id
- * is in the vocabulary and no end-of-sequence stop for that stream, not a spaced special, the row's
- * rid not repeated later in the batch) and steps those; the other rows are listed in slow_rows
- * (their texts None, offsets and counts 0) for the caller's per-stream path. */
-static PyObject *step_one_each(PyObject *self, PyObject *args) {
-    PyObject *o_slots, *o_starts, *o_toks, *o_eos_mask, *o_eos_stops, *o_byte_ok, *o_row_of;
-    PyObject *texts, *o_lengths, *o_whole, *o_hold, *o_choff, *o_ntok, *o_expect, *decoders, *o_mode, *pieces_by_mode;
+/* ---- step_packed --------------------------------------------------------------------------- */
+/* What the step needs of one (decode mode, token id): 16 bytes, so a row costs one cache line of
+ * the (large, randomly read) token table rather than one per column. */
+typedef struct {
+    uint32_t off;    /* the token's bytes in `utf8`, when longer than INLINE */
+    uint16_t nbytes;
+    uint16_t nchars; /* chars of its text, if T_WHOLE */
+    uint8_t flags;
+    char inl[7];     /* the bytes themselves, when they fit */
+} TokenEntry;
+#define INLINE 7
+enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4 };
+#define MAX_PENDING 4 /* held bytes of an incomplete character: at most 3 */
+
+enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_PEND, B_PEND_LEN, B_CHOFF, B_NTOK, B_EXPECT,
+       B_EOS_STOPS, B_MODE, N_BUFS };
+
+/* step_packed(ridmap, rids, starts, counts, tokens, (entries, utf8, vocab),
+ *             (pend, pend_len, choff, ntok, expect, eos_stops, mode), slow_row)
+ *   -> (text, lengths, offsets, num_tokens): bytes; the last three packed uint32, one per row
+ *
+ * rids: uint64, starts/counts/tokens: uint32, little-endian; `counts` empty means one id per row.
+ * entries[mode * vocab + id] (TokenEntry, 16 bytes) holds a token's bytes in that decode mode:
+ * T_WHOLE if they are whole characters, T_BYTE_OK unless it is a spaced special token, T_EOS for
+ * end-of-sequence ids. pend[slot] (4 bytes) holds the slot's pend_len[slot] bytes of an incomplete
+ * character, the per-slot columns its expected start, tokens, chars, mode and whether it stops on
+ * end-of-sequence ids.
+ * slow_row(row, rid, slot, start, first, count) -> (text, offset, num_tokens) steps any other row. */
+static PyObject *step_packed(PyObject *self, PyObject *args) {
+    PyObject *o[N_BUFS], *slow_row;
+    RidMap *map;
     Py_ssize_t vocab;
-    if (!PyArg_ParseTuple(args, "OOOnOOOOO!OOOOOOO!OO!", &o_slots, &o_starts, &o_toks, &vocab, &o_eos_mask, &o_eos_stops,
-                          &o_byte_ok, &o_row_of, &PyList_Type, &texts, &o_lengths, &o_whole, &o_hold, &o_choff,
-                          &o_ntok, &o_expect, &PyList_Type, &decoders, &o_mode, &PyList_Type, &pieces_by_mode))
+    if (!PyArg_ParseTuple(args, "O!OOOO(OOn)(OOOOOOO)O", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
+                          &o[B_TOKENS], &o[B_ENTRIES], &o[B_UTF8], &vocab, &o[B_PEND], &o[B_PEND_LEN], &o[B_CHOFF],
+                          &o[B_NTOK], &o[B_EXPECT], &o[B_EOS_STOPS], &o[B_MODE], &slow_row))
         return NULL;
-    Buf slots, starts, toks, eos_mask, eos_stops, byte_ok, row_of, lengths, whole, hold, choff, ntok, expect, mode;
-    Buf *all[] = {&slots, &starts, &toks, &eos_mask, &eos_stops, &byte_ok, &row_of, &lengths, &whole, &hold, &choff,
-                  &ntok, &expect, &mode};
-    const int nbuf = 14;
-    for (int i = 0; i < nbuf; i++) all[i]->held = 0;
-    PyObject *out_texts = NULL, *out_offsets = NULL, *out_counts = NULL, *slow = NULL, *result = NULL;
-    PyObject *s_pending = NULL, *s_fast = NULL;
-    if (get_buf(o_slots, &slots, 0, 8, "slots") || get_buf(o_starts, &starts, 0, 8, "starts") ||
-        get_buf(o_toks, &toks, 0, 8, "toks") || get_buf(o_eos_mask, &eos_mask, 0, 1, "eos_mask") ||
-        get_buf(o_eos_stops, &eos_stops, 0, 1, "eos_stops") || get_buf(o_byte_ok, &byte_ok, 0, 1, "byte_ok") ||
-        get_buf(o_row_of, &row_of, 1, 8, "row_of") || get_buf(o_lengths, &lengths, 0, 8, "lengths") ||
-        get_buf(o_whole, &whole, 0, 1, "whole") || get_buf(o_hold, &hold, 1, 1, "hold") ||
-        get_buf(o_choff, &choff, 1, 8, "choff") || get_buf(o_ntok, &ntok, 1, 8, "ntok") ||
-        get_buf(o_expect, &expect, 1, 8, "expect") || get_buf(o_mode, &mode, 0, 8, "mode"))
-        goto done;
-    Py_ssize_t n = slots.view.len / 8, n_slots = hold.view.len, n_len = lengths.view.len / 8;
-    Py_ssize_t n_modes = PyList_GET_SIZE(pieces_by_mode);
-    if (starts.view.len / 8 != n || toks.view.len / 8 != n || eos_mask.view.len != vocab ||
-        eos_stops.view.len != n_slots || row_of.view.len / 8 != n_slots || choff.view.len / 8 != n_slots ||
-        ntok.view.len / 8 != n_slots || expect.view.len / 8 != n_slots || mode.view.len / 8 != n_slots ||
-        whole.view.len != n_len || PyList_GET_SIZE(texts) != n_len || PyList_GET_SIZE(decoders) != n_slots ||
-        (byte_ok.view.len != 0 && byte_ok.view.len != n_len) || n_len != n_modes * vocab) {
-        PyErr_SetString(PyExc_ValueError, "column lengths do not match");
+    static const struct {
+        Py_ssize_t itemsize;
+        int writable;
+        const char *name;
+    } spec[N_BUFS] = {
+        {1, 0, "rids"}, {1, 0, "starts"}, {1, 0, "counts"}, {1, 0, "tokens"}, {sizeof(TokenEntry), 0, "entries"},
+        {1, 0, "utf8"}, {1, 1, "pend"}, {1, 1, "pend_len"}, {8, 1, "choff"}, {8, 1, "ntok"}, {8, 1, "expect"},
+        {1, 0, "eos_stops"}, {8, 0, "mode"},
+    };
+    Buf b[N_BUFS];
+    for (int i = 0; i < N_BUFS; i++) b[i].held = 0;
+    PyObject *out_lengths = NULL, *out_offsets = NULL, *out_ntok = NULL, *result = NULL;
+    Text text = {NULL, 0, 0};
+    for (int i = 0; i < N_BUFS; i++)
+        if (get_buf(o[i], &b[i], spec[i].writable, spec[i].itemsize, spec[i].name) < 0) goto done;
+
+    Py_ssize_t n = b[B_RIDS].view.len / 8, n_tokens = b[B_TOKENS].view.len / 4;
+    int has_counts = b[B_COUNTS].view.len != 0;
+    if (b[B_RIDS].view.len % 8 || b[B_STARTS].view.len != 4 * n || b[B_TOKENS].view.len % 4 ||
+        (has_counts ? b[B_COUNTS].view.len != 4 * n : n_tokens != n)) {
+        PyErr_SetString(PyExc_ValueError, "rids, starts, counts and tokens do not fit together");
         goto done;
     }
-    const int64_t *sl = slots.view.buf, *st = starts.view.buf, *tk = toks.view.buf, *len = lengths.view.buf;
-    const int64_t *md = mode.view.buf;
-    const char *em = eos_mask.view.buf, *es = eos_stops.view.buf, *bo = byte_ok.view.buf, *wh = whole.view.buf;
-    char *hd = hold.view.buf;
-    int64_t *ro = row_of.view.buf, *co = choff.view.buf, *nt = ntok.view.buf, *ex = expect.view.buf;
-    out_texts = PyList_New(n);
-    out_offsets = PyList_New(n);
-    out_counts = PyList_New(n);
-    slow = PyList_New(0);
-    s_pending = PyUnicode_InternFromString("_pending");
-    s_fast = PyUnicode_InternFromString("_fast");
-    if (!out_texts || !out_offsets || !out_counts || !slow || !s_pending || !s_fast) goto done;
-    Row row = {texts, decoders, pieces_by_mode, s_pending, s_fast, out_texts, out_offsets, out_counts,
-               len, md, wh, hd, co, nt, ex, n_modes};
+    Py_ssize_t n_slots = b[B_PEND_LEN].view.len, n_entries = b[B_ENTRIES].view.len / (Py_ssize_t)sizeof(TokenEntry);
+    Py_ssize_t n_utf8 = b[B_UTF8].view.len;
+    if (b[B_CHOFF].view.len != 8 * n_slots || b[B_NTOK].view.len != 8 * n_slots || b[B_EXPECT].view.len != 8 * n_slots ||
+        b[B_EOS_STOPS].view.len != n_slots || b[B_MODE].view.len != 8 * n_slots ||
+        b[B_PEND].view.len != MAX_PENDING * n_slots || vocab <= 0 || n_entries % vocab) {
+        PyErr_SetString(PyExc_ValueError, "table columns do not match");
+        goto done;
+    }
+    const char *rids = b[B_RIDS].view.buf, *starts = b[B_STARTS].view.buf, *counts = b[B_COUNTS].view.buf;
+    const char *tokens = b[B_TOKENS].view.buf, *utf8 = b[B_UTF8].view.buf;
+    const TokenEntry *entries = b[B_ENTRIES].view.buf;
+    const int64_t *md = b[B_MODE].view.buf;
+    const char *es = b[B_EOS_STOPS].view.buf;
+    unsigned char *pend = b[B_PEND].view.buf, *pend_len = b[B_PEND_LEN].view.buf;
+    int64_t *co = b[B_CHOFF].view.buf, *nt = b[B_NTOK].view.buf, *ex = b[B_EXPECT].view.buf;
+    if (has_counts) { /* checked before anything is stepped */
+        Py_ssize_t total = 0;
+        for (Py_ssize_t k = 0; k < n; k++) total += load_u32(counts, k);
+        if (total != n_tokens) {
+            PyErr_SetString(PyExc_ValueError, "counts do not add up to the tokens");
+            goto done;
+        }
+    }
+
+    out_lengths = PyBytes_FromStringAndSize(NULL, 4 * n);
+    out_offsets = PyBytes_FromStringAndSize(NULL, 4 * n);
+    out_ntok = PyBytes_FromStringAndSize(NULL, 4 * n);
+    if (!out_lengths || !out_offsets || !out_ntok) goto done;
+    char *o_len = PyBytes_AS_STRING(out_lengths), *o_off = PyBytes_AS_STRING(out_offsets);
+    char *o_nt = PyBytes_AS_STRING(out_ntok);
+    text.cap = 8 * n + 64;
+    if ((text.data = PyMem_Malloc(text.cap)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+
+    Py_ssize_t first = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
-        if (sl[k] < 0 || sl[k] >= n_slots) {
+        uint64_t rid = load_u64(rids, k);
+        int64_t start = load_u32(starts, k), count = has_counts ? load_u32(counts, k) : 1;
+        if (first + count > n_tokens) {
+            PyErr_SetString(PyExc_ValueError, "counts add up to more than the tokens");
+            goto done;
+        }
+        int64_t slot = rm_get(map, rid);
+        if (slot < 0 || slot >= n_slots) {
             PyErr_SetString(PyExc_IndexError, "slot out of range");
             goto done;
         }
-        ro[sl[k]] = k;  /* the last row of each slot wins: earlier repeats go the per-stream way */
-    }
-    for (Py_ssize_t k = 0; k < n; k++) {
-        int64_t slot = sl[k], tok = tk[k];
-        int plain = ex[slot] == st[k] && ro[slot] == k && tok >= 0 && tok < vocab && !(em[tok] && es[slot]);
-        int64_t idx = plain ? md[slot] * vocab + tok : 0;
-        if (plain && (idx < 0 || idx >= n_len || (byte_ok.view.len && !bo[idx]))) plain = 0;
-        if (!plain) {
-            PyObject *kk = PyLong_FromSsize_t(k);
-            if (kk == NULL || PyList_Append(slow, kk) < 0) {
-                Py_XDECREF(kk);
-                goto done;
+        int64_t tok = count >= 1 ? load_u32(tokens, first) : 0;
+        const TokenEntry *e = NULL;
+        if (count == 1 && slot != 0 && ex[slot] == start && tok < vocab) {
+            int64_t idx = md[slot] * vocab + tok;
+            if (idx >= 0 && idx < n_entries) {
+                e = &entries[idx];
+                if (!(e->flags & T_BYTE_OK) || ((e->flags & T_EOS) && es[slot])) e = NULL;
             }
-            Py_DECREF(kk);
-            Py_INCREF(Py_None);
-            PyList_SET_ITEM(out_texts, k, Py_None);
-            PyObject *z1 = PyLong_FromLong(0), *z2 = PyLong_FromLong(0);
-            if (z1 == NULL || z2 == NULL) {
-                Py_XDECREF(z1);
-                Py_XDECREF(z2);
-                goto done;
-            }
-            PyList_SET_ITEM(out_offsets, k, z1);
-            PyList_SET_ITEM(out_counts, k, z2);
-            continue;
         }
-        if (plain_row(&row, k, slot, idx, tok) < 0) goto done;
+        int64_t offset, chars, count_after;
+        if (e != NULL && (e->nbytes > INLINE && (Py_ssize_t)e->off + e->nbytes > n_utf8)) {
+            PyErr_SetString(PyExc_ValueError, "token entry outside utf8");
+            goto done;
+        }
+        if (e != NULL) { /* a plain row */
+            const char *p = e->nbytes <= INLINE ? e->inl : utf8 + e->off;
+            unsigned char held = pend_len[slot];
+            if ((e->flags & T_WHOLE) && !held) {
+                if (text_append(&text, p, e->nbytes) < 0) goto done;
+                chars = e->nchars;
+            } else { /* part of a character, or bytes held: the slot's incremental UTF-8 */
+                unsigned char small[64], *data = small;
+                Py_ssize_t size = held + e->nbytes, used;
+                if (held > MAX_PENDING - 1) {
+                    PyErr_SetString(PyExc_ValueError, "held bytes out of range");
+                    goto done;
+                }
+                if (size > (Py_ssize_t)sizeof(small) && (data = PyMem_Malloc(size)) == NULL) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                memcpy(data, pend + MAX_PENDING * slot, held);
+                memcpy(data + held, p, e->nbytes);
+                chars = utf8_replace(&text, data, size, &used);
+                if (chars >= 0 && size - used > MAX_PENDING - 1) { /* cannot happen: a held prefix is < 4 bytes */
+                    PyErr_SetString(PyExc_ValueError, "incomplete UTF-8 tail too long");
+                    chars = -1;
+                }
+                if (chars >= 0) {
+                    memcpy(pend + MAX_PENDING * slot, data + used, size - used);
+                    pend_len[slot] = (unsigned char)(size - used);
+                }
+                if (data != small) PyMem_Free(data);
+                if (chars < 0) goto done;
+            }
+            offset = co[slot];
+            co[slot] = offset + chars;
+            count_after = ex[slot] = nt[slot] = nt[slot] + 1;
+        } else {
+            PyObject *r = PyObject_CallFunction(slow_row, "nKLLnL", k, (unsigned long long)rid, (long long)slot,
+                                                (long long)start, first, (long long)count);
+            if (r == NULL) goto done;
+            PyObject *s;
+            long long off, cnt;
+            Py_ssize_t c;
+            if (!PyArg_ParseTuple(r, "ULL", &s, &off, &cnt) || text_append_str(&text, s, &c) < 0) {
+                Py_DECREF(r);
+                goto done;
+            }
+            Py_DECREF(r);
+            chars = c;
+            offset = off;
+            count_after = cnt;
+        }
+        store_u32(o_len, k, (uint32_t)chars);
+        store_u32(o_off, k, (uint32_t)offset);
+        store_u32(o_nt, k, (uint32_t)count_after);
+        first += count;
     }
-    result = PyTuple_Pack(4, out_texts, out_offsets, out_counts, slow);
+    if (first != n_tokens) {
+        PyErr_SetString(PyExc_ValueError, "counts add up to fewer than the tokens");
+        goto done;
+    }
+    PyObject *blob = PyBytes_FromStringAndSize(text.data, text.size);
+    if (blob == NULL) goto done;
+    result = PyTuple_Pack(4, blob, out_lengths, out_offsets, out_ntok);
+    Py_DECREF(blob);
 done:
-    for (int i = 0; i < nbuf; i++) release(all[i]);
-    Py_XDECREF(out_texts);
+    for (int i = 0; i < N_BUFS; i++) release(&b[i]);
+    PyMem_Free(text.data);
+    Py_XDECREF(out_lengths);
     Py_XDECREF(out_offsets);
-    Py_XDECREF(out_counts);
-    Py_XDECREF(slow);
-    Py_XDECREF(s_pending);
-    Py_XDECREF(s_fast);
+    Py_XDECREF(out_ntok);
+    return result;
+}
+
+/* split_text(text, lengths) -> list[str]: the per-row texts of a packed step (a frontend's view) */
+static PyObject *split_text(PyObject *self, PyObject *args) {
+    PyObject *o_text, *o_lengths;
+    if (!PyArg_ParseTuple(args, "OO", &o_text, &o_lengths)) return NULL;
+    Buf t = {.held = 0}, l = {.held = 0};
+    PyObject *out = NULL, *whole = NULL;
+    if (get_buf(o_text, &t, 0, 1, "text") < 0 || get_buf(o_lengths, &l, 0, 1, "lengths") < 0) goto done;
+    if (l.view.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "lengths must be packed uint32");
+        goto done;
+    }
+    whole = PyUnicode_DecodeUTF8(t.view.buf, t.view.len, "strict");
+    if (whole == NULL) goto done;
+    Py_ssize_t n = l.view.len / 4, total = PyUnicode_GET_LENGTH(whole), at = 0;
+    out = PyList_New(n);
+    if (out == NULL) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t chars = load_u32(l.view.buf, k);
+        if (chars > total - at) {
+            PyErr_SetString(PyExc_ValueError, "lengths add up to more than the text");
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyObject *s = PyUnicode_Substring(whole, at, at + chars);
+        if (s == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, k, s);
+        at += chars;
+    }
+    if (at != total) {
+        PyErr_SetString(PyExc_ValueError, "lengths add up to fewer than the text");
+        Py_CLEAR(out);
+    }
+done:
+    release(&t);
+    release(&l);
+    Py_XDECREF(whole);
+    return out;
+}
+
+/* decode_utf8(data) -> (text, used): utf8_replace on its own (tests compare it with CPython's) */
+static PyObject *decode_utf8(PyObject *self, PyObject *arg) {
+    Buf d = {.held = 0};
+    Text t = {NULL, 0, 0};
+    PyObject *result = NULL;
+    Py_ssize_t used = 0;
+    if (get_buf(arg, &d, 0, 1, "data") < 0) goto done;
+    t.cap = 3 * d.view.len + 16;
+    if ((t.data = PyMem_Malloc(t.cap)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (utf8_replace(&t, d.view.buf, d.view.len, &used) < 0) goto done;
+    PyObject *text = PyUnicode_DecodeUTF8(t.data, t.size, "strict");
+    if (text != NULL) {
+        result = Py_BuildValue("Nn", text, used);
+    }
+done:
+    release(&d);
+    PyMem_Free(t.data);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"step_plain", step_plain, METH_VARARGS, "The plain rows of a StreamTable step (see table.py)."},
-    {"step_one_each", step_one_each, METH_VARARGS, "A one-id-per-row batch: plain rows stepped, others listed."},
+    {"step_packed", step_packed, METH_VARARGS, "A StreamTable step on packed wire columns (see table.py)."},
+    {"split_text", split_text, METH_VARARGS, "Per-row texts of a packed text and its uint32 char lengths."},
+    {"decode_utf8", decode_utf8, METH_O, "(text, bytes used): UTF-8, errors='replace', an incomplete tail kept."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plainstep", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__plainstep(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__plainstep(void) {
+    if (PyType_Ready(&RidMapType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&RidMapType);
+    if (PyModule_AddObject(m, "RidMap", (PyObject *)&RidMapType) < 0) {
+        Py_DECREF(&RidMapType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

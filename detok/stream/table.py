@@ -1,14 +1,17 @@
 """All live requests of one worker, stepped one scheduler batch at a time.
 
 Most rids in most steps carry one token whose bytes are whole characters, for a stream with nothing
-held and no stop strings: for those the step is a few numpy gathers over the whole batch (the text of
-every token id is precomputed). Every other rid goes through its own `DecodeStream.step`, which gives
-the same text; the table keeps the two paths' counters in step.
+held and no stop strings ("plain" rows): their text is precomputed per token id, so the step only
+copies it and advances a few per-slot counters. Every other rid goes through its own
+`DecodeStream.step`, which gives the same text; the table keeps the two paths' counters in step.
+
+`step_packed` is the worker's entry: packed wire columns in, the frontend's packed columns out
+(`PackedStep`), done by the compiled loop in `_plainstep.c` when it is built. `step` takes and
+returns Python sequences (same results); without the extension both run on numpy gathers.
 """
 
 from __future__ import annotations
 
-import operator
 from collections import deque
 from collections.abc import Hashable, Sequence
 from itertools import repeat
@@ -22,16 +25,23 @@ from detok.stream.params import EMPTY_DELTA, DecodeParams, Finish
 from detok.stream.strategy import Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
 
-try:  # the compiled inner loop (optional extension); the numpy/Python path gives the same results
-    from detok.stream._plainstep import step_one_each as _compiled_step_one_each
-    from detok.stream._plainstep import step_plain as _compiled_step_plain
+from detok.packing import join_texts, pack_u32, split_text, unpack_rids, unpack_u32
+
+try:  # the compiled step (optional extension); the numpy/Python path gives the same results
+    from detok.stream._plainstep import RidMap as _RidMap
+    from detok.stream._plainstep import step_packed as _compiled_step_packed
 except ImportError:  # pragma: no cover - depends on the build
-    _compiled_step_plain = _compiled_step_one_each = None
+    _RidMap = _compiled_step_packed = None
 
 _UNKNOWN = 0  # slot 0 is never given out: unknown rids map to it, and it never matches a start
-_NOT_PLAIN = -2
-_SMALL_BATCH = 8
-_NO_BYTES = np.zeros(0, dtype=bool)  # up to this many rows a batch is stepped row by row  # `_expect` of a slot whose next step must go through its DecodeStream
+_NOT_PLAIN = -2  # `_expect` of a slot whose next step must go through its DecodeStream
+_SMALL_BATCH = 8  # numpy path: up to this many rows a batch is stepped row by row
+# The compiled step's record of one (decode mode, id), as `TokenEntry` in _plainstep.c.
+_INLINE = 7
+_TOKEN_ENTRY = np.dtype([("off", "<u4"), ("nbytes", "<u2"), ("nchars", "<u2"), ("flags", "u1"), ("inline", f"S{_INLINE}")])
+_T_WHOLE, _T_BYTE_OK, _T_EOS = 1, 2, 4
+_MAX_PENDING = 4  # held bytes of an incomplete UTF-8 character: at most 3
+assert _TOKEN_ENTRY.itemsize == 16
 
 
 def _indexable(rid: Hashable) -> bool:
@@ -42,24 +52,68 @@ def _as_list(values: np.ndarray | list[int]) -> list[int]:
     return values if isinstance(values, list) else values.tolist()
 
 
+def _packed_columns(
+    rids: Sequence[Hashable], starts: Sequence[int], counts: Sequence[int], tokens: Sequence[int]
+) -> tuple[bytes, bytes, bytes, bytes] | None:
+    """The wire form of a step's columns, or None if a value does not fit it (a rid that is not an
+    unsigned 64-bit int, a negative id or start): those batches take the numpy path."""
+    arrays = []
+    for values, limit in ((rids, 2**64), (starts, 2**32), (counts, 2**32), (tokens, 2**32)):
+        arr = np.asarray(values)
+        if arr.ndim != 1 or (len(arr) and (arr.dtype.kind not in "ui" or arr.min() < 0 or int(arr.max()) >= limit)):
+            return None
+        arrays.append(arr)
+    rid_a, start_a, count_a, token_a = arrays
+    one_each = len(count_a) == len(rid_a) and bool((count_a == 1).all())  # the wire's short form
+    return (
+        rid_a.astype("<u8", copy=False).tobytes(),
+        start_a.astype("<u4", copy=False).tobytes(),
+        b"" if one_each else count_a.astype("<u4", copy=False).tobytes(),
+        token_a.astype("<u4", copy=False).tobytes(),
+    )
+
+
 class DuplicateRequest(KeyError):
     pass
 
 
 class StepResult(NamedTuple):
     texts: list[str]
-    offsets: list[int]
-    num_tokens: list[int]
+    offsets: list[int]  # char offset of each row's text in its request's output
+    num_tokens: list[int]  # output tokens the row's request had consumed after the row
     finishes: list[Finish | None]
+
+
+class PackedStep(NamedTuple):
+    """A step's output as the frontend's wire columns: `text` is the rows' texts in UTF-8, back to
+    back; `lengths` (chars of each row's text), `offsets` and `num_tokens` (as in StepResult) are
+    packed little-endian uint32, one per row. `finished`: (row, rid, finish) of rows that ended
+    their request."""
+
+    text: bytes
+    lengths: bytes
+    offsets: bytes
+    num_tokens: bytes
+    finished: list[tuple[int, Hashable, Finish]]
+
+    def unpacked(self) -> StepResult:
+        texts = split_text(self.text, self.lengths)
+        finishes: list[Finish | None] = [None] * len(texts)
+        for row, _, finish in self.finished:
+            finishes[row] = finish
+        return StepResult(texts, unpack_u32(self.offsets).tolist(), unpack_u32(self.num_tokens).tolist(), finishes)
 
 
 class _ModeTables:
     """Every byte-table mode in use, concatenated (mode m's id t at m * vocab + t) for numpy gathers."""
 
-    def __init__(self, vocab: int) -> None:
+    def __init__(self, vocab: int, eos: np.ndarray) -> None:
         self.vocab = vocab
+        self.eos = eos  # bool per id: an end-of-sequence id
         self.index: dict[int, int] = {}
         self.texts: list[str | None] = []
+        self.entries = np.zeros(0, dtype=_TOKEN_ENTRY)  # the compiled step's view of every id
+        self.utf8 = b""  # the bytes of the ids too long to fit in their entry
         self.pieces: list[list[bytes]] = []  # each mode's bytes per id
         self.whole = np.empty(0, dtype=bool)  # the id's bytes are whole characters
         self.lengths = np.empty(0, dtype=np.int64)
@@ -81,7 +135,26 @@ class _ModeTables:
                 self.spaced = True
                 byte_ok[[i for i in tables.special if 0 <= i < len(texts)]] = False
             self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
+            self._add_entries(tables, lengths, byte_ok)
         return m
+
+    def _add_entries(self, tables: ByteTables, lengths: np.ndarray, byte_ok: np.ndarray) -> None:
+        pieces, texts = tables.pieces, tables.texts
+        nbytes = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        whole = np.array([t is not None for t in texts], dtype=bool) & (lengths < 2**16)
+        fits = nbytes < 2**16  # else: never on the compiled plain path
+        entries = np.zeros(len(pieces), dtype=_TOKEN_ENTRY)
+        entries["flags"] = (whole & fits) * _T_WHOLE + (byte_ok & fits) * _T_BYTE_OK + self.eos[: len(pieces)] * _T_EOS
+        entries["nbytes"] = np.where(fits, nbytes, 0)
+        entries["nchars"] = np.where(whole, lengths, 0)
+        entries["inline"] = [b if len(b) <= _INLINE else b"" for b in pieces]
+        spilled = np.flatnonzero(fits & (nbytes > _INLINE))
+        spill_len = nbytes[spilled]
+        entries["off"][spilled] = len(self.utf8) + np.cumsum(spill_len) - spill_len
+        self.utf8 += b"".join([pieces[i] for i in spilled.tolist()])
+        if len(self.utf8) >= 2**32:
+            raise ValueError("token bytes too long for the compiled step")
+        self.entries = np.concatenate([self.entries, entries])
 
 
 class StreamTable:
@@ -89,7 +162,7 @@ class StreamTable:
         self.tokenizer = tokenizer
         self.plan = prepare_decoding(tokenizer, strategy)
         self._strategy = strategy
-        self.compiled = _compiled_step_plain is not None  # False: the numpy/Python path (tests set it)
+        self.compiled = _compiled_step_packed is not None  # False: the numpy/Python path (tests set it)
         self._vocab = tokenizer.vocab_size
         self._streams: dict[Hashable, DecodeStream] = {}
         self._slot_of: dict[Hashable, int] = {}
@@ -98,19 +171,16 @@ class StreamTable:
         # Columnar state of the vectorized path; the stream objects hold everything else.
         self._expect = np.full(capacity, _NOT_PLAIN, dtype=np.int64)  # next start, if the slot is plain
         self._expect[_UNKNOWN] = -3
-        self._hold = np.zeros(capacity, dtype=bool)  # incomplete UTF-8 bytes are held
+        # Bytes of an incomplete character held for a slot: the columns are the truth (the step
+        # updates them); a stream's own decoder gets them back before it steps (`_load`).
+        self._pend = np.zeros((capacity, _MAX_PENDING), dtype=np.uint8)
+        self._pend_len = np.zeros(capacity, dtype=np.uint8)
         self._eos_stops = np.zeros(capacity, dtype=bool)  # the stream stops on end-of-sequence ids
         self._mode = np.zeros(capacity, dtype=np.int64)
         self._ntok = np.zeros(capacity, dtype=np.int64)
         self._choff = np.zeros(capacity, dtype=np.int64)
-        self._tables = _ModeTables(self._vocab)
-        # Integer rids (the wire's) are also kept sorted, so a batch's rids find their slots with
-        # one vectorized binary search instead of a dict lookup per row.
-        self._keys = np.empty(0, dtype=np.uint64)
-        self._key_slots = np.empty(0, dtype=np.int64)
-        self._keys_added: list[tuple[int, int]] = []  # merged into the sorted keys at the next step
-        self._keys_removed: list[int] = []
-        self._unindexed = 0  # live rids that are not unsigned 64-bit ints (then: dict lookups)
+        # Unsigned 64-bit rids (the wire's) are also in a C hash map, for the compiled step's lookups.
+        self._rid_map = _RidMap() if _RidMap is not None else None
         self._rows = np.arange(capacity, dtype=np.int64)  # scratch for duplicate detection
         self._row_of = np.zeros(capacity, dtype=np.int64)
         self._eos = frozenset(tokenizer.eos_token_ids)
@@ -118,6 +188,7 @@ class StreamTable:
         for i in self._eos:
             if 0 <= i < self._vocab:
                 self._eos_mask[i] = True
+        self._tables = _ModeTables(self._vocab, self._eos_mask)
 
     # ---- registration -----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -143,10 +214,8 @@ class StreamTable:
         slot = self._free.pop()
         self._streams[rid] = stream
         self._slot_of[rid] = slot
-        if _indexable(rid):
-            self._keys_added.append((int(rid), slot))
-        else:
-            self._unindexed += 1
+        if self._rid_map is not None and _indexable(rid):
+            self._rid_map.put(int(rid), slot)  # type: ignore[arg-type]
         dec = stream._text
         byte_dec = dec if isinstance(dec, ByteTextDecoder) else None
         self._decoders[slot] = byte_dec
@@ -159,10 +228,8 @@ class StreamTable:
         if slot is None:
             return
         del self._streams[rid]
-        if _indexable(rid):
-            self._keys_removed.append(int(rid))
-        else:
-            self._unindexed -= 1
+        if self._rid_map is not None and _indexable(rid):
+            self._rid_map.pop(int(rid))  # type: ignore[arg-type]
         self._decoders[slot] = None
         self._expect[slot] = _NOT_PLAIN
         self._free.append(slot)
@@ -171,7 +238,7 @@ class StreamTable:
         old = len(self._decoders)
         self._decoders.extend([None] * old)
         self._free.extend(range(2 * old - 1, old - 1, -1))
-        for name in ("_hold", "_eos_stops", "_mode", "_ntok", "_choff"):
+        for name in ("_pend", "_pend_len", "_eos_stops", "_mode", "_ntok", "_choff"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
         self._expect = np.concatenate([self._expect, np.full(old, _NOT_PLAIN, dtype=np.int64)])
@@ -193,14 +260,72 @@ class StreamTable:
         self._ntok[slot] = stream.num_tokens
         self._choff[slot] = stream.char_offset
         self._eos_stops[slot] = bool(stream._stop_ids)
-        self._hold[slot] = isinstance(dec, ByteTextDecoder) and bool(dec._pending)
+        held = dec._pending if isinstance(dec, ByteTextDecoder) else b""
+        self._pend_len[slot] = len(held)
+        if held:
+            if len(held) >= _MAX_PENDING:  # never for a valid prefix; keep such a stream off the plain path
+                self._expect[slot] = _NOT_PLAIN
+            else:
+                self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
+
+    def _load(self, slot: int, stream: DecodeStream) -> None:
+        """The columns' state into the stream, before it steps on its own (the plain rows advance
+        the columns only)."""
+        stream.num_tokens = int(self._ntok[slot])
+        stream.char_offset = int(self._choff[slot])
+        dec = stream._text
+        if isinstance(dec, ByteTextDecoder) and self._expect[slot] != _NOT_PLAIN:
+            n = int(self._pend_len[slot])
+            dec._pending = self._pend[slot, :n].tobytes() if n else b""
+            dec._fast = not (dec._strip or dec._after_special or n)
 
     # ---- stepping ---------------------------------------------------------------------------
+    def step_packed(self, rids: bytes, starts: bytes, counts: bytes, tokens: bytes) -> PackedStep:
+        """One scheduler batch in wire form (`DetokBatch`'s packed columns: uint64 rids, uint32
+        starts, counts - empty for one id per row - and ids) -> the frontend's packed columns.
+        ValueError, before any state changes, if the columns do not fit together."""
+        if not self.compiled:
+            rid_a = unpack_rids(rids)
+            count_a = unpack_u32(counts) if counts else np.ones(len(rid_a), dtype=np.int64)
+            result = self._step_numpy(np.frombuffer(rid_a, dtype=np.uint64), unpack_u32(starts), count_a, unpack_u32(tokens))
+            text, lengths = join_texts(result.texts)
+            finished = [(k, rid_a[k], f) for k, f in enumerate(result.finishes) if f is not None]
+            return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), finished)
+        if counts and len(counts) == len(starts) and sum(unpack_u32(counts)) * 4 != len(tokens):
+            raise ValueError("counts do not add up to the tokens")  # checked before anything is stepped
+        tokens_a = np.frombuffer(tokens, dtype="<u4") if len(tokens) % 4 == 0 else np.zeros(0, np.uint32)
+        finished: list[tuple[int, Hashable, Finish]] = []
+
+        def slow_row(k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
+            text, offset, ntok, finish = self._step_one(rid, slot, start, tokens_a[first : first + count])
+            if finish is not None:
+                finished.append((k, rid, finish))
+            return text, offset, ntok
+
+        tables = self._tables
+        out = _compiled_step_packed(  # type: ignore[misc]
+            self._rid_map, rids, starts, counts, tokens,
+            (tables.entries, tables.utf8, self._vocab),
+            (self._pend, self._pend_len, self._choff, self._ntok, self._expect, self._eos_stops, self._mode),
+            slow_row,
+        )
+        return PackedStep(*out, finished)
+
     def step(
         self, rids: Sequence[Hashable], starts: Sequence[int], counts: Sequence[int], tokens: Sequence[int]
     ) -> StepResult:
         """One scheduler batch: rids[k] gets counts[k] ids from `tokens`, the first being its
         output token number starts[k] (earlier ones are a replay and skipped)."""
+        if self.compiled:
+            packed = _packed_columns(rids, starts, counts, tokens)
+            if packed is not None:
+                return self.step_packed(*packed).unpacked()
+        return self._step_numpy(rids, starts, counts, tokens)
+
+    def _step_numpy(
+        self, rids: Sequence[Hashable], starts: Sequence[int], counts: Sequence[int], tokens: Sequence[int]
+    ) -> StepResult:
+        """`step` without the extension: the plain rows by numpy gathers, the rest per stream."""
         n = len(rids)
         tokens_a = np.asarray(tokens)
         starts_a = np.asarray(starts)
@@ -211,13 +336,11 @@ class StreamTable:
             return StepResult([], [], [], [])
         if n > len(self._rows):
             self._rows = np.arange(2 * n, dtype=np.int64)
-        slots = self._slots_of(rids, n)
+        slots = np.fromiter(map(self._slot_of.get, rids, repeat(_UNKNOWN)), dtype=np.int64, count=n)
         if n <= _SMALL_BATCH:
             # a few rows: numpy's fixed cost per call would dominate; each row steps its own stream
             return self._step_rows(rids, slots, starts_a, counts_a, tokens_a)
         one_each = len(tokens_a) == n and counts_a.max() == 1
-        if one_each and self.compiled:
-            return self._step_one_each_compiled(rids, slots, starts_a, tokens_a)
         firsts = None
         if one_each:
             tok1 = tokens_a
@@ -237,10 +360,13 @@ class StreamTable:
         if tables.spaced:
             elig &= tables.byte_ok[gi]
         # A rid twice in one batch (a replayed row): all its rows go, in order, through its stream.
-        self._row_of[slots] = self._rows[:n]
-        elig &= self._row_of[slots] == self._rows[:n]
+        rows = self._rows[:n]
+        self._row_of[slots] = rows  # the last row of each slot wins
+        elig &= self._row_of[slots] == rows
+        self._row_of[slots[::-1]] = rows[::-1]  # the first wins
+        elig &= self._row_of[slots] == rows
         if elig.all():
-            texts, offs, ntok = self._step_plain(slots, tok1, gi)
+            texts, offs, ntok = self._step_plain_py(slots, tok1, gi)
             return StepResult(texts, _as_list(offs), _as_list(ntok), [None] * n)
 
         texts = [""] * n
@@ -249,7 +375,7 @@ class StreamTable:
         finishes: list[Finish | None] = [None] * n
         idx = np.flatnonzero(elig)
         if len(idx):
-            plain, offsets[idx], ntoks[idx] = self._step_plain(slots[idx], tok1[idx], gi[idx])
+            plain, offsets[idx], ntoks[idx] = self._step_plain_py(slots[idx], tok1[idx], gi[idx])
             deque(map(texts.__setitem__, idx.tolist(), plain), maxlen=0)
         slow = np.flatnonzero(~elig)
         if isinstance(rids, np.ndarray):
@@ -263,27 +389,6 @@ class StreamTable:
                 rids[k], slot, start, tokens_a[first : first + count]
             )
         return StepResult(texts, offsets.tolist(), ntoks.tolist(), finishes)
-
-    def _step_one_each_compiled(
-        self, rids: Sequence[Hashable], slots: np.ndarray, starts: np.ndarray, tokens: np.ndarray
-    ) -> StepResult:
-        """One id per row: eligibility and the plain rows in one compiled pass, the rest per stream."""
-        tables = self._tables
-        texts, offsets, counts, slow = _compiled_step_one_each(  # type: ignore[misc]
-            slots, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(tokens, dtype=np.int64),
-            self._vocab, self._eos_mask, self._eos_stops, tables.byte_ok if tables.spaced else _NO_BYTES,
-            self._row_of, tables.texts, tables.lengths, tables.whole, self._hold, self._choff, self._ntok,
-            self._expect, self._decoders, self._mode, tables.pieces,
-        )
-        finishes: list[Finish | None] = [None] * len(texts)
-        if slow:
-            if isinstance(rids, np.ndarray):
-                rids = rids.tolist()
-            for k in slow:
-                texts[k], offsets[k], counts[k], finishes[k] = self._step_one(
-                    rids[k], int(slots[k]), int(starts[k]), tokens[k : k + 1]
-                )
-        return StepResult(texts, offsets, counts, finishes)
 
     def _step_rows(
         self, rids: Sequence[Hashable], slots: np.ndarray, starts: np.ndarray, counts: np.ndarray, tokens: np.ndarray
@@ -301,71 +406,20 @@ class StreamTable:
             out.finishes.append(finish)
         return out
 
-    def _slots_of(self, rids: Sequence[Hashable], n: int) -> np.ndarray:
-        if not self._unindexed and isinstance(rids, np.ndarray) and rids.dtype.kind in "ui":
-            if self._keys_added or self._keys_removed:
-                self._merge_keys()
-            keys = self._keys
-            if not len(keys):
-                return np.zeros(n, dtype=np.int64)
-            pos = np.minimum(np.searchsorted(keys, rids.astype(np.uint64, copy=False)), len(keys) - 1)
-            return np.where(keys[pos] == rids, self._key_slots[pos], _UNKNOWN)
-        return np.fromiter(map(self._slot_of.get, rids, repeat(_UNKNOWN)), dtype=np.int64, count=n)
-
-    def _merge_keys(self) -> None:
-        """Apply the registrations and closes since the last step to the sorted keys, in one go
-        (per-request inserts into a numpy array cost more than the requests' whole decode)."""
-        keys, slots = self._keys, self._key_slots
-        if self._keys_removed and len(keys):
-            removed = np.array(self._keys_removed, dtype=np.uint64)
-            pos = np.minimum(np.searchsorted(keys, removed), len(keys) - 1)
-            keep = np.ones(len(keys), dtype=bool)
-            keep[pos[keys[pos] == removed]] = False  # keys are unique and sorted
-            keys, slots = keys[keep], slots[keep]
-        self._keys_removed = []
-        live = self._slot_of
-        added = [(r, s) for r, s in self._keys_added if live.get(r) == s]  # not closed meanwhile
-        self._keys_added = []
-        if added:
-            keys = np.concatenate([keys, np.array([r for r, _ in added], dtype=np.uint64)])
-            slots = np.concatenate([slots, np.array([s for _, s in added], dtype=np.int64)])
-            order = np.argsort(keys, kind="stable")
-            keys, slots = keys[order], slots[order]
-        self._keys, self._key_slots = keys, slots
-
-    def _step_plain(
-        self, slots: np.ndarray, toks: np.ndarray, gi: np.ndarray
-    ) -> tuple[list[str], np.ndarray | list[int], np.ndarray | list[int]]:
-        """Rows of one plain id each: (texts, char offsets, tokens consumed), state advanced."""
-        if self.compiled:
-            tables = self._tables
-            return _compiled_step_plain(  # type: ignore[misc]
-                np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(gi, dtype=np.int64),
-                np.ascontiguousarray(toks, dtype=np.int64), tables.texts, tables.lengths, tables.whole,
-                self._hold, self._choff, self._ntok, self._expect, self._decoders, self._mode, tables.pieces,
-            )
-        return self._step_plain_py(slots, toks, gi)
-
     def _step_plain_py(self, slots: np.ndarray, toks: np.ndarray, gi: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
         tables = self._tables
         texts = list(map(tables.texts.__getitem__, gi.tolist()))
         lens = tables.lengths[gi]
-        partial_mask = ~tables.whole[gi] | self._hold[slots]
-        if partial_mask.any():
-            # Held bytes or an id that is part of a character: the request's own UTF-8 bytes, in
-            # C-level maps rather than a Python loop (byte-fallback runs make these common).
-            partial = np.flatnonzero(partial_mask)
-            pslots = slots[partial]
-            decs = list(map(self._decoders.__getitem__, pslots.tolist()))
-            datas = [d._pending + d._t.pieces[t] for d, t in zip(decs, toks[partial].tolist())]
-            decoded = list(map(_utf8_decode, datas, repeat("replace"), repeat(False)))
-            rests = [data[used:] for data, (_, used) in zip(datas, decoded)]
-            ptexts = [text for text, _ in decoded]
-            deque(map(setattr, decs, repeat("_pending"), rests), maxlen=0)
-            deque(map(setattr, decs, repeat("_fast"), map(operator.not_, rests)), maxlen=0)
-            deque(map(texts.__setitem__, partial.tolist(), ptexts), maxlen=0)
-            lens[partial] = np.fromiter(map(len, ptexts), dtype=np.int64, count=len(ptexts))
-            self._hold[pslots] = np.fromiter(map(len, rests), dtype=np.int64, count=len(rests)) > 0
+        partial_mask = ~tables.whole[gi] | (self._pend_len[slots] > 0)
+        for k, slot, tok, m in zip(*(a[partial_mask].tolist() for a in (np.arange(len(slots)), slots, toks, self._mode[slots]))):
+            # Held bytes or an id that is part of a character: the slot's incremental UTF-8
+            held = int(self._pend_len[slot])
+            data = self._pend[slot, :held].tobytes() + tables.pieces[m][tok]
+            texts[k], used = _utf8_decode(data, "replace", False)
+            lens[k] = len(texts[k])
+            rest = data[used:]
+            self._pend_len[slot] = len(rest)
+            self._pend[slot, : len(rest)] = np.frombuffer(rest, dtype=np.uint8)
         offs = self._choff[slots]
         self._choff[slots] = offs + lens
         ntok = self._ntok[slots] + 1
@@ -374,11 +428,11 @@ class StreamTable:
         return texts, offs, ntok  # type: ignore[return-value]  # every None was a partial row
 
     def _step_one(self, rid: Hashable, slot: int, start: int, ids_a: np.ndarray) -> tuple[str, int, int, Finish | None]:
-        if slot == _UNKNOWN:
+        if slot == _UNKNOWN or self._slot_of.get(rid) != slot:  # (or finished by an earlier row of this batch)
             return "", 0, 0, Finish("error", None, f"unknown request id {rid!r} (not registered, or already finished)")
         stream = self._streams[rid]
-        stream.num_tokens = done = int(self._ntok[slot])
-        stream.char_offset = int(self._choff[slot])
+        self._load(slot, stream)
+        done = stream.num_tokens
         if start > done:
             delta = stream.finish("error", f"tokens missing: expected start {done}, got {start}")
         else:
@@ -398,8 +452,7 @@ class StreamTable:
         if slot is None:
             return "", 0, 0, None
         stream = self._streams[rid]
-        stream.num_tokens = int(self._ntok[slot])
-        stream.char_offset = int(self._choff[slot])
+        self._load(slot, stream)
         delta = stream.finish(reason, message)  # type: ignore[arg-type]
         self.close(rid)
         return delta.text, stream.char_offset - len(delta.text), stream.num_tokens, delta.finish

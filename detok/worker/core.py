@@ -1,11 +1,11 @@
 """The worker's request table and batch processing, without sockets (the hot path).
 
 `WorkerCore.handle_batch` turns one `DetokBatch` into one `DeltaBatch` per frontend and the stop
-notices for the scheduler. The decoding is the stream layer's `StreamTable.step`, which steps the
-whole batch column-wise (numpy gathers for plain one-token steps, `DecodeStream.step` for the
-rest). Around it this module only routes: the texts of a batch go out as the table's columns (no
-per-rid Python when one frontend owns every live request), and per-rid work is limited to the
-rare rows that finished.
+notices for the scheduler. The decoding is the stream layer's `StreamTable.step_packed`, which takes
+the batch's packed wire columns as they are and returns the frontend's (one UTF-8 text blob, char
+lengths and offsets), stepping plain rows in compiled code and the rest through their
+`DecodeStream`. Around it this module only routes: when one frontend owns every live request the
+step's columns go out untouched, and per-rid work is limited to the rare rows that finished.
 
 Error handling, per rid (no input ever raises out of here except a malformed batch, which is
 rejected before any state changes):
@@ -23,12 +23,14 @@ rejected before any state changes):
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from detok.metrics import WorkerCounts
+from detok.packing import split_text, unpack_rids, unpack_u32
 from detok.protocol import (
     DeltaBatch,
     DetokBatch,
@@ -36,9 +38,6 @@ from detok.protocol import (
     Registration,
     RequestFinished,
     StopNotice,
-    pack_rids,
-    pack_u32,
-    unpack_rids,
 )
 from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
@@ -50,6 +49,9 @@ log = logging.getLogger("detok.worker")
 # Rids finished recently are remembered this long, so their late tokens are ignored quietly.
 _FINISHED_MEMORY_S = 60.0
 _FINISHED_MEMORY_MAX = 200_000
+
+_U64 = struct.Struct("<Q").pack
+_U32 = struct.Struct("<I").pack
 
 
 class _Live:
@@ -67,38 +69,36 @@ class _Live:
 
 @dataclass(eq=False)
 class _Columns:
-    """The DeltaBatch columns being filled for one frontend. A whole step may be handed over as
-    its packed rid column (`packed_rids`), which later single rows turn back into a list."""
+    """The DeltaBatch columns being filled for one frontend, as packed chunks: a whole step's
+    columns (`add_packed`) and single rows (`add`) alike, joined once when the message is taken."""
 
     reply_to: str
-    rids: list[int] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=list)
+    rids: list[bytes] = field(default_factory=list)
+    text: list[bytes] = field(default_factory=list)
+    lengths: list[bytes] = field(default_factory=list)
+    offsets: list[bytes] = field(default_factory=list)
     finished: list[RequestFinished] = field(default_factory=list)
-    packed_rids: bytes = b""
     live: int = 0  # live requests of this frontend in the table
 
     def add(self, rid: int, text: str, offset: int) -> None:
-        if self.packed_rids:
-            self.rids = unpack_rids(self.packed_rids).tolist()
-            self.packed_rids = b""
-        self.rids.append(rid)
-        self.texts.append(text)
-        self.offsets.append(offset)
+        self.add_packed(_U64(rid), text.encode(), _U32(len(text)), _U32(offset))
 
-    def add_step(self, packed_rids: bytes, rids: list[int], texts: list[str], offsets: list[int]) -> None:
-        if self.texts or self.packed_rids:
-            for rid, text, offset in zip(rids, texts, offsets):
-                self.add(rid, text, offset)
-        else:
-            self.packed_rids, self.texts, self.offsets = packed_rids, texts, offsets
+    def add_packed(self, rids: bytes, text: bytes, lengths: bytes, offsets: bytes) -> None:
+        self.rids.append(rids)
+        self.text.append(text)
+        self.lengths.append(lengths)
+        self.offsets.append(offsets)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.rids or self.finished)
 
     def take(self, worker: int, sent_at: float) -> DeltaBatch | None:
-        if not (self.texts or self.finished):
+        if not self.pending:
             return None
-        rids = self.packed_rids or pack_rids(self.rids)
-        batch = DeltaBatch(worker, sent_at, rids, self.texts, pack_u32(self.offsets), self.finished)
-        self.rids, self.texts, self.offsets, self.finished, self.packed_rids = [], [], [], [], b""
+        join = b"".join
+        batch = DeltaBatch(worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished)
+        self.rids, self.text, self.lengths, self.offsets, self.finished = [], [], [], [], []
         return batch
 
 
@@ -139,11 +139,11 @@ class WorkerCore:
     # ---- messages ------------------------------------------------------------------------------
     def handle_batch(self, batch: DetokBatch, now: float | None = None) -> Outputs:
         now = time.monotonic() if now is None else now
-        rids, starts, counts, tokens = _columns(batch)
+        _check_columns(batch)
         for reg in batch.new:
             self._register(reg, now)
-        if rids:
-            self._step(batch.rids, rids, starts, counts, tokens)
+        if batch.rids:
+            self._step(batch)
         for end in batch.ends:
             self._end(end.rid, end.reason, end.matched)
         return self._take_outputs(batch.sent_at)
@@ -210,32 +210,30 @@ class WorkerCore:
         out.live += 1
 
     # ---- stepping -------------------------------------------------------------------------------
-    def _step(self, packed_rids: bytes, rids: list[int], starts: np.ndarray, counts: np.ndarray, tokens: np.ndarray) -> None:
-        # the packed rids as an array: the table finds their slots by vectorized binary search
-        result = self.table.step(np.frombuffer(packed_rids, dtype="<u8"), starts, counts, tokens)
-        texts, offsets = result.texts, result.offsets
-        self.counts.tokens += len(tokens)
+    def _step(self, batch: DetokBatch) -> None:
+        result = self.table.step_packed(batch.rids, batch.starts, batch.counts, batch.tokens)
+        self.counts.tokens += len(batch.tokens) // 4
         self.counts.utf8_holds += self._holding()
-        live = self.live
         owners = [c for c in self._frontends.values() if c.live]
         if len(owners) == 1:
-            # One frontend owns every live request: the table's columns go out as they are, no
-            # per-rid Python. Rows with empty text stay (a byte each on the wire; most rows have
-            # text): unknown or late rids among them are not open at that frontend, or already
-            # finished there, so its receiver drops them.
-            owners[0].add_step(packed_rids, rids, texts, offsets)
+            # One frontend owns every live request: the step's columns go out as they are, no
+            # per-rid Python. Rows with empty text stay (most rows have text): unknown or late
+            # rids among them are not open at that frontend, or already finished there, so its
+            # receiver drops them.
+            owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets)
         else:
-            get = live.get
-            for rid, text, offset in zip(rids, texts, offsets):
+            get = self.live.get
+            rows = zip(unpack_rids(batch.rids).tolist(), split_text(result.text, result.lengths), unpack_u32(result.offsets))
+            for rid, text, offset in rows:
                 if text:
                     entry = get(rid)
                     if entry is not None:
                         entry.out.add(rid, text, offset)
-        finishes = result.finishes
-        if finishes.count(None) != len(finishes):
-            for k, finish in enumerate(finishes):
-                if finish is not None:
-                    self._row_finished(rids[k], finish, result.num_tokens[k], int(counts[k]))
+        if result.finished:
+            num_tokens = unpack_u32(result.num_tokens)
+            counts = unpack_u32(batch.counts) if batch.counts else None
+            for row, rid, finish in result.finished:
+                self._row_finished(rid, finish, num_tokens[row], counts[row] if counts is not None else 1)  # type: ignore[arg-type]
 
     def _row_finished(self, rid: int, finish: Finish, num_tokens: int, count: int) -> None:
         entry = self.live.get(rid)
@@ -297,7 +295,7 @@ class WorkerCore:
 
     def _holding(self) -> int:
         """Live requests holding an incomplete UTF-8 sequence after this step."""
-        return int(np.count_nonzero(self.table._hold))
+        return int(np.count_nonzero(self.table._pend_len))
 
     def _columns_for(self, reply_to: str) -> _Columns:
         out = self._frontends.get(reply_to)
@@ -335,7 +333,7 @@ class WorkerCore:
                 break
             del memory[rid]
         # Frontends with nothing live and nothing pending are dropped (their socket too, by the caller).
-        for reply_to in [k for k, c in self._frontends.items() if c.live == 0 and not (c.texts or c.finished)]:
+        for reply_to in [k for k, c in self._frontends.items() if c.live == 0 and not c.pending]:
             del self._frontends[reply_to]
 
     def _take_outputs(self, sent_at: float) -> Outputs:
@@ -364,23 +362,21 @@ def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> St
     return table
 
 
-def _columns(batch: DetokBatch) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
-    """The batch's packed columns (rids as ints for dict lookups, the rest as zero-copy arrays),
-    checked to fit together (else MalformedBatch)."""
-    try:
-        rids = unpack_rids(batch.rids).tolist()
-        starts = np.frombuffer(batch.starts, dtype="<u4")
-        tokens = np.frombuffer(batch.tokens, dtype="<u4")
-        counts = np.frombuffer(batch.counts, dtype="<u4") if batch.counts else None
-    except ValueError as e:
-        raise MalformedBatch(str(e)) from None
-    n = len(rids)
-    if len(starts) != n:
-        raise MalformedBatch(f"{n} rids but {len(starts)} starts")
-    if counts is None:
-        if len(tokens) != n:
-            raise MalformedBatch(f"{n} rids with one token each but {len(tokens)} tokens")
-        counts = np.ones(n, dtype=np.int64)
-    elif len(counts) != n or int(counts.sum()) != len(tokens):
-        raise MalformedBatch(f"counts ({len(counts)}, sum {int(counts.sum())}) do not fit {n} rids and {len(tokens)} tokens")
-    return rids, starts, counts, tokens
+def _check_columns(batch: DetokBatch) -> None:
+    """MalformedBatch unless the batch's packed columns fit together (checked before any state
+    changes; the table checks again as it steps)."""
+    n, rem = divmod(len(batch.rids), 8)
+    if rem or len(batch.starts) != 4 * n or len(batch.tokens) % 4:
+        raise MalformedBatch(
+            f"packed columns of {len(batch.rids)} (rids), {len(batch.starts)} (starts) and {len(batch.tokens)} (tokens) bytes"
+        )
+    n_tokens = len(batch.tokens) // 4
+    if not batch.counts:
+        if n_tokens != n:
+            raise MalformedBatch(f"{n} rids with one token each but {n_tokens} tokens")
+        return
+    if len(batch.counts) != 4 * n:
+        raise MalformedBatch(f"{len(batch.counts)} bytes of counts for {n} rids")
+    total = int(np.frombuffer(batch.counts, dtype="<u4").sum(dtype=np.int64))
+    if total != n_tokens:
+        raise MalformedBatch(f"counts add up to {total} but there are {n_tokens} tokens")
