@@ -35,6 +35,7 @@ from typing import Any
 
 import _common
 import detok
+from detok.packing import split_text
 from detok.stream import prepare_decoding
 from _common import TokenStream
 from baselines_decode import ANCHORS, SGLangDetokenizer
@@ -157,14 +158,14 @@ class _DetokBatchRunner(_Runner):
 
     def step(self, t: int) -> None:
         out = self._table.step_packed(self._rids, self._starts[t], b"", self._columns[t])
-        self._out.append(out.unpacked().texts if self._split else out)
+        self._out.append(split_text(out.text, out.lengths) if self._split else out)
 
     def finish(self) -> list[Any]:
         return [self._table.finish(rid, "length")[0] for rid in range(len(self._parts))]
 
     def collect(self, tails: list[Any]) -> list[str]:
         for out in self._out:
-            texts = out if self._split else out.unpacked().texts
+            texts = out if self._split else split_text(out.text, out.lengths)
             for parts, text in zip(self._parts, texts):
                 parts.append(text)
         return ["".join(p) + tail for p, tail in zip(self._parts, tails)]

@@ -2,7 +2,7 @@
 processes and sockets; the same workload through detok's pool and through the baseline pipelines.
 
     python bench/pool.py [--tokenizer SRC] [--workers 1] [--concurrency 1024] [--tokens 256]
-                         [--rounds 3] [--step-interval-ms MS] [--pipelines detok,sglang,hf] [--json]
+                         [--rounds 10] [--step-interval-ms MS] [--pipelines detok,sglang,hf] [--json]
 
 Processes (the machine's cores are shared by all three, as in a real deployment):
   scheduler  (spawned) runs `rounds x concurrency` requests of `tokens` output ids, one token per
@@ -89,7 +89,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1, help="detok worker processes")
     p.add_argument("--concurrency", type=int, default=1024, help="requests generating at once")
     p.add_argument("--tokens", type=int, default=256, help="output tokens per request")
-    p.add_argument("--rounds", type=int, default=3, help="requests in all = rounds x concurrency")
+    p.add_argument("--rounds", type=int, default=10, help="requests in all = rounds x concurrency")
     p.add_argument("--arrival", choices=["staggered", "waves"], default="staggered",
                    help="staggered: steady-state continuous batching (a few requests start and end every "
                         "step); waves: `concurrency` requests start together, wave after wave")

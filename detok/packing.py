@@ -13,10 +13,11 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import Final
 
-try:  # the compiled splitter (optional extension); the Python one below gives the same result
+try:  # the compiled helpers (optional extension); the Python ones below give the same results
+    from detok.stream._plainstep import group_rows as _compiled_group_rows
     from detok.stream._plainstep import split_text as _compiled_split_text
 except ImportError:  # pragma: no cover - depends on the build
-    _compiled_split_text = None
+    _compiled_split_text = _compiled_group_rows = None
 
 _LITTLE_ENDIAN: Final = sys.byteorder == "little"
 
@@ -60,6 +61,31 @@ def split_text(text: bytes, lengths: bytes) -> list[str]:
     if (ends[-1] if ends else 0) != len(whole):
         raise ValueError("lengths do not add up to the text")
     return [whole[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+
+
+def group_rows(
+    tags: bytes, byte_lengths: bytes, text: bytes, rids: bytes, lengths: bytes, offsets: bytes
+) -> list[tuple[int, bytes, bytes, bytes, bytes]]:
+    """Packed rows split by tag (uint32 per row): (tag, rids, text, lengths, offsets) per distinct
+    tag, in the order of each tag's first row; `byte_lengths` (uint32) cut `text` into rows."""
+    if _compiled_group_rows is not None:
+        return _compiled_group_rows(tags, byte_lengths, text, rids, lengths, offsets)
+    import numpy as np
+
+    tag_a = np.frombuffer(tags, dtype="<u4")
+    nbytes = np.frombuffer(byte_lengths, dtype="<u4")
+    if len(nbytes) != len(tag_a) or int(nbytes.sum()) != len(text):
+        raise ValueError("byte lengths do not fit the rows and the text")
+    rid_a = np.frombuffer(rids, dtype="<u8")
+    len_a, off_a = np.frombuffer(lengths, dtype="<u4"), np.frombuffer(offsets, dtype="<u4")
+    text_a = np.frombuffer(text, dtype=np.uint8)
+    _, first = np.unique(tag_a, return_index=True)
+    groups = []
+    for tag in tag_a[np.sort(first)].tolist():
+        rows = tag_a == tag
+        own = text_a[np.repeat(rows, nbytes)].tobytes()
+        groups.append((tag, rid_a[rows].tobytes(), own, len_a[rows].tobytes(), off_a[rows].tobytes()))
+    return groups
 
 
 def _pack(code: str, values: Iterable[int]) -> bytes:

@@ -82,3 +82,32 @@ def test_compiled_utf8_decoder_is_cpythons_incremental_replace_decoder(data: byt
     from detok.stream._plainstep import decode_utf8
 
     assert decode_utf8(data) == codecs.utf_8_decode(data, "replace", False)
+
+
+_row = st.tuples(st.integers(0, 3), st.text(max_size=4), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(_row, max_size=40))
+def test_group_rows_compiled_and_numpy_agree_and_keep_row_order(rows: list[tuple[int, str, int, int]]) -> None:
+    """The worker's per-frontend split of a step: each tag's rows in order, nothing lost."""
+    from detok import packing
+    from detok.packing import pack_rids, pack_u32
+
+    tags = pack_u32([t for t, _, _, _ in rows])
+    texts = [x for _, x, _, _ in rows]
+    cols = (tags, pack_u32([len(x.encode()) for x in texts]), "".join(texts).encode(), pack_rids([r for _, _, r, _ in rows]),
+            pack_u32([len(x) for x in texts]), pack_u32([o for _, _, _, o in rows]))
+    compiled = packing.group_rows(*cols)
+    saved, packing._compiled_group_rows = packing._compiled_group_rows, None
+    try:
+        assert packing.group_rows(*cols) == compiled
+    finally:
+        packing._compiled_group_rows = saved
+    seen = list(dict.fromkeys(t for t, _, _, _ in rows))
+    assert [g[0] for g in compiled] == seen
+    for tag, rids, text, lengths, offsets in compiled:
+        mine = [row for row in rows if row[0] == tag]
+        assert packing.unpack_rids(rids).tolist() == [r for _, _, r, _ in mine]
+        assert packing.split_text(text, lengths) == [x for _, x, _, _ in mine]
+        assert packing.unpack_u32(offsets).tolist() == [o for _, _, _, o in mine]

@@ -263,6 +263,34 @@ def test_deltas_are_routed_to_each_requests_frontend(tok) -> None:
     assert by_dest == {FE: [1, 3], FE2: [2]}
 
 
+def test_several_frontends_get_exactly_their_requests_text(tok) -> None:
+    """Requests of three frontends interleaved in every step (the numpy-routed path), stop strings
+    finishing some mid-stream, rows of unknown rids mixed in: each frontend receives exactly its
+    own requests' text, and only theirs."""
+    core, got = WorkerCore(tok), Collector()
+    work = workload(tok, 48, 30, seed=3)
+    frontends = [FE, FE2, "ipc:///tmp/detok-test-fe3"]
+    owner = {rid: frontends[rid % 3] for rid in range(len(work))}
+    stops = {rid: DecodeParams(stop=[tok.decode(out[10:12])]) if rid % 4 == 0 else DecodeParams() for rid, (_, out) in enumerate(work)}
+    regs = [Registration(rid, owner[rid], ctx, stops[rid]) for rid, (ctx, _) in enumerate(work)]
+    got.take(core.handle_batch(batch([], [], [], new=regs)))
+    stopped: set[int] = set()
+    for j in range(30):
+        rids = [r for r in range(len(work)) if r not in stopped] + [900 + j]  # one unknown rid per step
+        out = core.handle_batch(batch(rids, [j] * len(rids), [work[r][1][j] if r < 900 else 0 for r in rids]))
+        for reply_to, deltas in out.deltas:
+            assert {rid for rid, text, _ in deltas.rows() if text} <= {r for r, fe in owner.items() if fe == reply_to}
+        if out.notice is not None:
+            stopped |= {r for r in out.notice.rids if r < 900}
+        got.take(out)
+    got.take(core.handle_batch(batch([], [], [], ends=[EndRequest(r, "length") for r in range(len(work)) if r not in stopped])))
+    for rid, (ctx, out) in enumerate(work):
+        assert got.dest[rid] == {owner[rid]}
+        want = reference(tok, ctx, out, stops[rid])
+        assert got.text.get(rid, "") == want, rid
+    assert any(got.finish[r].reason == "stop" for r in stopped)
+
+
 def test_finish_all_on_shutdown(tok) -> None:
     core, got = WorkerCore(tok), Collector()
     core.handle_batch(batch([], [], [], new=[Registration(r, FE, [], DecodeParams()) for r in range(5)]))

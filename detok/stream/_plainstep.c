@@ -316,11 +316,12 @@ enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4 };
 #define MAX_PENDING 4 /* held bytes of an incomplete character: at most 3 */
 
 enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_PEND, B_PEND_LEN, B_CHOFF, B_NTOK, B_EXPECT,
-       B_EOS_STOPS, B_MODE, N_BUFS };
+       B_EOS_STOPS, B_MODE, B_TAG, N_BUFS };
 
 /* step_packed(ridmap, rids, starts, counts, tokens, (entries, utf8, vocab),
- *             (pend, pend_len, choff, ntok, expect, eos_stops, mode), slow_row)
- *   -> (text, lengths, offsets, num_tokens): bytes; the last three packed uint32, one per row
+ *             (pend, pend_len, choff, ntok, expect, eos_stops, mode, tag), slow_row)
+ *   -> (text, lengths, offsets, num_tokens, byte_lengths, tags): bytes; all but `text` packed
+ *      uint32, one per row (`tags`: the row's slot's tag, 0 for an unknown rid)
  *
  * rids: uint64, starts/counts/tokens: uint32, little-endian; `counts` empty means one id per row.
  * entries[mode * vocab + id] (TokenEntry, 16 bytes) holds a token's bytes in that decode mode:
@@ -333,9 +334,9 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     PyObject *o[N_BUFS], *slow_row;
     RidMap *map;
     Py_ssize_t vocab;
-    if (!PyArg_ParseTuple(args, "O!OOOO(OOn)(OOOOOOO)O", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
+    if (!PyArg_ParseTuple(args, "O!OOOO(OOn)(OOOOOOOO)O", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
                           &o[B_TOKENS], &o[B_ENTRIES], &o[B_UTF8], &vocab, &o[B_PEND], &o[B_PEND_LEN], &o[B_CHOFF],
-                          &o[B_NTOK], &o[B_EXPECT], &o[B_EOS_STOPS], &o[B_MODE], &slow_row))
+                          &o[B_NTOK], &o[B_EXPECT], &o[B_EOS_STOPS], &o[B_MODE], &o[B_TAG], &slow_row))
         return NULL;
     static const struct {
         Py_ssize_t itemsize;
@@ -344,11 +345,12 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     } spec[N_BUFS] = {
         {1, 0, "rids"}, {1, 0, "starts"}, {1, 0, "counts"}, {1, 0, "tokens"}, {sizeof(TokenEntry), 0, "entries"},
         {1, 0, "utf8"}, {1, 1, "pend"}, {1, 1, "pend_len"}, {8, 1, "choff"}, {8, 1, "ntok"}, {8, 1, "expect"},
-        {1, 0, "eos_stops"}, {8, 0, "mode"},
+        {1, 0, "eos_stops"}, {8, 0, "mode"}, {4, 0, "tag"},
     };
     Buf b[N_BUFS];
     for (int i = 0; i < N_BUFS; i++) b[i].held = 0;
-    PyObject *out_lengths = NULL, *out_offsets = NULL, *out_ntok = NULL, *result = NULL;
+    PyObject *out_lengths = NULL, *out_offsets = NULL, *out_ntok = NULL, *out_nbytes = NULL, *out_tags = NULL;
+    PyObject *result = NULL;
     Text text = {NULL, 0, 0};
     for (int i = 0; i < N_BUFS; i++)
         if (get_buf(o[i], &b[i], spec[i].writable, spec[i].itemsize, spec[i].name) < 0) goto done;
@@ -363,7 +365,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     Py_ssize_t n_slots = b[B_PEND_LEN].view.len, n_entries = b[B_ENTRIES].view.len / (Py_ssize_t)sizeof(TokenEntry);
     Py_ssize_t n_utf8 = b[B_UTF8].view.len;
     if (b[B_CHOFF].view.len != 8 * n_slots || b[B_NTOK].view.len != 8 * n_slots || b[B_EXPECT].view.len != 8 * n_slots ||
-        b[B_EOS_STOPS].view.len != n_slots || b[B_MODE].view.len != 8 * n_slots ||
+        b[B_EOS_STOPS].view.len != n_slots || b[B_MODE].view.len != 8 * n_slots || b[B_TAG].view.len != 4 * n_slots ||
         b[B_PEND].view.len != MAX_PENDING * n_slots || vocab <= 0 || n_entries % vocab) {
         PyErr_SetString(PyExc_ValueError, "table columns do not match");
         goto done;
@@ -372,6 +374,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     const char *tokens = b[B_TOKENS].view.buf, *utf8 = b[B_UTF8].view.buf;
     const TokenEntry *entries = b[B_ENTRIES].view.buf;
     const int64_t *md = b[B_MODE].view.buf;
+    const uint32_t *tag = b[B_TAG].view.buf;
     const char *es = b[B_EOS_STOPS].view.buf;
     unsigned char *pend = b[B_PEND].view.buf, *pend_len = b[B_PEND_LEN].view.buf;
     int64_t *co = b[B_CHOFF].view.buf, *nt = b[B_NTOK].view.buf, *ex = b[B_EXPECT].view.buf;
@@ -387,9 +390,11 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     out_lengths = PyBytes_FromStringAndSize(NULL, 4 * n);
     out_offsets = PyBytes_FromStringAndSize(NULL, 4 * n);
     out_ntok = PyBytes_FromStringAndSize(NULL, 4 * n);
-    if (!out_lengths || !out_offsets || !out_ntok) goto done;
+    out_nbytes = PyBytes_FromStringAndSize(NULL, 4 * n);
+    out_tags = PyBytes_FromStringAndSize(NULL, 4 * n);
+    if (!out_lengths || !out_offsets || !out_ntok || !out_nbytes || !out_tags) goto done;
     char *o_len = PyBytes_AS_STRING(out_lengths), *o_off = PyBytes_AS_STRING(out_offsets);
-    char *o_nt = PyBytes_AS_STRING(out_ntok);
+    char *o_nt = PyBytes_AS_STRING(out_ntok), *o_nb = PyBytes_AS_STRING(out_nbytes), *o_tag = PyBytes_AS_STRING(out_tags);
     text.cap = 8 * n + 64;
     if ((text.data = PyMem_Malloc(text.cap)) == NULL) {
         PyErr_NoMemory();
@@ -410,6 +415,8 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             goto done;
         }
         int64_t tok = count >= 1 ? load_u32(tokens, first) : 0;
+        uint32_t row_tag = tag[slot]; /* read before a slow row may close the slot */
+        Py_ssize_t size_before = text.size;
         const TokenEntry *e = NULL;
         if (count == 1 && slot != 0 && ex[slot] == start && tok < vocab) {
             int64_t idx = md[slot] * vocab + tok;
@@ -476,6 +483,8 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
         store_u32(o_len, k, (uint32_t)chars);
         store_u32(o_off, k, (uint32_t)offset);
         store_u32(o_nt, k, (uint32_t)count_after);
+        store_u32(o_nb, k, (uint32_t)(text.size - size_before));
+        store_u32(o_tag, k, row_tag);
         first += count;
     }
     if (first != n_tokens) {
@@ -484,7 +493,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     }
     PyObject *blob = PyBytes_FromStringAndSize(text.data, text.size);
     if (blob == NULL) goto done;
-    result = PyTuple_Pack(4, blob, out_lengths, out_offsets, out_ntok);
+    result = PyTuple_Pack(6, blob, out_lengths, out_offsets, out_ntok, out_nbytes, out_tags);
     Py_DECREF(blob);
 done:
     for (int i = 0; i < N_BUFS; i++) release(&b[i]);
@@ -492,6 +501,8 @@ done:
     Py_XDECREF(out_lengths);
     Py_XDECREF(out_offsets);
     Py_XDECREF(out_ntok);
+    Py_XDECREF(out_nbytes);
+    Py_XDECREF(out_tags);
     return result;
 }
 
@@ -537,6 +548,103 @@ done:
     return out;
 }
 
+/* group_rows(tags, byte_lengths, text, rids, lengths, offsets)
+ *   -> [(tag, rids, text, lengths, offsets), ...] in order of each tag's first row
+ * A packed step's rows split by tag (the worker's per-frontend DeltaBatch columns): rids packed
+ * uint64, lengths/offsets/tags/byte_lengths packed uint32, text the rows' UTF-8 back to back. */
+static PyObject *group_rows(PyObject *self, PyObject *args) {
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    Buf b[6];
+    for (int i = 0; i < 6; i++) b[i].held = 0;
+    PyObject *result = NULL;
+    uint32_t *group_tag = NULL;
+    Py_ssize_t *rows = NULL, *bytes = NULL, *at_row = NULL, *at_byte = NULL, *group_of = NULL;
+    char **dst = NULL;
+    for (int i = 0; i < 6; i++)
+        if (get_buf(o[i], &b[i], 0, 1, "column") < 0) goto done;
+    Py_ssize_t n = b[0].view.len / 4;
+    if (b[0].view.len % 4 || b[1].view.len != 4 * n || b[3].view.len != 8 * n || b[4].view.len != 4 * n ||
+        b[5].view.len != 4 * n) {
+        PyErr_SetString(PyExc_ValueError, "columns do not fit together");
+        goto done;
+    }
+    const char *tags = b[0].view.buf, *blen = b[1].view.buf, *text = b[2].view.buf, *rids = b[3].view.buf;
+    const char *lens = b[4].view.buf, *offs = b[5].view.buf;
+    group_tag = PyMem_Malloc((n + 1) * sizeof(uint32_t));
+    rows = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    bytes = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    group_of = PyMem_Malloc((n + 1) * sizeof(Py_ssize_t));
+    if (!group_tag || !rows || !bytes || !group_of) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t groups = 0, total = 0;
+    for (Py_ssize_t k = 0; k < n; k++) { /* few distinct tags (frontends): a linear search, newest first */
+        uint32_t t = load_u32(tags, k);
+        Py_ssize_t g = groups - 1;
+        while (g >= 0 && group_tag[g] != t) g--;
+        if (g < 0) {
+            g = groups++;
+            group_tag[g] = t;
+        }
+        group_of[k] = g;
+        rows[g]++;
+        bytes[g] += load_u32(blen, k);
+        total += load_u32(blen, k);
+    }
+    if (total != b[2].view.len) {
+        PyErr_SetString(PyExc_ValueError, "byte lengths do not add up to the text");
+        goto done;
+    }
+    result = PyList_New(groups);
+    at_row = PyMem_Calloc(groups + 1, sizeof(Py_ssize_t));
+    at_byte = PyMem_Calloc(groups + 1, sizeof(Py_ssize_t));
+    dst = PyMem_Calloc(4 * (groups + 1), sizeof(char *));
+    if (result == NULL || !at_row || !at_byte || !dst) {
+        if (result != NULL) PyErr_NoMemory();
+        Py_CLEAR(result);
+        goto done;
+    }
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        PyObject *cols[4] = {PyBytes_FromStringAndSize(NULL, 8 * rows[g]), PyBytes_FromStringAndSize(NULL, bytes[g]),
+                             PyBytes_FromStringAndSize(NULL, 4 * rows[g]), PyBytes_FromStringAndSize(NULL, 4 * rows[g])};
+        PyObject *tag = PyLong_FromUnsignedLong(group_tag[g]);
+        PyObject *item = (cols[0] && cols[1] && cols[2] && cols[3] && tag)
+                             ? PyTuple_Pack(5, tag, cols[0], cols[1], cols[2], cols[3]) : NULL;
+        for (int i = 0; i < 4; i++) {
+            if (cols[i] != NULL) dst[4 * g + i] = PyBytes_AS_STRING(cols[i]);
+            Py_XDECREF(cols[i]);
+        }
+        Py_XDECREF(tag);
+        if (item == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, g, item); /* the tuple keeps the columns alive while we fill them */
+    }
+    Py_ssize_t src = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t g = group_of[k], r = at_row[g]++, nb = load_u32(blen, k);
+        memcpy(dst[4 * g] + 8 * r, rids + 8 * k, 8);
+        memcpy(dst[4 * g + 1] + at_byte[g], text + src, nb);
+        memcpy(dst[4 * g + 2] + 4 * r, lens + 4 * k, 4);
+        memcpy(dst[4 * g + 3] + 4 * r, offs + 4 * k, 4);
+        at_byte[g] += nb;
+        src += nb;
+    }
+done:
+    for (int i = 0; i < 6; i++) release(&b[i]);
+    PyMem_Free(group_tag);
+    PyMem_Free(rows);
+    PyMem_Free(bytes);
+    PyMem_Free(group_of);
+    PyMem_Free(at_row);
+    PyMem_Free(at_byte);
+    PyMem_Free(dst);
+    return result;
+}
+
 /* decode_utf8(data) -> (text, used): utf8_replace on its own (tests compare it with CPython's) */
 static PyObject *decode_utf8(PyObject *self, PyObject *arg) {
     Buf d = {.held = 0};
@@ -563,6 +671,7 @@ done:
 static PyMethodDef methods[] = {
     {"step_packed", step_packed, METH_VARARGS, "A StreamTable step on packed wire columns (see table.py)."},
     {"split_text", split_text, METH_VARARGS, "Per-row texts of a packed text and its uint32 char lengths."},
+    {"group_rows", group_rows, METH_VARARGS, "A packed step's rows split by tag: [(tag, rids, text, lengths, offsets)]."},
     {"decode_utf8", decode_utf8, METH_O, "(text, bytes used): UTF-8, errors='replace', an incomplete tail kept."},
     {NULL, NULL, 0, NULL},
 };

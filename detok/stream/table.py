@@ -86,14 +86,17 @@ class StepResult(NamedTuple):
 
 class PackedStep(NamedTuple):
     """A step's output as the frontend's wire columns: `text` is the rows' texts in UTF-8, back to
-    back; `lengths` (chars of each row's text), `offsets` and `num_tokens` (as in StepResult) are
-    packed little-endian uint32, one per row. `finished`: (row, rid, finish) of rows that ended
-    their request."""
+    back; `lengths` (chars of each row's text), `offsets` and `num_tokens` (as in StepResult),
+    `byte_lengths` (UTF-8 bytes of each row's text) and `tags` (the tag each row's request was
+    opened with, 0 for an unknown rid) are packed little-endian uint32, one per row. `finished`:
+    (row, rid, finish) of rows that ended their request."""
 
     text: bytes
     lengths: bytes
     offsets: bytes
     num_tokens: bytes
+    byte_lengths: bytes
+    tags: bytes
     finished: list[tuple[int, Hashable, Finish]]
 
     def unpacked(self) -> StepResult:
@@ -175,12 +178,16 @@ class StreamTable:
         # updates them); a stream's own decoder gets them back before it steps (`_load`).
         self._pend = np.zeros((capacity, _MAX_PENDING), dtype=np.uint8)
         self._pend_len = np.zeros(capacity, dtype=np.uint8)
+        self._tag = np.zeros(capacity, dtype=np.uint32)  # the caller's tag of each slot's request
         self._eos_stops = np.zeros(capacity, dtype=bool)  # the stream stops on end-of-sequence ids
         self._mode = np.zeros(capacity, dtype=np.int64)
         self._ntok = np.zeros(capacity, dtype=np.int64)
         self._choff = np.zeros(capacity, dtype=np.int64)
         # Unsigned 64-bit rids (the wire's) are also in a C hash map, for the compiled step's lookups.
         self._rid_map = _RidMap() if _RidMap is not None else None
+        self._c_args: tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...]] | None = None
+        self._cur_tokens = b""  # the step in progress (for `_slow_row`)
+        self._cur_finished: list[tuple[int, Hashable, Finish]] = []
         self._rows = np.arange(capacity, dtype=np.int64)  # scratch for duplicate detection
         self._row_of = np.zeros(capacity, dtype=np.int64)
         self._eos = frozenset(tokenizer.eos_token_ids)
@@ -204,8 +211,15 @@ class StreamTable:
         return list(self._streams)
 
     def open(
-        self, rid: Hashable, context_ids: Sequence[int] = (), params: DecodeParams | None = None, ignore_eos: bool = False
+        self,
+        rid: Hashable,
+        context_ids: Sequence[int] = (),
+        params: DecodeParams | None = None,
+        ignore_eos: bool = False,
+        tag: int = 0,
     ) -> DecodeStream:
+        """Start a request; `tag` (a uint32 of the caller's, e.g. which frontend owns it) comes
+        back with each of its rows in `PackedStep.tags`."""
         if rid in self._streams:
             raise DuplicateRequest(rid)
         stream = DecodeStream(self.tokenizer, context_ids, params, ignore_eos=ignore_eos, strategy=self._strategy)
@@ -214,6 +228,7 @@ class StreamTable:
         slot = self._free.pop()
         self._streams[rid] = stream
         self._slot_of[rid] = slot
+        self._tag[slot] = tag
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.put(int(rid), slot)  # type: ignore[arg-type]
         dec = stream._text
@@ -238,10 +253,11 @@ class StreamTable:
         old = len(self._decoders)
         self._decoders.extend([None] * old)
         self._free.extend(range(2 * old - 1, old - 1, -1))
-        for name in ("_pend", "_pend_len", "_eos_stops", "_mode", "_ntok", "_choff"):
+        for name in ("_pend", "_pend_len", "_tag", "_eos_stops", "_mode", "_ntok", "_choff"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
         self._expect = np.concatenate([self._expect, np.full(old, _NOT_PLAIN, dtype=np.int64)])
+        self._c_args = None
         self._row_of = np.zeros(2 * old, dtype=np.int64)
 
     def _sync(self, slot: int, stream: DecodeStream) -> None:
@@ -287,29 +303,35 @@ class StreamTable:
         if not self.compiled:
             rid_a = unpack_rids(rids)
             count_a = unpack_u32(counts) if counts else np.ones(len(rid_a), dtype=np.int64)
+            tags = pack_u32([self._tag[self._slot_of.get(r, _UNKNOWN)] for r in rid_a])  # before rows close
             result = self._step_numpy(np.frombuffer(rid_a, dtype=np.uint64), unpack_u32(starts), count_a, unpack_u32(tokens))
             text, lengths = join_texts(result.texts)
             finished = [(k, rid_a[k], f) for k, f in enumerate(result.finishes) if f is not None]
-            return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), finished)
+            byte_lengths = pack_u32([len(t.encode()) for t in result.texts])
+            return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), byte_lengths, tags, finished)
         if counts and len(counts) == len(starts) and sum(unpack_u32(counts)) * 4 != len(tokens):
             raise ValueError("counts do not add up to the tokens")  # checked before anything is stepped
-        tokens_a = np.frombuffer(tokens, dtype="<u4") if len(tokens) % 4 == 0 else np.zeros(0, np.uint32)
-        finished: list[tuple[int, Hashable, Finish]] = []
+        c_args = self._c_args
+        if c_args is None or c_args[0] is not self._tables.entries:
+            c_args = self._c_args = self._compiled_args()
+        self._cur_tokens, self._cur_finished = tokens, []
+        out = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], self._slow_row)  # type: ignore[misc]
+        return PackedStep(*out, self._cur_finished)
 
-        def slow_row(k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
-            text, offset, ntok, finish = self._step_one(rid, slot, start, tokens_a[first : first + count])
-            if finish is not None:
-                finished.append((k, rid, finish))
-            return text, offset, ntok
-
+    def _compiled_args(self) -> tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...]]:
+        """The compiled step's table and slot arguments (rebuilt when a mode is added or the
+        columns grow)."""
         tables = self._tables
-        out = _compiled_step_packed(  # type: ignore[misc]
-            self._rid_map, rids, starts, counts, tokens,
-            (tables.entries, tables.utf8, self._vocab),
-            (self._pend, self._pend_len, self._choff, self._ntok, self._expect, self._eos_stops, self._mode),
-            slow_row,
-        )
-        return PackedStep(*out, finished)
+        slots = (self._pend, self._pend_len, self._choff, self._ntok, self._expect, self._eos_stops, self._mode, self._tag)
+        return tables.entries, (tables.entries, tables.utf8, self._vocab), slots
+
+    def _slow_row(self, k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
+        """A row the compiled step hands back (called by it, in row order): its own stream steps."""
+        ids = np.frombuffer(self._cur_tokens, dtype="<u4", count=count, offset=4 * first)
+        text, offset, ntok, finish = self._step_one(rid, slot, start, ids)
+        if finish is not None:
+            self._cur_finished.append((k, rid, finish))
+        return text, offset, ntok
 
     def step(
         self, rids: Sequence[Hashable], starts: Sequence[int], counts: Sequence[int], tokens: Sequence[int]

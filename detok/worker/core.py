@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from detok.metrics import WorkerCounts
-from detok.packing import split_text, unpack_rids, unpack_u32
+from detok.packing import group_rows, unpack_u32
 from detok.protocol import (
     DeltaBatch,
     DetokBatch,
@@ -41,7 +41,7 @@ from detok.protocol import (
 )
 from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
-from detok.stream.table import StreamTable
+from detok.stream.table import PackedStep, StreamTable
 from detok.tokenizer.base import Tokenizer
 
 log = logging.getLogger("detok.worker")
@@ -73,6 +73,7 @@ class _Columns:
     columns (`add_packed`) and single rows (`add`) alike, joined once when the message is taken."""
 
     reply_to: str
+    tag: int  # this frontend's tag in the table (rows come back with it)
     rids: list[bytes] = field(default_factory=list)
     text: list[bytes] = field(default_factory=list)
     lengths: list[bytes] = field(default_factory=list)
@@ -132,6 +133,8 @@ class WorkerCore:
         self.live: dict[int, _Live] = {}
         self._recently_finished: dict[int, float] = {}
         self._frontends: dict[str, _Columns] = {}
+        self._by_tag: dict[int, _Columns] = {}
+        self._next_tag = 1  # tag 0: rows of unknown rids
         self._notice_rids: list[int] = []
         self._notice_finishes: list[Finish] = []
         self._notice_unknown: list[int] = []
@@ -198,7 +201,7 @@ class WorkerCore:
         self._recently_finished.pop(reg.rid, None)
         out = self._columns_for(reg.reply_to)
         try:
-            stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos)  # type: ignore[arg-type]
+            stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag)  # type: ignore[arg-type]
         except Exception as e:  # noqa: BLE001 - a bad registration is that request's error, never the worker's
             log.warning("worker %d: cannot start rid %d: %s", self.worker, reg.rid, e)
             finish = Finish("error", None, f"cannot start decoding: {e}")
@@ -222,18 +225,23 @@ class WorkerCore:
             # receiver drops them.
             owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets)
         else:
-            get = self.live.get
-            rows = zip(unpack_rids(batch.rids).tolist(), split_text(result.text, result.lengths), unpack_u32(result.offsets))
-            for rid, text, offset in rows:
-                if text:
-                    entry = get(rid)
-                    if entry is not None:
-                        entry.out.add(rid, text, offset)
+            self._route(batch.rids, result)
         if result.finished:
             num_tokens = unpack_u32(result.num_tokens)
             counts = unpack_u32(batch.counts) if batch.counts else None
             for row, rid, finish in result.finished:
                 self._row_finished(rid, finish, num_tokens[row], counts[row] if counts is not None else 1)  # type: ignore[arg-type]
+
+    def _route(self, rids: bytes, result: PackedStep) -> None:
+        """Several frontends own live requests: each gets its rows' columns, split by the tag its
+        requests were opened with (rows of unknown rids, tag 0, go nowhere)."""
+        by_tag = self._by_tag
+        for tag, own_rids, text, lengths, offsets in group_rows(
+            result.tags, result.byte_lengths, result.text, rids, result.lengths, result.offsets
+        ):
+            out = by_tag.get(tag)
+            if out is not None:
+                out.add_packed(own_rids, text, lengths, offsets)
 
     def _row_finished(self, rid: int, finish: Finish, num_tokens: int, count: int) -> None:
         entry = self.live.get(rid)
@@ -300,7 +308,10 @@ class WorkerCore:
     def _columns_for(self, reply_to: str) -> _Columns:
         out = self._frontends.get(reply_to)
         if out is None:
-            out = self._frontends[reply_to] = _Columns(reply_to)
+            while self._next_tag in self._by_tag or not 0 < self._next_tag < 2**32:  # uint32, 0 reserved
+                self._next_tag = self._next_tag % (2**32 - 1) + 1
+            out = self._frontends[reply_to] = self._by_tag[self._next_tag] = _Columns(reply_to, self._next_tag)
+            self._next_tag += 1
         return out
 
     def _emit_finish(self, out: _Columns, rid: int, finish: Finish, num_tokens: int) -> None:
@@ -334,7 +345,7 @@ class WorkerCore:
             del memory[rid]
         # Frontends with nothing live and nothing pending are dropped (their socket too, by the caller).
         for reply_to in [k for k, c in self._frontends.items() if c.live == 0 and not c.pending]:
-            del self._frontends[reply_to]
+            del self._by_tag[self._frontends.pop(reply_to).tag]
 
     def _take_outputs(self, sent_at: float) -> Outputs:
         deltas = []
