@@ -120,34 +120,39 @@ class _ModeTables:
         self.pieces: list[list[bytes]] = []  # each mode's bytes per id
         self.whole = np.empty(0, dtype=bool)  # the id's bytes are whole characters
         self.lengths = np.empty(0, dtype=np.int64)
-        self.byte_ok = np.empty(0, dtype=bool)  # not a special token that is its own spaced segment
-        self.spaced = False
+        # byte_ok False: never a plain row (a special token that is its own spaced segment, or an
+        # id past the tokenizer's byte table); `restricted`: some id is not byte_ok
+        self.byte_ok = np.empty(0, dtype=bool)
+        self.restricted = False
 
     def mode_of(self, tables: ByteTables) -> int:
         m = self.index.get(id(tables))
         if m is None:
             m = self.index[id(tables)] = len(self.index)
-            texts = tables.texts
-            self.texts = self.texts + list(texts)
-            self.pieces.append(list(tables.pieces))
+            # each mode spans exactly `vocab` ids (mode m's id t is at m * vocab + t)
+            n = self.vocab
+            texts = (list(tables.texts) + [None] * n)[:n]
+            pieces = (list(tables.pieces) + [b""] * n)[:n]
+            self.texts = self.texts + texts
+            self.pieces.append(pieces)
             self.whole = np.concatenate([self.whole, np.array([t is not None for t in texts], dtype=bool)])
             lengths = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
             self.lengths = np.concatenate([self.lengths, lengths])
             byte_ok = np.ones(len(texts), dtype=bool)
+            byte_ok[len(tables.pieces) :] = False  # its stream reports them as out of the vocabulary
             if tables.spaced:
-                self.spaced = True
                 byte_ok[[i for i in tables.special if 0 <= i < len(texts)]] = False
+            self.restricted = self.restricted or not byte_ok.all()
             self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
-            self._add_entries(tables, lengths, byte_ok)
+            self._add_entries(pieces, texts, lengths, byte_ok)
         return m
 
-    def _add_entries(self, tables: ByteTables, lengths: np.ndarray, byte_ok: np.ndarray) -> None:
-        pieces, texts = tables.pieces, tables.texts
+    def _add_entries(self, pieces: list[bytes], texts: list[str | None], lengths: np.ndarray, byte_ok: np.ndarray) -> None:
         nbytes = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         whole = np.array([t is not None for t in texts], dtype=bool) & (lengths < 2**16)
         fits = nbytes < 2**16  # else: never on the compiled plain path
         entries = np.zeros(len(pieces), dtype=_TOKEN_ENTRY)
-        entries["flags"] = (whole & fits) * _T_WHOLE + (byte_ok & fits) * _T_BYTE_OK + self.eos[: len(pieces)] * _T_EOS
+        entries["flags"] = (whole & fits) * _T_WHOLE + (byte_ok & fits) * _T_BYTE_OK + self.eos * _T_EOS
         entries["nbytes"] = np.where(fits, nbytes, 0)
         entries["nchars"] = np.where(whole, lengths, 0)
         entries["inline"] = [b if len(b) <= _INLINE else b"" for b in pieces]
@@ -379,7 +384,7 @@ class StreamTable:
             elig &= ~(self._eos_mask[tok1] & self._eos_stops[slots])
         tables = self._tables
         gi = tok1 if len(tables.index) <= 1 else self._mode[slots] * tables.vocab + tok1
-        if tables.spaced:
+        if tables.restricted:
             elig &= tables.byte_ok[gi]
         # A rid twice in one batch (a replayed row): all its rows go, in order, through its stream.
         rows = self._rows[:n]
