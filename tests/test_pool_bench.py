@@ -32,3 +32,19 @@ def test_bench_pool_small_run() -> None:
         assert r["mismatches"] == 0
         assert r["tokens_per_s"] > 0 and 0 < r["latency_p50_ms"] <= r["latency_p99_ms"]
         assert r["messages"] == (32 - 1) * 16 // 32 + 16  # steps of a staggered run: ramp up, steady, ramp down
+
+
+def test_bench_worker_small_run() -> None:
+    """bench/worker.py (the worker's loop in-process) runs its three configurations, and every one
+    sends the same text: the same number of bytes per token for one frontend, compiled or not."""
+    out = subprocess.run(
+        [sys.executable, "bench/worker.py", "--tokenizer", str(hf_qwen2_dir()), "--concurrency", "24", "--tokens", "12",
+         "--rounds", "2", "--repeats", "1", "--frontends", "3", "--json", "--no-progress"],
+        cwd=REPO, capture_output=True, text=True, timeout=220, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = {r["config"]: r for r in map(json.loads, out.stdout.splitlines())}
+    assert set(runs) == {"compiled", "compiled-3fe", "numpy"}
+    assert runs["compiled"]["tokens"] == 24 * 2 * 12 and runs["compiled"]["ratio_vs_compiled"] == 1.0
+    assert runs["compiled"]["out_bytes_per_token"] == runs["numpy"]["out_bytes_per_token"] > 0
+    assert all(r["ns_per_token"] > 0 for r in runs.values())

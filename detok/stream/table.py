@@ -308,11 +308,12 @@ class StreamTable:
         if not self.compiled:
             rid_a = unpack_rids(rids)
             count_a = unpack_u32(counts) if counts else np.ones(len(rid_a), dtype=np.int64)
-            tags = pack_u32([self._tag[self._slot_of.get(r, _UNKNOWN)] for r in rid_a])  # before rows close
+            slots = np.fromiter(map(self._slot_of.get, rid_a, repeat(_UNKNOWN)), dtype=np.int64, count=len(rid_a))
+            tags = self._tag[slots].astype("<u4").tobytes()  # read before rows close
             result = self._step_numpy(np.frombuffer(rid_a, dtype=np.uint64), unpack_u32(starts), count_a, unpack_u32(tokens))
             text, lengths = join_texts(result.texts)
             finished = [(k, rid_a[k], f) for k, f in enumerate(result.finishes) if f is not None]
-            byte_lengths = pack_u32([len(t.encode()) for t in result.texts])
+            byte_lengths = pack_u32(map(len, map(str.encode, result.texts)))
             return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), byte_lengths, tags, finished)
         if counts and len(counts) == len(starts) and sum(unpack_u32(counts)) * 4 != len(tokens):
             raise ValueError("counts do not add up to the tokens")  # checked before anything is stepped
@@ -437,16 +438,21 @@ class StreamTable:
         tables = self._tables
         texts = list(map(tables.texts.__getitem__, gi.tolist()))
         lens = tables.lengths[gi]
-        partial_mask = ~tables.whole[gi] | (self._pend_len[slots] > 0)
-        for k, slot, tok, m in zip(*(a[partial_mask].tolist() for a in (np.arange(len(slots)), slots, toks, self._mode[slots]))):
+        partial = np.flatnonzero(~tables.whole[gi] | (self._pend_len[slots] > 0))
+        if len(partial):
             # Held bytes or an id that is part of a character: the slot's incremental UTF-8
-            held = int(self._pend_len[slot])
-            data = self._pend[slot, :held].tobytes() + tables.pieces[m][tok]
-            texts[k], used = _utf8_decode(data, "replace", False)
-            lens[k] = len(texts[k])
-            rest = data[used:]
-            self._pend_len[slot] = len(rest)
-            self._pend[slot, : len(rest)] = np.frombuffer(rest, dtype=np.uint8)
+            # (each slot once here: repeated rids never take this path)
+            pslots = slots[partial]
+            held, pend = self._pend_len[pslots].tolist(), self._pend[pslots].tobytes()
+            rests = []
+            for j, (k, h, m, tok) in enumerate(zip(partial.tolist(), held, self._mode[pslots].tolist(), toks[partial].tolist())):
+                data = pend[_MAX_PENDING * j : _MAX_PENDING * j + h] + tables.pieces[m][tok]
+                texts[k], used = _utf8_decode(data, "replace", False)
+                lens[k] = len(texts[k])
+                rests.append(data[used:])
+            self._pend_len[pslots] = np.fromiter(map(len, rests), dtype=np.uint8, count=len(rests))
+            padded = b"".join(r.ljust(_MAX_PENDING, b"\0") for r in rests)
+            self._pend[pslots] = np.frombuffer(padded, dtype=np.uint8).reshape(-1, _MAX_PENDING)
         offs = self._choff[slots]
         self._choff[slots] = offs + lens
         ntok = self._ntok[slots] + 1

@@ -1,0 +1,105 @@
+"""Worker hot-loop benchmark: one worker's message handling in-process, no sockets.
+
+    python bench/worker.py [--tokenizer SRC] [--concurrency 1024] [--tokens 256] [--rounds 3]
+                           [--frontends 4] [--repeats 3] [--json]
+
+The pool benchmark's workload (staggered continuous batching, bench/pool_drivers.py) is encoded
+into `DetokBatch` messages up front; each configuration then decodes every message, runs
+`WorkerCore.handle_batch` and encodes the `DeltaBatch`es it produces, as the worker process does
+between its recv and send. Configurations, interleaved over the repetitions (median kept):
+  compiled     the compiled step, every request owned by one frontend
+  compiled-Nfe the same with requests spread over N frontends (per-frontend split of each step)
+  numpy        the numpy/Python path (no extension), one frontend
+One JSON line per configuration with --json: ns per token, ratio to `compiled`, output bytes per token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any
+
+import _common
+import msgspec
+import numpy as np
+from pool_drivers import Workload, steps
+
+import detok
+from detok import protocol
+from detok.protocol import DetokBatch, EndRequest, Registration
+from detok.worker.core import WorkerCore, warmed_table
+
+
+def encode_workload(w: Workload, frontends: int) -> list[bytes]:
+    encoder = msgspec.msgpack.Encoder()
+    params = detok.DecodeParams()
+    messages = []
+    for i, step in enumerate(steps(w)):
+        new = [Registration(k, f"ipc:///frontend-{k % frontends}", w.contexts[k % w.concurrency], params)
+               for k in step.new.tolist()]
+        ends = [EndRequest(k, "length") for k in step.ending.tolist()]
+        messages.append(encoder.encode(DetokBatch(
+            i, 0.0, new, step.ks.astype("<u8").tobytes(), step.positions.astype("<u4").tobytes(), b"",
+            step.tokens.astype("<u4").tobytes(), ends,
+        )))
+    return messages
+
+
+def run_once(tok: Any, messages: list[bytes], compiled: bool) -> tuple[float, int]:
+    """Seconds to handle every message, and the bytes sent to frontends."""
+    table = warmed_table(tok)  # built before the clock, as a worker does before it reports ready
+    table.compiled = compiled and table.compiled
+    core = WorkerCore(tok, 0, idle_timeout_s=3600, table=table)
+    decoder, encoder = protocol.worker_inbound_decoder(), protocol.new_encoder()
+    sent = 0
+    t0 = time.perf_counter()
+    for raw in messages:
+        for _, batch in core.handle_batch(decoder.decode(raw)).deltas:
+            sent += len(encoder.encode(batch))
+    return time.perf_counter() - t0, sent
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common.add_common_args(p)
+    p.add_argument("--concurrency", type=int, default=1024)
+    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--frontends", type=int, default=4, help="frontends of the multi-frontend configuration")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--kinds", default="corpus,multilingual", help="token stream kinds (bench/_common.py)")
+    args = p.parse_args()
+    source = args.tokenizer[0] if args.tokenizer else _common.default_tokenizer_sources()[0][1]
+    tok = detok.load_tokenizer(source)
+    streams = _common.make_streams(tok, args.tokens, args.concurrency, args.seed, tuple(args.kinds.split(",")))
+    outputs = np.ascontiguousarray(np.array([s.ids for s in streams], dtype=np.uint32).T)
+    workload = Workload([list(s.context) for s in streams], outputs, args.rounds)
+    tokens = workload.requests * workload.tokens
+    multi = f"compiled-{args.frontends}fe"
+    configs = {"compiled": (1, True), multi: (args.frontends, True), "numpy": (1, False)}
+    messages = {name: encode_workload(workload, fe) for name, (fe, _) in configs.items()}
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    sent: dict[str, int] = {}
+    bar = _common.progress(args.repeats * len(configs), "worker loop", args.no_progress)
+    for _ in range(args.repeats):
+        for name, (_, compiled) in configs.items():
+            seconds, sent[name] = run_once(tok, messages[name], compiled)
+            times[name].append(seconds)
+            bar.update(1)
+    bar.close()
+    base = statistics.median(times["compiled"])
+    for name in configs:
+        t = statistics.median(times[name])
+        record = {"bench": "worker", "config": name, "tokens": tokens, "ns_per_token": round(t / tokens * 1e9, 1),
+                  "ratio_vs_compiled": round(t / base, 2), "out_bytes_per_token": round(sent[name] / tokens, 2)}
+        if args.json:
+            _common.emit(record)
+        else:
+            print("  ".join(f"{k}={v}" for k, v in record.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
