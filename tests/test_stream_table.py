@@ -136,3 +136,19 @@ def test_step_packed_gives_the_wire_columns_of_step() -> None:
     # the rejected batch changed nothing: both tables go on alike
     packed = tables[1].step_packed(pack_rids([0]), pack_u32([len(ids)]), b"", pack_u32([ids[-1]]))
     assert packed.unpacked() == tables[0].step([0], [len(ids)], [1], [ids[-1]])
+
+
+def test_mode_tables_span_the_vocab_and_ids_past_the_byte_table_are_never_plain() -> None:
+    """A tokenizer whose vocab_size is larger than its byte table: each mode still spans exactly
+    vocab ids (mode m's id t at m * vocab + t), and the missing ids go to their stream (which
+    reports them out of the vocabulary) on both paths."""
+    tok = stream_roster.get("qwen2")
+    plan = table_module.prepare_decoding(tok)
+    tables = plan.tables(True, True)
+    n = len(tables.pieces)
+    modes = table_module._ModeTables(n + 3, np.zeros(n + 3, dtype=bool))
+    assert modes.mode_of(tables) == 0 and modes.mode_of(plan.tables(False, False)) == 1
+    assert len(modes.entries) == len(modes.texts) == len(modes.byte_ok) == 2 * (n + 3)
+    assert modes.restricted and not modes.byte_ok[n : n + 3].any() and not modes.byte_ok[2 * n + 3 :].any()
+    assert not (modes.entries["flags"][n : n + 3] & table_module._T_BYTE_OK).any()
+    assert modes.byte_ok[: n].all() and bytes(modes.entries["inline"][n + 3 + 100]) == tables.pieces[100]
