@@ -282,12 +282,12 @@ class StreamTable:
         self._choff[slot] = stream.char_offset
         self._eos_stops[slot] = bool(stream._stop_ids)
         held = dec._pending if isinstance(dec, ByteTextDecoder) else b""
+        if len(held) >= _MAX_PENDING:  # never for a valid prefix: the stream keeps them, off the plain path
+            self._expect[slot] = _NOT_PLAIN
+            held = b""
         self._pend_len[slot] = len(held)
         if held:
-            if len(held) >= _MAX_PENDING:  # never for a valid prefix; keep such a stream off the plain path
-                self._expect[slot] = _NOT_PLAIN
-            else:
-                self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
+            self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
 
     def _load(self, slot: int, stream: DecodeStream) -> None:
         """The columns' state into the stream, before it steps on its own (the plain rows advance
