@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import Final
 
+import numpy as np
+
 try:  # the compiled helpers (optional extension); the Python ones below give the same results
     from detok.stream._plainstep import group_rows as _compiled_group_rows
     from detok.stream._plainstep import split_text as _compiled_split_text
@@ -70,8 +72,6 @@ def group_rows(
     tag, in the order of each tag's first row; `byte_lengths` (uint32) cut `text` into rows."""
     if _compiled_group_rows is not None:
         return _compiled_group_rows(tags, byte_lengths, text, rids, lengths, offsets)
-    import numpy as np
-
     tag_a = np.frombuffer(tags, dtype="<u4")
     nbytes = np.frombuffer(byte_lengths, dtype="<u4")
     if len(nbytes) != len(tag_a) or int(nbytes.sum()) != len(text):

@@ -174,7 +174,6 @@ class StreamTable:
         self._vocab = tokenizer.vocab_size
         self._streams: dict[Hashable, DecodeStream] = {}
         self._slot_of: dict[Hashable, int] = {}
-        self._decoders: list[ByteTextDecoder | None] = [None] * capacity
         self._free: list[int] = list(range(capacity - 1, _UNKNOWN, -1))
         # Columnar state of the vectorized path; the stream objects hold everything else.
         self._expect = np.full(capacity, _NOT_PLAIN, dtype=np.int64)  # next start, if the slot is plain
@@ -237,9 +236,7 @@ class StreamTable:
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.put(int(rid), slot)  # type: ignore[arg-type]
         dec = stream._text
-        byte_dec = dec if isinstance(dec, ByteTextDecoder) else None
-        self._decoders[slot] = byte_dec
-        self._mode[slot] = self._tables.mode_of(byte_dec._t) if byte_dec is not None else 0
+        self._mode[slot] = self._tables.mode_of(dec._t) if isinstance(dec, ByteTextDecoder) else 0
         self._sync(slot, stream)
         return stream
 
@@ -250,13 +247,11 @@ class StreamTable:
         del self._streams[rid]
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.pop(int(rid))  # type: ignore[arg-type]
-        self._decoders[slot] = None
         self._expect[slot] = _NOT_PLAIN
         self._free.append(slot)
 
     def _grow(self) -> None:
-        old = len(self._decoders)
-        self._decoders.extend([None] * old)
+        old = len(self._expect)
         self._free.extend(range(2 * old - 1, old - 1, -1))
         for name in ("_pend", "_pend_len", "_tag", "_eos_stops", "_mode", "_ntok", "_choff"):
             arr = getattr(self, name)
@@ -315,8 +310,6 @@ class StreamTable:
             finished = [(k, rid_a[k], f) for k, f in enumerate(result.finishes) if f is not None]
             byte_lengths = pack_u32(map(len, map(str.encode, result.texts)))
             return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), byte_lengths, tags, finished)
-        if counts and len(counts) == len(starts) and sum(unpack_u32(counts)) * 4 != len(tokens):
-            raise ValueError("counts do not add up to the tokens")  # checked before anything is stepped
         c_args = self._c_args
         if c_args is None or c_args[0] is not self._tables.entries:
             c_args = self._c_args = self._compiled_args()
