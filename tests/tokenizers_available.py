@@ -192,12 +192,12 @@ def expected_from_byte_decoding(bd: ByteDecoding, ids: list[int], skip_special_t
 
 def assert_byte_decoding_holds(tok: Tokenizer, seed: int = 0, sequences: int = 300, valid_utf8: bool = True) -> None:
     """decode(ids, skip_special_tokens=s) == lossy UTF-8 of the kept pieces (one leading space
-    stripped if claimed), for random sequences, both values of s. Special-token spacing is the
-    stream layer's own rule, so it is off here."""
+    stripped if claimed), for random sequences, both values of s (the backend's own decode:
+    spaces_between_special_tokens at its default inserts nothing)."""
     draws = RandomIds(tok, seed)
     for n in range(sequences):
         ids = draws.draw(draws.rng.randint(1, 12), valid_utf8)
         for skip in (True, False):
-            got = tok.decode(ids, skip_special_tokens=skip, spaces_between_special_tokens=False)
+            got = tok.decode(ids, skip_special_tokens=skip)
             want = expected_from_byte_decoding(draws.byte_decoding, ids, skip)
             assert got == want, (n, ids, skip, got, want)

@@ -55,9 +55,11 @@ class DecodeStream:
         self.char_offset = 0
         self.finished = False
         self.stop_kind: str | None = None
-        if p.stop_token_ids or p.visible_stop_token_ids:
+        if p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output:
             self._visible = frozenset(p.visible_stop_token_ids)
             hidden = frozenset(p.stop_token_ids) if ignore_eos else plan.eos_ids.union(p.stop_token_ids)
+            if p.include_stop_str_in_output:  # vLLM v1: the stop id or EOS that ends the request is kept
+                self._visible, hidden = self._visible | hidden, _NO_IDS
             self._hidden = hidden - self._visible
             self._stop_ids = self._hidden | self._visible
         else:  # the common case: shared sets, nothing built per request
@@ -126,8 +128,11 @@ class DecodeStream:
             self.num_tokens += len(chunk)
             allow = self.num_tokens >= self._min_tokens
             last = chunk[-1]
-            if allow and last in self._hidden:
-                return self._end("stop", "".join(out), matched=last)
+            if allow and last in self._stop_ids:
+                # A stop id ends the request: its text is kept if visible, and (as vLLM's
+                # stop_terminated) no stop string is looked for in it.
+                own = self._text.push(chunk) if last in self._visible else ""
+                return self._end("stop", "".join(out), matched=last, own=own)
             text = self._text.push(chunk)
             if self._stop is not None:
                 text, matched = self._stop.feed(text, allow)
@@ -135,8 +140,6 @@ class DecodeStream:
                     out.append(text)
                     return self._finished_by_string("".join(out), matched)
             out.append(text)
-            if allow and last in self._visible:
-                return self._end("stop", "".join(out), matched=last)
         if bad is not None:
             return self._end("error", "".join(out), message=self._oov_message(OutOfVocabulary(bad_id)))
         if self.num_tokens >= self._min_tokens:
@@ -152,16 +155,29 @@ class DecodeStream:
         return self._end(reason, "", message=message)
 
     # ---- ending -----------------------------------------------------------------------------
-    def _end(self, reason: FinishReason, text: str, matched: str | int | None = None, message: str | None = None) -> Delta:
+    def _end(
+        self,
+        reason: FinishReason,
+        text: str,
+        matched: str | int | None = None,
+        message: str | None = None,
+        own: str = "",
+    ) -> Delta:
+        """Finish: held bytes flushed, a held stop-string prefix released. `own`: the text of the
+        stop id that ends the request (visible ids), which, like the flush after it, is never
+        matched against stop strings (vLLM v1's stop_terminated)."""
         tail = self._text.flush()
         if self._stop is not None:
-            tail, hit = self._stop.feed(tail, self.num_tokens >= self._min_tokens)
-            if hit is not None:
-                return self._finished_by_string(text + tail, hit)
-            tail += self._stop.release()
+            if isinstance(matched, int):
+                text += self._stop.release()
+            else:  # the scheduler's finish: the flushed tail may still complete a stop string
+                tail, hit = self._stop.feed(tail, self.num_tokens >= self._min_tokens)
+                if hit is not None:
+                    return self._finished_by_string(text + tail, hit)
+                tail += self._stop.release()
+        text += own + tail
         if reason == "stop" and isinstance(matched, int):
             self.stop_kind = "token"
-        text += tail
         self.finished = True
         self.char_offset += len(text)
         return Delta(text, Finish(reason, matched, message))
