@@ -30,10 +30,9 @@ def _prefix_texts(tok, ctx, gen, skip):
 
 
 def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
-    """The non-streamed answer, as vLLM v1 with one token per step: the text up to the end of the
-    request (its first allowed stop token, kept when visible or with include_stop_str_in_output,
-    or all tokens), then the earliest-ending allowed stop string in the text before that stop token
-    (a stop token's own text and the finish's flush are never matched: vLLM's stop_terminated).
+    """The non-streamed answer (vLLM v1): the text up to the end of the request (its first allowed
+    stop token, whose text is kept when visible or with include_stop_str_in_output, or all tokens),
+    then the earliest-ending allowed stop string in that text.
 
     A stop string is allowed when the token count at which its last char appeared is at least
     `min_tokens`; chars released only by the final flush appear at the finishing token count."""
@@ -46,12 +45,10 @@ def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
     )
     if token_stop is None:
         limit = end_count = n
-        matchable = len(full[n])
     else:
         kept = gen[token_stop - 1] in p.visible_stop_token_ids or p.include_stop_str_in_output
         limit = token_stop if kept else token_stop - 1
         end_count = token_stop
-        matchable = len(emitted[token_stop - 1])
     text = full[limit]
 
     def producer(end: int) -> int:
@@ -60,7 +57,7 @@ def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
     best = None  # (end, list index, stop)
     for order, stop in enumerate(p.stop):
         start = text.find(stop)
-        while start >= 0 and start + len(stop) <= matchable:
+        while start >= 0:
             end = start + len(stop)
             if producer(end) >= p.min_tokens:
                 if best is None or (end, order) < best[:2]:
@@ -163,10 +160,11 @@ def test_hidden_and_visible_stop_tokens() -> None:
     comma = tok.encode(",")[0]
     deltas, finish = run_stream(tok, [], ids, DecodeParams(stop_token_ids=[comma], include_stop_str_in_output=True))
     assert "".join(deltas) == "Hello world," and finish == Finish("stop", comma)
-    # a stop id's own text is never matched against the stop strings (vLLM's stop_terminated)
+    # a kept stop id's text is matched against the stop strings too (vLLM v1 checks the text of the
+    # step a stop token ends): the stop string is the reason
     deltas, finish = run_stream(tok, [], ids, DecodeParams(
         stop=["world,"], stop_token_ids=[comma], include_stop_str_in_output=True))
-    assert "".join(deltas) == "Hello world," and finish == Finish("stop", comma)
+    assert "".join(deltas) == "Hello world," and finish == Finish("stop", "world,")
     # min_tokens: a stop token before the minimum is an ordinary token
     deltas, finish = run_stream(tok, [], [eos] + ids, DecodeParams(min_tokens=2), ignore_eos=False)
     assert "".join(deltas) == "Hello world, goodbye" and finish == Finish("length")

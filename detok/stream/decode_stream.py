@@ -58,7 +58,9 @@ class DecodeStream:
         if p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output:
             self._visible = frozenset(p.visible_stop_token_ids)
             hidden = frozenset(p.stop_token_ids) if ignore_eos else plan.eos_ids.union(p.stop_token_ids)
-            if p.include_stop_str_in_output:  # vLLM v1: the stop id or EOS that ends the request is kept
+            if p.include_stop_str_in_output:
+                # vLLM v1: the text of the stop id or EOS that ends the request is kept, and, like
+                # any text, matched against the stop strings
                 self._visible, hidden = self._visible | hidden, _NO_IDS
             self._hidden = hidden - self._visible
             self._stop_ids = self._hidden | self._visible
@@ -128,11 +130,8 @@ class DecodeStream:
             self.num_tokens += len(chunk)
             allow = self.num_tokens >= self._min_tokens
             last = chunk[-1]
-            if allow and last in self._stop_ids:
-                # A stop id ends the request: its text is kept if visible, and (as vLLM's
-                # stop_terminated) no stop string is looked for in it.
-                own = self._text.push(chunk) if last in self._visible else ""
-                return self._end("stop", "".join(out), matched=last, own=own)
+            if allow and last in self._hidden:
+                return self._end("stop", "".join(out), matched=last)
             text = self._text.push(chunk)
             if self._stop is not None:
                 text, matched = self._stop.feed(text, allow)
@@ -140,6 +139,8 @@ class DecodeStream:
                     out.append(text)
                     return self._finished_by_string("".join(out), matched)
             out.append(text)
+            if allow and last in self._visible:
+                return self._end("stop", "".join(out), matched=last)
         if bad is not None:
             return self._end("error", "".join(out), message=self._oov_message(OutOfVocabulary(bad_id)))
         if self.num_tokens >= self._min_tokens:
@@ -155,29 +156,16 @@ class DecodeStream:
         return self._end(reason, "", message=message)
 
     # ---- ending -----------------------------------------------------------------------------
-    def _end(
-        self,
-        reason: FinishReason,
-        text: str,
-        matched: str | int | None = None,
-        message: str | None = None,
-        own: str = "",
-    ) -> Delta:
-        """Finish: held bytes flushed, a held stop-string prefix released. `own`: the text of the
-        stop id that ends the request (visible ids), which, like the flush after it, is never
-        matched against stop strings (vLLM v1's stop_terminated)."""
+    def _end(self, reason: FinishReason, text: str, matched: str | int | None = None, message: str | None = None) -> Delta:
         tail = self._text.flush()
         if self._stop is not None:
-            if isinstance(matched, int):
-                text += self._stop.release()
-            else:  # the scheduler's finish: the flushed tail may still complete a stop string
-                tail, hit = self._stop.feed(tail, self.num_tokens >= self._min_tokens)
-                if hit is not None:
-                    return self._finished_by_string(text + tail, hit)
-                tail += self._stop.release()
-        text += own + tail
+            tail, hit = self._stop.feed(tail, self.num_tokens >= self._min_tokens)
+            if hit is not None:
+                return self._finished_by_string(text + tail, hit)
+            tail += self._stop.release()
         if reason == "stop" and isinstance(matched, int):
             self.stop_kind = "token"
+        text += tail
         self.finished = True
         self.char_offset += len(text)
         return Delta(text, Finish(reason, matched, message))
