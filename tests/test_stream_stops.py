@@ -34,8 +34,9 @@ def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
     stop token, whose text is kept when visible or with include_stop_str_in_output, or all tokens),
     then the earliest-ending allowed stop string in that text.
 
-    A stop string is allowed when the token count at which its last char appeared is at least
-    `min_tokens`; chars released only by the final flush appear at the finishing token count."""
+    A stop string is allowed when the token count at which its last char appeared is above
+    `min_tokens` (vLLM v1; a stop token at count min_tokens is allowed); chars released only by the
+    final flush appear at the finishing token count."""
     emitted, full = _prefix_texts(tok, ctx, gen, p.skip_special_tokens)
     n = len(gen)
     token_stop = next(
@@ -59,7 +60,7 @@ def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
         start = text.find(stop)
         while start >= 0:
             end = start + len(stop)
-            if producer(end) >= p.min_tokens:
+            if producer(end) > p.min_tokens:
                 if best is None or (end, order) < best[:2]:
                     best = (end, order, stop)
                 break

@@ -129,12 +129,14 @@ class DecodeStream:
             start = end
             self.num_tokens += len(chunk)
             allow = self.num_tokens >= self._min_tokens
+            # as vLLM v1: a stop string may not end in the text of the first min_tokens tokens
+            allow_string = self.num_tokens > self._min_tokens
             last = chunk[-1]
             if allow and last in self._hidden:
                 return self._end("stop", "".join(out), matched=last)
             text = self._text.push(chunk)
             if self._stop is not None:
-                text, matched = self._stop.feed(text, allow)
+                text, matched = self._stop.feed(text, allow_string)
                 if matched is not None:
                     out.append(text)
                     return self._finished_by_string("".join(out), matched)
@@ -159,7 +161,7 @@ class DecodeStream:
     def _end(self, reason: FinishReason, text: str, matched: str | int | None = None, message: str | None = None) -> Delta:
         tail = self._text.flush()
         if self._stop is not None:
-            tail, hit = self._stop.feed(tail, self.num_tokens >= self._min_tokens)
+            tail, hit = self._stop.feed(tail, self.num_tokens > self._min_tokens)
             if hit is not None:
                 return self._finished_by_string(text + tail, hit)
             tail += self._stop.release()
