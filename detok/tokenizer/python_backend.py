@@ -228,6 +228,10 @@ class PythonTokenizer(Tokenizer):
             if callable(method):
                 tid = method(token)
                 return tid if isinstance(tid, int) else None
+        # no lookup method: a token the class encodes as one id that decodes back to it
+        ids = self.encode(token)
+        if len(ids) == 1 and self._decode_ids(ids, False) == token:
+            return ids[0]
         return None
 
     def id_to_token(self, token_id: int) -> str | None:
