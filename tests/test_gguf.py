@@ -14,6 +14,7 @@ import pytest
 import sentencepiece
 import tokenizers
 
+import stream_roster
 from detok.stream.strategy import verify_byte_decoding
 from detok.tokenizer.base import TokenizerLoadError
 from detok.tokenizer.gguf_backend import GGUFTokenizer, is_gguf, load_gguf
@@ -57,9 +58,12 @@ _loaded: dict[str, GGUFTokenizer] = {}
 
 
 def loaded(name: str) -> GGUFTokenizer:
-    """One tokenizer per fixture file for the whole module (the biggest load takes ~1.5 s)."""
+    """One tokenizer per fixture file for the whole test session, shared with the stream tests
+    (the biggest load, Gemma 4's 262K vocabulary, takes ~3 s)."""
     if name not in _loaded:
-        _loaded[name] = load_gguf(gguf_fixture(name))
+        tok = stream_roster.get(f"gguf-{name}")
+        assert isinstance(tok, GGUFTokenizer)
+        _loaded[name] = tok
     return _loaded[name]
 
 
@@ -385,24 +389,21 @@ def test_gemma4_vocabulary_facts() -> None:
     assert tok.decode([105, 2364, 107]) == "user\n"
 
 
-def test_gemma4_tokenizer_json_form_streams_exactly(tmp_path: Path) -> None:
+def test_gemma4_tokenizer_json_form_streams_exactly() -> None:
     """Gemma 4's tokenizer.json form (BPE with byte fallback, Replace(" ", "▁") normalizer,
     Replace("▁", " ") + ByteFallback + Fuse decoder), built from the GGUF: the byte table is
     derived from that decoder, verified against tokenizers' own decode, and streams exactly."""
     import json
 
-    import detok
     from detok import DecodeParams
     from detok.stream import prepare_decoding
     from stream_helpers import oracle, run_stream
 
-    gguf_tok = loaded("gemma-4")
-    spec = json.loads(gguf_tok.hf_tokenizer.to_str())
+    spec = json.loads(loaded("gemma-4").hf_tokenizer.to_str())
     assert spec["normalizer"] == {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
     assert [d["type"] for d in spec["decoder"]["decoders"]] == ["Replace", "ByteFallback", "Fuse"]
     assert spec["model"]["type"] == "BPE" and spec["model"]["byte_fallback"]
-    (tmp_path / "tokenizer.json").write_text(gguf_tok.hf_tokenizer.to_str(), encoding="utf-8")
-    tok = detok.load_tokenizer(str(tmp_path))
+    tok = stream_roster.get("hf-gemma-4")  # that tokenizer.json, loaded by the Hugging Face backend
     assert tok.backend == "huggingface"
     plan = prepare_decoding(tok)
     assert plan.strategy == "bytes", plan.reason
