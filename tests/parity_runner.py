@@ -13,9 +13,10 @@ from tokenizers import decoders, models
 
 import detok
 import stream_roster
-from detok import DecodeParams, DecodeStream, Finish
+from detok import DecodeParams, Finish
 from detok.tokenizer.base import Tokenizer
 from parity_cases import Case
+from stream_helpers import run_stream
 
 
 def _from_hf(hf: tokenizers.Tokenizer) -> Tokenizer:
@@ -101,20 +102,8 @@ def stream_deltas(
 ) -> tuple[list[str], Finish | None]:
     """Each step's text (steps of the given sizes, cycled; 0: everything at once), then the finish's
     text if the stream did not finish on its own."""
-    stream = DecodeStream(tok, prompt, params, ignore_eos=ignore_eos)
-    deltas: list[str] = []
-    i = k = 0
-    while i < len(output):
-        size = steps[k % len(steps)] or len(output)
-        k += 1
-        delta = stream.step(list(output[i : i + size]))
-        i += size
-        deltas.append(delta.text)
-        if delta.finish is not None:
-            return deltas, delta.finish
-    end = stream.finish("length")
-    deltas.append(end.text)
-    return deltas, end.finish
+    groups = [size or max(len(output), 1) for size in steps]
+    return run_stream(tok, prompt, output, params, groups, ignore_eos=ignore_eos)
 
 
 def matches(deltas: list[str], want: str | tuple[str, ...]) -> bool:
