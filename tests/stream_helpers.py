@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from detok import DecodeParams, DecodeStream, Finish
 from detok.stream import prepare_decoding
-from detok.tokenizer.base import Tokenizer
+from detok.tokenizer.base import Tokenizer, decode_added_raw
 
 MULTILINGUAL = [
     "Hello, world! The quick brown fox jumps over the lazy dog.",
@@ -22,13 +22,17 @@ MULTILINGUAL = [
 
 
 def oracle(tok: Tokenizer, ctx: Sequence[int], gen: Sequence[int], params: DecodeParams) -> tuple[str, str, str]:
-    """(text(G), D(C), D(C+G)) per DESIGN.md §3, without stop rules."""
+    """(text(G), D(C), D(C+G)) per DESIGN.md §3, without stop rules. With special tokens kept and
+    spaces_between_special_tokens=False, D(C+G) applies vLLM's raw-added rule to G only."""
     kw = dict(
         skip_special_tokens=params.skip_special_tokens,
         spaces_between_special_tokens=params.spaces_between_special_tokens,
     )
     pre = tok.decode(list(ctx), **kw)
-    full = tok.decode(list(ctx) + list(gen), **kw)
+    if params.skip_special_tokens or params.spaces_between_special_tokens or tok.slow_special_spacing:
+        full = tok.decode(list(ctx) + list(gen), **kw)
+    else:
+        full = decode_added_raw(tok, list(ctx) + list(gen), first=len(ctx))
     return full[len(pre) :], pre, full
 
 

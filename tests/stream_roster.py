@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +16,15 @@ import tokenizers_available as ta
 from detok.tokenizer.base import Tokenizer
 
 _HERE = Path(__file__).resolve().parent
+
+
+def _gemma4_tokenizer_json() -> Tokenizer:
+    """Gemma 4's tokenizer.json form (no package ships one): built from the GGUF's vocabulary."""
+    gguf_tok = get("gguf-gemma-4")
+    folder = Path(tempfile.mkdtemp(prefix="detok-gemma4-"))
+    atexit.register(shutil.rmtree, folder, True)
+    (folder / "tokenizer.json").write_text(gguf_tok.hf_tokenizer.to_str(), encoding="utf-8")  # type: ignore[attr-defined]
+    return detok.load_tokenizer(str(folder))
 
 
 def _python_user() -> Tokenizer:
@@ -41,6 +53,8 @@ SOURCES: dict[str, Callable[[], Tokenizer]] = {
     "gguf-llama-spm": lambda: detok.load_tokenizer(str(ta.gguf_fixture("llama-spm"))),
     "gguf-phi-3": lambda: detok.load_tokenizer(str(ta.gguf_fixture("phi-3"))),
     "gguf-bert-bge": lambda: detok.load_tokenizer(str(ta.gguf_fixture("bert-bge"))),
+    "gguf-gemma-4": lambda: detok.load_tokenizer(str(ta.gguf_fixture("gemma-4"))),
+    "hf-gemma-4": _gemma4_tokenizer_json,
     "python-user": _python_user,
     "mock": lambda: detok.load_tokenizer("mock"),
 }

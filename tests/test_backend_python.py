@@ -124,7 +124,7 @@ def test_byte_tokenizer_protocol(write_module: Callable[[str], str]) -> None:
     assert tok.decode(ids) == "北京 🫨"
     assert tok.decode(ids[:-1]).endswith("\ufffd")
     assert tok.decode([*ids, 256]) == "北京 🫨"
-    assert tok.decode([104, 256, 105], skip_special_tokens=False) == "h <eos> i"  # transformers' spacing rule
+    assert tok.decode([104, 256, 105], skip_special_tokens=False) == "h<eos>i"  # native: nothing inserted
     assert tok.encode_batch(["a", "bc"]) == [[97], [98, 99]]  # BaseTokenizer's default
     assert tok.vocab_size == 257
     assert tok.special_ids == {256}
@@ -133,6 +133,26 @@ def test_byte_tokenizer_protocol(write_module: Callable[[str], str]) -> None:
     assert tok.token_to_id("<eos>") == 256 and tok.id_to_token(97) == "a"
     assert tok.byte_decoding() is None  # streams by window diff
     assert tok.backend == "python"
+
+
+SLOW_SPACED = BYTE_TOKENIZER.replace("class ByteTokenizer(BaseTokenizer):", """class ByteTokenizer(BaseTokenizer):
+    slow_special_spacing = True  # a transformers slow tokenizer's reference: specials spaced""")
+
+
+def test_slow_special_spacing_is_declared_by_the_class(write_module: Callable[[str], str]) -> None:
+    """Only a backend that declares it gets transformers' slow spacing, and it streams exactly."""
+    tok = load_python(f"{write_module(SLOW_SPACED)}:ByteTokenizer", model_path="unused")
+    assert tok.slow_special_spacing
+    ids = [104, 256, 105, 256, 256]
+    assert tok.decode(ids, skip_special_tokens=False) == "h <eos> i <eos> <eos>"
+    assert tok.decode(ids, skip_special_tokens=False, spaces_between_special_tokens=False) == "h<eos>i<eos><eos>"
+    assert tok.decode(ids) == "hi"
+    for spaces, want in ((True, "h <eos> i <eos> <eos>"), (False, "h<eos>i<eos><eos>")):
+        params = detok.DecodeParams(skip_special_tokens=False, spaces_between_special_tokens=spaces)
+        stream = detok.DecodeStream(tok, [], params, ignore_eos=True)
+        assert "".join(stream.step([i]).text for i in ids) + stream.finish().text == want
+    plain = load_python(f"{write_module(BYTE_TOKENIZER)}:ByteTokenizer", model_path="unused")
+    assert not plain.slow_special_spacing and not HFTokenizer.slow_special_spacing
 
 
 def test_wrapping_the_qwen2_fixture_matches_the_hf_backend(write_module: Callable[[str], str]) -> None:

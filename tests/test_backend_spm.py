@@ -119,7 +119,7 @@ def test_control_and_unknown_pieces(model: tuple[SentencePieceTokenizer, sentenc
     assert tok.decode([1, *hello, 0, 2], skip_special_tokens=False, spaces_between_special_tokens=False) == (
         "<s> Hello<unk></s>"  # the dummy-prefix space stays: the text starts with <s>
     )
-    assert tok.decode([1, *hello, 2], skip_special_tokens=False) == "<s> Hello </s>"
+    assert tok.decode([1, *hello, 2], skip_special_tokens=False) == "<s> Hello</s>"  # native: nothing inserted
     assert tok.encode("Hello</s>") == [*hello, 2]  # control text is the control token
     assert tok.encode("<unk>") == sp.encode("<unk>")  # unknown is no control: plain text
 

@@ -98,7 +98,7 @@ def test_special_text_encodes_as_the_special_token(cl100k: TiktokenTokenizer) ->
     ids = cl100k.encode("a<|endoftext|>b")
     assert 100257 in ids
     assert cl100k.decode(ids) == "ab"
-    assert cl100k.decode(ids, skip_special_tokens=False) == "a <|endoftext|> b"  # transformers' spacing rule
+    assert cl100k.decode(ids, skip_special_tokens=False) == "a<|endoftext|>b"  # native: nothing inserted
     assert cl100k.decode(ids, skip_special_tokens=False, spaces_between_special_tokens=False) == "a<|endoftext|>b"
 
 

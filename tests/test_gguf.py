@@ -14,6 +14,7 @@ import pytest
 import sentencepiece
 import tokenizers
 
+import stream_roster
 from detok.stream.strategy import verify_byte_decoding
 from detok.tokenizer.base import TokenizerLoadError
 from detok.tokenizer.gguf_backend import GGUFTokenizer, is_gguf, load_gguf
@@ -22,13 +23,14 @@ from tokenizers_available import (
     assert_byte_decoding_holds,
     corpus_text,
     gguf_fixture,
+    gguf_vectors_base,
     hf_gpt2_dir,
     hf_qwen2_dir,
     llama3_tokenizer_json,
     spm_fixture,
 )
 
-VOCABS = ["bert-bge", "deepseek-llm", "gpt-2", "llama-bpe", "llama-spm", "phi-3", "qwen2"]
+VOCABS = ["bert-bge", "deepseek-llm", "gemma-4", "gpt-2", "llama-bpe", "llama-spm", "phi-3", "qwen2"]
 # llama.cpp's test vectors reproduced per file (all of them); a regression lowers a count
 VECTORS_PASSED = {name: 46 for name in VOCABS}
 SEPARATOR = "\n__ggml_vocab_test__\n"
@@ -43,20 +45,25 @@ JAPANESE = [
 
 
 def vocab_tests(name: str) -> list[tuple[str, list[int]]]:
-    path = gguf_fixture(name)
+    path = gguf_vectors_base(name)
     inputs = Path(f"{path}.inp").read_text(encoding="utf-8").split(SEPARATOR)
     outputs = Path(f"{path}.out").read_text(encoding="utf-8").split("\n")
-    assert inputs[-1] == "" and len(inputs) - 1 == len(outputs) - 1  # both end with their separator
-    return [(text, [int(x) for x in line.split()]) for text, line in zip(inputs[:-1], outputs[:-1])]
+    if inputs[-1] == "":  # llama.cpp's older files end with the separator, Gemma 4's does not
+        inputs.pop()
+    assert outputs[-1] == "" and len(inputs) == len(outputs) - 1
+    return [(text, [int(x) for x in line.split()]) for text, line in zip(inputs, outputs)]
 
 
 _loaded: dict[str, GGUFTokenizer] = {}
 
 
 def loaded(name: str) -> GGUFTokenizer:
-    """One tokenizer per fixture file for the whole module (the biggest load takes ~1.5 s)."""
+    """One tokenizer per fixture file for the whole test session, shared with the stream tests
+    (the biggest load, Gemma 4's 262K vocabulary, takes ~3 s)."""
     if name not in _loaded:
-        _loaded[name] = load_gguf(gguf_fixture(name))
+        tok = stream_roster.get(f"gguf-{name}")
+        assert isinstance(tok, GGUFTokenizer)
+        _loaded[name] = tok
     return _loaded[name]
 
 
@@ -108,7 +115,7 @@ def test_same_as_the_hf_tokenizer_converted_from_the_same_file(name: str) -> Non
     for _ in range(300):
         ids = [rng.randrange(tok.vocab_size) for _ in range(rng.randint(1, 30))]
         for skip in (True, False):
-            assert tok.decode(ids, skip, spaces_between_special_tokens=False) == ref.decode(ids, skip), ids
+            assert tok.decode(ids, skip) == ref.decode(ids, skip), ids
 
 
 def test_llama_bpe_matches_llama3_tokenizer_json() -> None:
@@ -359,3 +366,121 @@ def test_spm_gguf_encodes_like_sentencepiece_bpe(tmp_path: Path) -> None:
     for ids in (sp.encode(t) for t in lines[:500]):
         if sp.unk_id() not in ids:  # sentencepiece spells <unk> " ⁇ "; it is a special token here
             assert tok.decode(ids) == sp.decode(ids)
+
+
+# ---- Gemma 4 (tokenizer.ggml.model = "gemma4") -------------------------------------------------
+def test_gemma4_vocabulary_facts() -> None:
+    """BPE over SentencePiece-style pieces: ▁ for spaces, merges over raw UTF-8, <0xXX> byte
+    fallback, newline runs kept whole, BOS added, llama.cpp's end-of-generation tokens."""
+    tok = loaded("gemma-4")
+    assert tok.vocab_type == "bpe" and tok.vocab_size == 262144
+    assert (tok.special_tokens.bos, tok.special_tokens.eos) == ("<bos>", "<eos>")
+    assert tok.token_to_id(tok.special_tokens.eos) == 1  # the primary EOS (stop_reason null)
+    assert tok.eos_token_ids == {1, 50, 106}  # <eos>, <|tool_response>, <turn|>
+    assert tok.encode("Hello world", add_special_tokens=True) == [2, *tok.encode("Hello world")]
+    assert tok.id_to_token(tok.encode(" Hello")[0]) == "\u2581Hello"
+    for k in (1, 2, 7, 31):  # a run of newlines that is a token stays whole
+        assert tok.encode("\n" * k) == [tok.token_to_id("\n" * k)]
+    assert tok.encode("\n" * 33) == [tok.token_to_id("\n" * 31), tok.token_to_id("\n\n")]
+    rare = "\U000f0001"  # not in the vocabulary: its four UTF-8 bytes as <0xXX> tokens
+    assert [tok.id_to_token(i) for i in tok.encode(rare)] == ["<0xF3>", "<0xB0>", "<0x80>", "<0x81>"]
+    assert tok.decode(tok.encode(f"a {rare} b")) == f"a {rare} b"
+    assert tok.decode([105, 2364, 107], skip_special_tokens=False) == "<|turn>user\n"
+    assert tok.decode([105, 2364, 107]) == "user\n"
+
+
+def test_gemma4_tokenizer_json_form_streams_exactly() -> None:
+    """Gemma 4's tokenizer.json form (BPE with byte fallback, Replace(" ", "▁") normalizer,
+    Replace("▁", " ") + ByteFallback + Fuse decoder), built from the GGUF: the byte table is
+    derived from that decoder, verified against tokenizers' own decode, and streams exactly."""
+    import json
+
+    from detok import DecodeParams
+    from detok.stream import prepare_decoding
+    from stream_helpers import oracle, run_stream
+
+    spec = json.loads(loaded("gemma-4").hf_tokenizer.to_str())
+    assert spec["normalizer"] == {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    assert [d["type"] for d in spec["decoder"]["decoders"]] == ["Replace", "ByteFallback", "Fuse"]
+    assert spec["model"]["type"] == "BPE" and spec["model"]["byte_fallback"]
+    tok = stream_roster.get("hf-gemma-4")  # that tokenizer.json, loaded by the Hugging Face backend
+    assert tok.backend == "huggingface"
+    plan = prepare_decoding(tok)
+    assert plan.strategy == "bytes", plan.reason
+    for text, want in vocab_tests("gemma-4"):
+        assert tok.encode(text) == want
+    ids = tok.encode("Ünïcödé 北京 🫨\n\n  code:\tx = 1\n") + [106, 1, 105] + tok.encode(" tail")
+    for params in (DecodeParams(), DecodeParams(skip_special_tokens=False),
+                   DecodeParams(skip_special_tokens=False, spaces_between_special_tokens=False)):
+        for groups in ([1], [2, 3], [len(ids)]):
+            want, _, _ = oracle(tok, ids[:3], ids[3:], params)
+            assert "".join(run_stream(tok, ids[:3], ids[3:], params, groups)[0]) == want
+
+
+# ---- every vocabulary type and pre-tokenizer llama.cpp accepts: loads, or fails naming it -------
+# read off llama.cpp's src/llama-vocab.cpp (llama_vocab::impl::load)
+LLAMA_CPP_MODELS = ["no_vocab", "none", "llama", "bert", "gpt2", "hybriddna", "whitespace", "t5", "rwkv",
+                    "plamo2", "gemma4"]
+LLAMA_CPP_PRES = (
+    "default minicpm5 llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano "
+    "deepseek-llm deepseek-coder deepseek-v3 spark2_5 youtu falcon mpt starcoder gpt-2 phi-2 jina-es jina-de "
+    "gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert jais-2 gemma4 granite-embed-multi-311m "
+    "sarvam-moe jina-v1-en jina-v2-code roberta-bpe whitespace refact command-r qwen2 deepseek-r1-qwen kormo "
+    "f2llmv2 qwen35 stablelm2 olmo dbrx smaug-bpe poro-chat glm4 chatglm-bpe viking jais tekken smollm "
+    "codeshell bloom gpt3-finnish exaone exaone4 exaone-moe chameleon minerva-7b megrez gpt-4o llama4 kanana2 "
+    "talkie granite-embed-multi-97m tiny_aya cohere2moe superbpe trillion granite-docling bailingmoe "
+    "bailingmoe2 llada-moe seed-coder hunyuan hunyuan-dense hy_v4 joyai-llm kimi-k2 ufakzeka grok-2 afmoe "
+    "laguna minimax-m2 solar-open mellum2"
+).split()
+UNSUPPORTED_PRES = {"kimi-k2", "afmoe", "whitespace"}
+TINY_BPE = dict(tokens=["a", "b", "ab", "\u2581", "\u2581ab", "<0x0A>", "<s>"], merges=["a b", "\u2581 ab"],
+                token_type=[1, 1, 1, 1, 1, 6, 3])
+
+
+def _tiny_gguf(path: Path, model: str, pre: str | None = None) -> Path:
+    writer = gguf.GGUFWriter(path, arch="llama")
+    writer.add_tokenizer_model(model)
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
+    writer.add_token_list(TINY_BPE["tokens"])
+    writer.add_token_types(TINY_BPE["token_type"])
+    writer.add_token_merges(TINY_BPE["merges"])
+    writer.add_bos_token_id(6)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return path
+
+
+def test_every_llama_cpp_pre_tokenizer_loads_or_names_itself(tmp_path: Path) -> None:
+    from detok.tokenizer.gguf_pretokenizers import PRE_TOKENIZERS, UNSUPPORTED_PRE_TOKENIZERS
+
+    assert set(UNSUPPORTED_PRE_TOKENIZERS) == UNSUPPORTED_PRES
+    assert set(PRE_TOKENIZERS) | UNSUPPORTED_PRES == set(LLAMA_CPP_PRES)
+    for pre in LLAMA_CPP_PRES:
+        path = _tiny_gguf(tmp_path / f"{pre}.gguf", "gpt2", pre)
+        if pre in UNSUPPORTED_PRES:
+            with pytest.raises(TokenizerLoadError, match=f"tokenizer.ggml.pre='{pre}'"):
+                load_gguf(path)
+            continue
+        tok = load_gguf(path)
+        spm_style = PRE_TOKENIZERS[pre].spm_style
+        text = "ab ab" if spm_style else "abab"  # (the tiny vocabulary has no byte-level space)
+        assert tok.encode(text) == ([2, 4] if spm_style else [2, 2]), pre
+        assert tok.decode(tok.encode(text)) == text, pre
+        assert (tok.encode("ab", add_special_tokens=True)[0] == 6) == PRE_TOKENIZERS[pre].add_bos, pre
+
+
+def test_every_llama_cpp_vocabulary_type_loads_or_names_itself(tmp_path: Path) -> None:
+    from detok.tokenizer.gguf_vocab import UNSUPPORTED_VOCAB_TYPES, VOCAB_TYPES
+
+    assert set(VOCAB_TYPES) | set(UNSUPPORTED_VOCAB_TYPES) == set(LLAMA_CPP_MODELS)
+    for model in LLAMA_CPP_MODELS:
+        path = _tiny_gguf(tmp_path / f"{model}.gguf", model)
+        if model in UNSUPPORTED_VOCAB_TYPES:
+            with pytest.raises(TokenizerLoadError, match=f"tokenizer.ggml.model='{model}'"):
+                load_gguf(path)
+        else:
+            assert load_gguf(path).vocab_type == VOCAB_TYPES[model]
+    gemma = load_gguf(_tiny_gguf(tmp_path / "g.gguf", "gemma4", pre="qwen2"))  # the file's pre is ignored
+    assert gemma.encode("ab ab") == [2, 4] and gemma.encode("x", add_special_tokens=True)[:1] == [6]

@@ -135,3 +135,55 @@ def test_byte_strategy_state_stays_bounded_on_adversarial_streams() -> None:
         total += len(d.text)
         assert len(stream._text._pending) <= 3 and len(stream.held_text) < len("never appears here")
     assert total > 0
+
+
+# ---- ByteFallback without the ▁ replacement: a byte map too, one replacement rule ---------------
+@pytest.fixture(scope="module")
+def bytefallback_only(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """Llama-2's vocabulary with the decoder [ByteFallback, Fuse] (no Metaspace / Replace)."""
+    import tokenizers
+    from tokenizers import decoders
+
+    import detok
+
+    hf = tokenizers.Tokenizer.from_str(stream_roster.get("gguf-llama-spm").hf_tokenizer.to_str())  # type: ignore[attr-defined]
+    hf.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    folder = tmp_path_factory.mktemp("bytefallback")
+    (folder / "tokenizer.json").write_text(hf.to_str(), encoding="utf-8")
+    return detok.load_tokenizer(str(folder))
+
+
+def _both_strategies(tok, ids: list[int]) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    texts = []
+    for strategy in ("bytes", "window"):
+        stream = DecodeStream(tok, [], DecodeParams(), ignore_eos=True, strategy=strategy)  # type: ignore[arg-type]
+        texts.append("".join(stream.step([i]).text for i in ids) + stream.finish().text)
+    return texts[0], texts[1]
+
+
+def test_bytefallback_decoder_streams_by_byte_table_with_the_utf8_rule(bytefallback_only) -> None:  # type: ignore[no-untyped-def]
+    """The same bytes give the same text whatever the strategy wherever the tokenizer's own decode
+    follows the rule too (valid text, an invalid run of one byte token, a one-byte incomplete
+    tail); on a longer invalid run Hugging Face gives one U+FFFD per byte token (even to valid bytes
+    in the run), the byte table one per maximal invalid subpart: the project's rule (README, What
+    the text is), which the window strategy can only inherit from the decode it diffs."""
+    tok = bytefallback_only
+    assert prepare_decoding(tok).strategy == "bytes"
+    byte = {b: tok.token_to_id(f"<0x{b:02X}>") for b in range(256)}
+    word = tok.encode("北京 ok")
+    assert tok.decode(word) == "\u2581北京\u2581ok"  # no ▁ replacement in this decoder
+    agreeing = [
+        word,
+        [*word, byte[0xE6], byte[0xAC], byte[0xA2], *word],  # 欢 from bytes
+        [*word, byte[0xFF], *word],  # one invalid byte
+        [byte[0x80], *word, byte[0xF0]],  # invalid byte, then an incomplete tail of one byte
+    ]
+    for ids in agreeing:
+        assert _both_strategies(tok, ids) == (tok.decode(ids), tok.decode(ids))
+    run = [*word, byte[0xE6], byte[0xAC], *tok.encode("A"), byte[0xE8], byte[0xBF], byte[0x8E], byte[0xFF]]
+    by_table, by_window = _both_strategies(tok, run)
+    assert by_table == "\u2581北京\u2581ok\ufffd\u2581A迎\ufffd"
+    # the window inherits the library's replacements (one per byte token; and its prefix decodes
+    # are not prefixes of the whole: 迎 once complete, then U+FFFDs, is never retracted)
+    assert by_window.startswith("\u2581北京\u2581ok\ufffd\ufffd\u2581A") and by_window != by_table
+    assert tok.decode(run) == "\u2581北京\u2581ok\ufffd\ufffd\u2581A\ufffd\ufffd\ufffd\ufffd"

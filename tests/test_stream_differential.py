@@ -37,10 +37,20 @@ def _interesting(name: str) -> list[int]:
     return interesting_ids(stream_roster.get(name))
 
 
-def _ids(name: str) -> st.SearchStrategy[list[int]]:
+@functools.lru_cache(maxsize=None)
+def _added(name: str) -> list[int]:
     tok = stream_roster.get(name)
-    pick = st.one_of(st.integers(0, tok.vocab_size - 1), st.sampled_from(_interesting(name)))
-    return st.lists(pick, min_size=0, max_size=24)
+    return sorted(i for i in tok.added_tokens() if 0 <= i < tok.vocab_size)
+
+
+def _ids(name: str) -> st.SearchStrategy[list[int]]:
+    """Random and interesting ids, with runs of added tokens back to back (where
+    spaces_between_special_tokens=False emits them raw)."""
+    tok = stream_roster.get(name)
+    pick = st.one_of(st.integers(0, tok.vocab_size - 1), st.sampled_from(_interesting(name))).map(lambda i: [i])
+    if _added(name):
+        pick = st.one_of(pick, st.lists(st.sampled_from(_added(name)), min_size=2, max_size=3))
+    return st.lists(pick, min_size=0, max_size=16).map(lambda chunks: [i for c in chunks for i in c][:24])
 
 
 def _cuts_on_whole_chars(tok, ctx, gen, params) -> bool:
@@ -126,9 +136,12 @@ def test_byte_rule_matches_python_utf8_decoder(name: str) -> None:
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
-@pytest.mark.parametrize("name", ["qwen2", "llama3", "mistral-spm-v1", "gguf-bert-bge", "python-user"])
+@pytest.mark.parametrize(
+    "name", ["qwen2", "llama3", "mistral-spm-v1", "gguf-bert-bge", "python-user", "mock", "gguf-gemma-4"]
+)
 def test_stream_table_matches_decode_stream(name: str, compiled: bool) -> None:
-    """The worker's batched path gives exactly the per-stream text, offsets and token counts."""
+    """The worker's batched path (packed integer rids: the compiled step where built) gives exactly
+    the per-stream text, offsets and token counts, in every decode mode, stop rules included."""
     tok = stream_roster.get(name)
 
     @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -138,6 +151,8 @@ def test_stream_table_matches_decode_stream(name: str, compiled: bool) -> None:
         if flat and data.draw(st.booleans()):  # stop rules too: the batched path must defer to them
             params = DecodeParams(
                 skip_special_tokens=params.skip_special_tokens,
+                spaces_between_special_tokens=params.spaces_between_special_tokens,
+                include_stop_str_in_output=data.draw(st.booleans()),
                 stop_token_ids=data.draw(st.lists(st.sampled_from(flat), max_size=2)),
                 visible_stop_token_ids=data.draw(st.lists(st.sampled_from(flat), max_size=1)),
                 stop=data.draw(st.lists(st.sampled_from(["e", "th", "\n", "北"]), max_size=2)),
@@ -145,7 +160,7 @@ def test_stream_table_matches_decode_stream(name: str, compiled: bool) -> None:
             )
         table = StreamTable(tok)
         table.compiled = compiled and table.compiled
-        rids = [f"r{k}" for k in range(len(streams))]
+        rids = [1000 + k for k in range(len(streams))]
         for rid in rids:
             table.open(rid, (), params, ignore_eos=True)
         got = {rid: "" for rid in rids}

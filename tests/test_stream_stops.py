@@ -30,11 +30,13 @@ def _prefix_texts(tok, ctx, gen, skip):
 
 
 def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
-    """The non-streamed answer: the text up to the end of the request (its first allowed stop
-    token, or all tokens), then the earliest-ending allowed stop string in that text.
+    """The non-streamed answer (vLLM v1): the text up to the end of the request (its first allowed
+    stop token, whose text is kept when visible or with include_stop_str_in_output, or all tokens),
+    then the earliest-ending allowed stop string in that text.
 
-    A stop string is allowed when the token count at which its last char appeared is at least
-    `min_tokens`; chars released only by the final flush appear at the finishing token count."""
+    A stop string is allowed when the token count at which its last char appeared is above
+    `min_tokens` (vLLM v1; a stop token at count min_tokens is allowed); chars released only by the
+    final flush appear at the finishing token count."""
     emitted, full = _prefix_texts(tok, ctx, gen, p.skip_special_tokens)
     n = len(gen)
     token_stop = next(
@@ -45,7 +47,8 @@ def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
     if token_stop is None:
         limit = end_count = n
     else:
-        limit = token_stop if gen[token_stop - 1] in p.visible_stop_token_ids else token_stop - 1
+        kept = gen[token_stop - 1] in p.visible_stop_token_ids or p.include_stop_str_in_output
+        limit = token_stop if kept else token_stop - 1
         end_count = token_stop
     text = full[limit]
 
@@ -57,7 +60,7 @@ def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
         start = text.find(stop)
         while start >= 0:
             end = start + len(stop)
-            if producer(end) >= p.min_tokens:
+            if producer(end) > p.min_tokens:
                 if best is None or (end, order) < best[:2]:
                     best = (end, order, stop)
                 break
@@ -145,10 +148,24 @@ def test_hidden_and_visible_stop_tokens() -> None:
     # A visible stop id emits its text (specials kept), then finishes
     deltas, finish = run_stream(tok, [], ids + [eos] + ids,
                                 DecodeParams(skip_special_tokens=False, visible_stop_token_ids=[eos]))
-    assert "".join(deltas) == "Hello world, goodbye <|endoftext|>" and finish == Finish("stop", eos)
+    assert "".join(deltas) == "Hello world, goodbye<|endoftext|>" and finish == Finish("stop", eos)
     deltas, finish = run_stream(tok, [], ids + [eos] + ids, DecodeParams(
         skip_special_tokens=False, spaces_between_special_tokens=False, visible_stop_token_ids=[eos]))
     assert "".join(deltas) == "Hello world, goodbye<|endoftext|>" and finish == Finish("stop", eos)
+    # include_stop_str_in_output keeps the text of the EOS or stop id that ended the request
+    # (vLLM v1), then subject to skip_special_tokens; `matched` stays the id
+    for skip, tail in ((False, "<|endoftext|>"), (True, "")):
+        deltas, finish = run_stream(tok, [], ids + [eos] + ids, DecodeParams(
+            skip_special_tokens=skip, include_stop_str_in_output=True), ignore_eos=False)
+        assert "".join(deltas) == "Hello world, goodbye" + tail and finish == Finish("stop", eos)
+    comma = tok.encode(",")[0]
+    deltas, finish = run_stream(tok, [], ids, DecodeParams(stop_token_ids=[comma], include_stop_str_in_output=True))
+    assert "".join(deltas) == "Hello world," and finish == Finish("stop", comma)
+    # a kept stop id's text is matched against the stop strings too (vLLM v1 checks the text of the
+    # step a stop token ends): the stop string is the reason
+    deltas, finish = run_stream(tok, [], ids, DecodeParams(
+        stop=["world,"], stop_token_ids=[comma], include_stop_str_in_output=True))
+    assert "".join(deltas) == "Hello world," and finish == Finish("stop", "world,")
     # min_tokens: a stop token before the minimum is an ordinary token
     deltas, finish = run_stream(tok, [], [eos] + ids, DecodeParams(min_tokens=2), ignore_eos=False)
     assert "".join(deltas) == "Hello world, goodbye" and finish == Finish("length")

@@ -22,6 +22,7 @@ class QwenViaPython(BaseTokenizer):
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         added = self._tok.get_added_tokens_decoder()
         self.special_ids = frozenset(i for i, t in added.items() if t.special)
+        self.added_tokens = {i: t.content for i, t in added.items()}  # for spaces_between_special_tokens=False
         self.eos_token = "<|endoftext|>"
 
     def encode(self, text: str) -> list[int]:

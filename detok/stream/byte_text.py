@@ -2,14 +2,14 @@
 
 Exact wherever the tokenizer's decoder is a per-token byte map (verified at load by
 `detok.stream.strategy`). Cost per token is O(1): a table lookup, and on the fast path (nothing
-held, no leading-space strip or special-token spacing pending) not even a UTF-8 decode, because the
-text of every token whose bytes are whole characters is precomputed.
+held, no leading-space strip pending, not right after an added token in raw-added mode) not even a
+UTF-8 decode, because the text of every token whose bytes are whole characters is precomputed.
 """
 
 from __future__ import annotations
 
 import codecs
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from detok.tokenizer.base import ByteDecoding
 
@@ -23,50 +23,67 @@ class OutOfVocabulary(Exception):
 
 
 class ByteTables:
-    """The per-tokenizer tables, shared by all streams of one decode mode."""
+    """The per-tokenizer tables, shared by all streams of one decode mode.
 
-    __slots__ = ("pieces", "texts", "special", "strip_leading_space", "spaced", "vocab_size")
+    `raw_added` (special tokens kept, spaces_between_special_tokens=False, and only where it changes
+    text): added-token id -> raw content. An added token right after another added token is emitted
+    as that content (vLLM's rule); those ids never take the precomputed path."""
 
-    def __init__(self, decoding: ByteDecoding, skip_special: bool, spaces_between_special: bool) -> None:
+    __slots__ = ("pieces", "texts", "special", "strip_leading_space", "raw_added", "vocab_size")
+
+    def __init__(self, decoding: ByteDecoding, skip_special: bool, raw_added: Mapping[int, str] | None = None) -> None:
         special = decoding.special_ids
         self.special = special
         self.strip_leading_space = decoding.strip_leading_space
-        # Special tokens kept with spacing become their own space-separated segments (see Tokenizer.decode)
-        self.spaced = (not skip_special) and spaces_between_special and bool(special)
+        self.raw_added = dict(raw_added) if raw_added else None
         pieces = list(decoding.pieces)
         if skip_special:
             for i in special:
                 if 0 <= i < len(pieces):
                     pieces[i] = b""
         texts: list[str | None] = []
-        for i, piece in enumerate(pieces):
-            if self.spaced and i in special:
-                texts.append(None)
-                continue
+        for piece in pieces:
             try:
                 texts.append(piece.decode("utf-8"))
             except UnicodeDecodeError:
                 texts.append(None)  # partial or invalid bytes: only the incremental decoder knows
+        if self.raw_added:
+            for i in self.raw_added:
+                if 0 <= i < len(texts):
+                    texts[i] = None  # its text depends on the token before it
         self.pieces = pieces
         self.texts = texts
         self.vocab_size = len(pieces)
 
 
+def raw_added_changes_text(decoding: ByteDecoding, added: Mapping[int, str]) -> bool:
+    """Whether vLLM's raw-content rule can give other text than the byte map: only where an added
+    token's content differs from its bytes (or is empty / starts with the space a strip removes)."""
+    pieces = decoding.pieces
+    for i, content in added.items():
+        if not 0 <= i < len(pieces) or pieces[i] != content.encode("utf-8"):
+            return True
+        if decoding.strip_leading_space and (not content or content[0] == " "):
+            return True
+    return False
+
+
 class ByteTextDecoder:
     """Incremental text of one request under the byte-table strategy."""
 
-    __slots__ = ("_t", "_texts", "_pending", "_fast", "_strip", "_after_special", "_started")
+    __slots__ = ("_t", "_texts", "_pending", "_fast", "_strip", "_after_added")
 
     def __init__(self, tables: ByteTables, context_ids: Sequence[int]) -> None:
         self._t = tables
         self._texts = tables.texts
         self._pending = b""  # bytes of an incomplete character
         self._strip = tables.strip_leading_space  # a leading space of the whole text is dropped
-        self._after_special = False  # the next segment is preceded by " " (spaced special tokens)
-        self._started = False  # any token seen (spacing applies only between tokens)
+        self._after_added = False  # the last generated token was an added token (raw_added mode)
         self._fast = not self._strip
         if context_ids:
             self.push(context_ids)  # the prompt tail's text is discarded; its held bytes carry over
+            self._after_added = False  # as vLLM: the prompt never makes the first token raw
+            self._fast = not (self._strip or self._pending)
 
     @property
     def holding(self) -> bool:
@@ -78,6 +95,13 @@ class ByteTextDecoder:
         text, used = _utf8_decode(data, "replace", final)
         self._pending = data[used:]
         return text
+
+    def _decode_run(self, data: bytes) -> str:
+        if data and self._strip:
+            self._strip = False
+            if data[:1] == b" ":
+                data = data[1:]
+        return self._decode(data)
 
     def push(self, ids: Sequence[int]) -> str:
         """Text completed by these ids. Raises OutOfVocabulary before consuming anything."""
@@ -91,13 +115,11 @@ class ByteTextDecoder:
                     if i >= 0:
                         t = texts[i]
                         if t is not None:
-                            self._started = True
                             return t
                 else:
                     if min(ids) >= 0:
                         parts = [texts[i] for i in ids]
                         if None not in parts:
-                            self._started = True
                             return "".join(parts)
             except IndexError:
                 pass
@@ -110,46 +132,32 @@ class ByteTextDecoder:
             if not 0 <= i < n:
                 raise OutOfVocabulary(i)
         pieces = t.pieces
-        if not t.spaced:
-            data = b"".join([pieces[i] for i in ids])
-            if data and self._strip:
-                self._strip = False
-                if data[:1] == b" ":
-                    data = data[1:]
-            self._started = True
-            text = self._decode(data)
+        if t.raw_added is None:
+            text = self._decode_run(b"".join([pieces[i] for i in ids]))
         else:
-            text = self._push_spaced(ids)
-        self._fast = not (self._strip or self._after_special or self._pending)
+            text = self._push_raw_added(ids, t.raw_added)
+        self._fast = not (self._strip or self._after_added or self._pending)
         return text
 
-    def _push_spaced(self, ids: Sequence[int]) -> str:
-        """Segments joined by one space: each special token alone, each run of others together."""
-        t = self._t
-        special = t.special
+    def _push_raw_added(self, ids: Sequence[int], added: dict[int, str]) -> str:
+        """vLLM's rule: an added token after an added token is its raw content; its bytes still
+        go through the decoder (as DecodeStream still steps), their text is not used."""
+        pieces = self._t.pieces
         out: list[str] = []
+        run: list[bytes] = []
         for i in ids:
-            piece = t.pieces[i]
-            if i in special:
-                if self._started:
-                    # the run before ends here: its held bytes become U+FFFD, as a separate decode would
-                    out.append(self._decode(b"", True))
-                    out.append(" ")
-                if t.strip_leading_space and piece[:1] == b" ":
-                    piece = piece[1:]  # each segment is decoded on its own, leading-space rule included
-                out.append(self._decode(piece, True))
-                self._after_special = True
-                self._strip = t.strip_leading_space  # the next run is decoded on its own
+            content = added.get(i)
+            if content is not None and self._after_added:
+                if run:
+                    out.append(self._decode_run(b"".join(run)))
+                    run = []
+                self._decode_run(pieces[i])
+                out.append(content)
             else:
-                if self._after_special:
-                    out.append(" ")
-                    self._after_special = False
-                if piece and self._strip:
-                    self._strip = False
-                    if piece[:1] == b" ":
-                        piece = piece[1:]
-                out.append(self._decode(piece))
-            self._started = True
+                run.append(pieces[i])
+            self._after_added = content is not None
+        if run:
+            out.append(self._decode_run(b"".join(run)))
         return "".join(out)
 
     def flush(self) -> str:

@@ -55,9 +55,13 @@ class DecodeStream:
         self.char_offset = 0
         self.finished = False
         self.stop_kind: str | None = None
-        if p.stop_token_ids or p.visible_stop_token_ids:
+        if p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output:
             self._visible = frozenset(p.visible_stop_token_ids)
             hidden = frozenset(p.stop_token_ids) if ignore_eos else plan.eos_ids.union(p.stop_token_ids)
+            if p.include_stop_str_in_output:
+                # vLLM v1: the text of the stop id or EOS that ends the request is kept, and, like
+                # any text, matched against the stop strings
+                self._visible, hidden = self._visible | hidden, _NO_IDS
             self._hidden = hidden - self._visible
             self._stop_ids = self._hidden | self._visible
         else:  # the common case: shared sets, nothing built per request
@@ -125,12 +129,14 @@ class DecodeStream:
             start = end
             self.num_tokens += len(chunk)
             allow = self.num_tokens >= self._min_tokens
+            # as vLLM v1: a stop string may not end in the text of the first min_tokens tokens
+            allow_string = self.num_tokens > self._min_tokens
             last = chunk[-1]
             if allow and last in self._hidden:
                 return self._end("stop", "".join(out), matched=last)
             text = self._text.push(chunk)
             if self._stop is not None:
-                text, matched = self._stop.feed(text, allow)
+                text, matched = self._stop.feed(text, allow_string)
                 if matched is not None:
                     out.append(text)
                     return self._finished_by_string("".join(out), matched)
@@ -155,7 +161,7 @@ class DecodeStream:
     def _end(self, reason: FinishReason, text: str, matched: str | int | None = None, message: str | None = None) -> Delta:
         tail = self._text.flush()
         if self._stop is not None:
-            tail, hit = self._stop.feed(tail, self.num_tokens >= self._min_tokens)
+            tail, hit = self._stop.feed(tail, self.num_tokens > self._min_tokens)
             if hit is not None:
                 return self._finished_by_string(text + tail, hit)
             tail += self._stop.release()

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Literal
 
-from detok.stream.byte_text import ByteTables, ByteTextDecoder
+from detok.stream.byte_text import ByteTables, ByteTextDecoder, raw_added_changes_text
 from detok.stream.window_text import WindowTextDecoder
 from detok.tokenizer.base import ByteDecoding, Tokenizer
 
@@ -25,10 +25,28 @@ TextDecoder = ByteTextDecoder | WindowTextDecoder
 
 _PLAN_ATTR = "_detok_decode_plan"
 _MODES = ((True, True), (False, False), (False, True))  # (skip_special_tokens, spaces_between_special_tokens)
+# The byte tables of a tokenizer: special tokens skipped, kept, or kept with vLLM's raw-added rule
+_SKIP, _KEEP, _RAW = "skip", "keep", "raw"
 _SAMPLE_TEXT = (
     "Hello, world! The quick brown fox. 北京欢迎你 🫨👍🏽👨‍👩‍👧 สวัสดี مرحبا नमस्ते "
     "def f(x):\n    return x ** 2  # code\n\tÀ la carte — «quotes» 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"
 )
+
+
+def _table_kind(tokenizer: Tokenizer, decoding: ByteDecoding, skip_special: bool, spaces: bool) -> str | None:
+    """Which byte table a decode mode uses; None where the byte table cannot give its text (the
+    slow-tokenizer spacing a backend may declare)."""
+    if skip_special:
+        return _SKIP
+    if tokenizer.slow_special_spacing:
+        return None if spaces else _KEEP
+    if spaces or not raw_added_changes_text(decoding, tokenizer.added_tokens()):
+        return _KEEP
+    return _RAW
+
+
+def _build_tables(tokenizer: Tokenizer, decoding: ByteDecoding, kind: str) -> ByteTables:
+    return ByteTables(decoding, kind == _SKIP, tokenizer.added_tokens() if kind == _RAW else None)
 
 
 class DecodePlan:
@@ -40,21 +58,31 @@ class DecodePlan:
         self.reason = reason
         self.decoding = decoding  # the verified byte map (None for the window strategy)
         self.eos_ids = frozenset(tokenizer.eos_token_ids)  # computed once, not per request
-        self._tables: dict[tuple[bool, bool], ByteTables] = {}
+        self._kinds: dict[tuple[bool, bool], str | None] = {}
+        self._tables: dict[str, ByteTables] = {}
 
-    def tables(self, skip_special: bool, spaces_between_special: bool) -> ByteTables:
+    def tables(self, skip_special: bool, spaces_between_special: bool) -> ByteTables | None:
+        """The byte table of a decode mode (shared by every mode that gives the same text), or
+        None where that mode decodes by window."""
         assert self.decoding is not None
-        key = (skip_special, spaces_between_special and not skip_special)
-        tables = self._tables.get(key)
+        mode = (skip_special, spaces_between_special)
+        if mode not in self._kinds:
+            self._kinds[mode] = _table_kind(self.tokenizer, self.decoding, *mode)
+        kind = self._kinds[mode]
+        if kind is None:
+            return None
+        tables = self._tables.get(kind)
         if tables is None:
-            tables = self._tables[key] = ByteTables(self.decoding, skip_special, spaces_between_special)
+            tables = self._tables[kind] = _build_tables(self.tokenizer, self.decoding, kind)
         return tables
 
     def text_decoder(
         self, skip_special: bool, spaces_between_special: bool, context_ids: Sequence[int]
     ) -> TextDecoder:
         if self.strategy == "bytes":
-            return ByteTextDecoder(self.tables(skip_special, spaces_between_special), context_ids)
+            tables = self.tables(skip_special, spaces_between_special)
+            if tables is not None:
+                return ByteTextDecoder(tables, context_ids)
         return WindowTextDecoder(self.tokenizer, skip_special, spaces_between_special, context_ids)
 
     def __repr__(self) -> str:
@@ -121,7 +149,11 @@ def verify_byte_decoding(tokenizer: Tokenizer, decoding: ByteDecoding, samples: 
     if special != tokenizer.special_ids:
         return "byte map's special ids differ from the tokenizer's"
     pieces = decoding.pieces
-    modes = {(skip, spaces): ByteTables(decoding, skip, spaces) for skip, spaces in _MODES}
+    modes = {}
+    for skip, spaces in _MODES:
+        kind = _table_kind(tokenizer, decoding, skip, spaces)
+        if kind is not None:
+            modes[skip, spaces] = _build_tables(tokenizer, decoding, kind)
     # Every id alone (specials kept), and every special skipped.
     decode_one = tokenizer._decode_ids
     strip = decoding.strip_leading_space
@@ -143,17 +175,21 @@ def verify_byte_decoding(tokenizer: Tokenizer, decoding: ByteDecoding, samples: 
     sequences = [tokenizer.encode(_SAMPLE_TEXT)]
     sequences += [tokenizer.encode(w) for w in _SAMPLE_TEXT.split()]
     special_list = sorted(special)
+    added_list = sorted(i for i in tokenizer.added_tokens() if 0 <= i < n)
     for _ in range(samples):
         seq = [rng.randrange(n) for _ in range(rng.randint(1, 10))]
         if special_list and rng.random() < 0.5:
             seq.insert(rng.randrange(len(seq) + 1), rng.choice(special_list))
+        if added_list and rng.random() < 0.3:  # added tokens back to back: the raw-added rule
+            at = rng.randrange(len(seq) + 1)
+            seq[at:at] = [rng.choice(added_list) for _ in range(rng.randint(2, 3))]
         sequences.append(seq)
     for seq in sequences:
         if not _valid_utf8(b"".join(pieces[i] for i in seq)):
             continue
-        for skip, spaces in _MODES:
+        for (skip, spaces), tables in modes.items():
             want = tokenizer.decode(seq, skip_special_tokens=skip, spaces_between_special_tokens=spaces)
-            got = _byte_model_decode(modes[skip, spaces], seq)
+            got = _byte_model_decode(tables, seq)
             if want != got:
                 return f"ids {seq} (skip={skip}, spaces={spaces}): decode gives {want!r}, byte map gives {got!r}"
     return None

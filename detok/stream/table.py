@@ -120,8 +120,8 @@ class _ModeTables:
         self.pieces: list[list[bytes]] = []  # each mode's bytes per id
         self.whole = np.empty(0, dtype=bool)  # the id's bytes are whole characters
         self.lengths = np.empty(0, dtype=np.int64)
-        # byte_ok False: never a plain row (a special token that is its own spaced segment, or an
-        # id past the tokenizer's byte table); `restricted`: some id is not byte_ok
+        # byte_ok False: never a plain row (an added token in raw-added mode, whose text depends on
+        # the token before it, or an id past the tokenizer's byte table); `restricted`: some id is not byte_ok
         self.byte_ok = np.empty(0, dtype=bool)
         self.restricted = False
 
@@ -140,8 +140,8 @@ class _ModeTables:
             self.lengths = np.concatenate([self.lengths, lengths])
             byte_ok = np.ones(len(texts), dtype=bool)
             byte_ok[len(tables.pieces) :] = False  # its stream reports them as out of the vocabulary
-            if tables.spaced:
-                byte_ok[[i for i in tables.special if 0 <= i < len(texts)]] = False
+            if tables.raw_added:
+                byte_ok[[i for i in tables.raw_added if 0 <= i < len(texts)]] = False
             self.restricted = self.restricted or not byte_ok.all()
             self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
             self._add_entries(pieces, texts, lengths, byte_ok)
@@ -269,8 +269,7 @@ class StreamTable:
             and stream._stop_ids <= self._eos  # the vectorized path checks end-of-sequence ids only
             and isinstance(dec, ByteTextDecoder)
             and not dec._strip
-            and not dec._after_special
-            and dec._started
+            and not dec._after_added
         )
         self._expect[slot] = stream.num_tokens if plain else _NOT_PLAIN
         self._ntok[slot] = stream.num_tokens
@@ -293,7 +292,7 @@ class StreamTable:
         if isinstance(dec, ByteTextDecoder) and self._expect[slot] != _NOT_PLAIN:
             n = int(self._pend_len[slot])
             dec._pending = self._pend[slot, :n].tobytes() if n else b""
-            dec._fast = not (dec._strip or dec._after_special or n)
+            dec._fast = not (dec._strip or dec._after_added or n)
 
     # ---- stepping ---------------------------------------------------------------------------
     def step_packed(self, rids: bytes, starts: bytes, counts: bytes, tokens: bytes) -> PackedStep:

@@ -9,7 +9,7 @@ character and the U+FFFD is final.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from detok.stream.byte_text import OutOfVocabulary
 from detok.tokenizer.base import Tokenizer
@@ -19,7 +19,10 @@ _REPLACEMENT = "\ufffd"
 
 
 class WindowTextDecoder:
-    __slots__ = ("_tok", "_skip", "_spaces", "_vocab", "_drop", "_ids", "_prefix", "_read", "_prefix_text", "_held")
+    __slots__ = (
+        "_tok", "_skip", "_spaces", "_vocab", "_drop", "_ids", "_prefix", "_read", "_prefix_text", "_held", "_added",
+        "_after_added",
+    )
 
     def __init__(
         self,
@@ -30,7 +33,12 @@ class WindowTextDecoder:
     ) -> None:
         self._tok = tokenizer
         self._skip = skip_special
-        self._spaces = spaces_between_special
+        # the window diffs the backend's own decode; vLLM's raw-added rule (special tokens kept,
+        # spaces_between_special_tokens=False) is applied here, token by token
+        self._spaces = spaces_between_special if tokenizer.slow_special_spacing else True
+        raw = not (skip_special or spaces_between_special or tokenizer.slow_special_spacing)
+        self._added = tokenizer.added_tokens() if raw else None
+        self._after_added = False
         self._vocab = tokenizer.vocab_size
         # Skipped special tokens decode to nothing anywhere: keeping them out of the window means a run
         # of them costs no decode at all (SGLang #8031).
@@ -60,9 +68,35 @@ class WindowTextDecoder:
         new = [i for i in ids if i not in drop] if drop else list(ids)
         if not new:
             return ""
+        if self._added:
+            return self._push_raw_added(new, self._added)
         self._ids.extend(new)
         self._held += len(new)
         return self._emit(final=False)
+
+    def _push_raw_added(self, ids: list[int], added: Mapping[int, str]) -> str:
+        """An added token right after an added token is its raw content; it still enters the
+        window (its own text is dropped), which then restarts after it."""
+        out: list[str] = []
+        start = 0
+        for k, i in enumerate(ids):
+            content = added.get(i)
+            if content is not None and self._after_added:
+                if k > start:
+                    self._ids.extend(ids[start:k])
+                    self._held += k - start
+                    out.append(self._emit(final=False))
+                self._ids.append(i)
+                self._held += 1
+                self._emit(final=True)
+                out.append(content)
+                start = k + 1
+            self._after_added = content is not None
+        if start < len(ids):
+            self._ids.extend(ids[start:])
+            self._held += len(ids) - start
+            out.append(self._emit(final=False))
+        return "".join(out)
 
     def _emit(self, final: bool) -> str:
         ids = self._ids

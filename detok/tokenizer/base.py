@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 SUPPORTED_FORMATS = (
@@ -83,6 +83,10 @@ class Tokenizer(ABC):
     """Encode, decode, vocabulary and chat template, whatever the backend."""
 
     backend: str = "abstract"
+    # transformers' slow-tokenizer rule for `spaces_between_special_tokens=True`: each special token
+    # its own segment, segments joined by " ". Only a backend whose reference is such a tokenizer
+    # sets it (a user Python class may); every native decoder inserts nothing (vLLM v1, SGLang).
+    slow_special_spacing: bool = False
 
     def __init__(self, source: str) -> None:
         self.source = source
@@ -118,6 +122,24 @@ class Tokenizer(ABC):
     def id_to_token(self, token_id: int) -> str | None: ...
 
     # ---- optional ----------------------------------------------------------------------------
+    def _added_tokens(self) -> Mapping[int, str]:
+        """Added-token ids -> their raw content (what vLLM reads from the added-tokens decoder).
+        Default: the special ids, spelled by `id_to_token`."""
+        out = {}
+        for i in self.special_ids:
+            content = self.id_to_token(i)
+            if content is not None:
+                out[i] = content
+        return out
+
+    def added_tokens(self) -> Mapping[int, str]:
+        """Ids of added tokens (special or not) -> raw content, computed once."""
+        cached: Mapping[int, str] | None = getattr(self, "_added_tokens_cache", None)
+        if cached is None:
+            cached = dict(self._added_tokens())
+            self._added_tokens_cache = cached
+        return cached
+
     def byte_decoding(self) -> ByteDecoding | None:
         """The per-token byte map if the backend's decoder is one (verified by the stream layer)."""
         return None
@@ -139,11 +161,20 @@ class Tokenizer(ABC):
         skip_special_tokens: bool = True,
         spaces_between_special_tokens: bool = True,
     ) -> str:
-        """Decode ids. With special tokens kept and `spaces_between_special_tokens`, each special
-        token is its own segment and segments are joined with one space (transformers' rule)."""
+        """Decode ids with the backend's own decoder. Special tokens kept and
+        `spaces_between_special_tokens=False`: vLLM's rule, an added token directly after another
+        added token is its raw content (`decode_added_raw`). A backend that declares
+        `slow_special_spacing` spaces special tokens as transformers' slow tokenizers do instead."""
         ids = list(ids)
-        if skip_special_tokens or not spaces_between_special_tokens:
-            return self._decode_ids(ids, skip_special_tokens)
+        if skip_special_tokens:
+            return self._decode_ids(ids, True)
+        if self.slow_special_spacing:
+            return self._decode_slow_spaced(ids) if spaces_between_special_tokens else self._decode_ids(ids, False)
+        if spaces_between_special_tokens:
+            return self._decode_ids(ids, False)
+        return decode_added_raw(self, ids)
+
+    def _decode_slow_spaced(self, ids: list[int]) -> str:
         specials = self.special_ids
         if not any(i in specials for i in ids):
             return self._decode_ids(ids, False)
@@ -188,6 +219,27 @@ class Tokenizer(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} backend={self.backend} source={self.source!r} vocab={self.vocab_size}>"
+
+
+def decode_added_raw(tok: Tokenizer, ids: Sequence[int], first: int = 0) -> str:
+    """The backend's decode of `ids` (special tokens kept) where vLLM v1's
+    spaces_between_special_tokens=False rule fires: an added token at position k > `first` whose
+    predecessor is an added token contributes its raw content instead of its own text (the
+    per-token delta of the native decode). Positions up to `first` (a prompt tail) never fire."""
+    added = tok.added_tokens()
+    ids = list(ids)
+    fires = [k for k in range(first + 1, len(ids)) if ids[k] in added and ids[k - 1] in added]
+    if not fires:
+        return tok._decode_ids(ids, False)
+    out: list[str] = []
+    done = 0  # chars of the native decode already accounted for
+    for k in fires:
+        before = tok._decode_ids(ids[:k], False)
+        out.append(before[done:])
+        out.append(added[ids[k]])
+        done = len(tok._decode_ids(ids[: k + 1], False))
+    out.append(tok._decode_ids(ids, False)[done:])
+    return "".join(out)
 
 
 class StoredVocabularyTokenizer(Tokenizer):

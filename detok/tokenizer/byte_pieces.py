@@ -1,7 +1,8 @@
 """Derive a per-token byte map from a Hugging Face decoder description.
 
-Only decoders that really are per-token byte maps get one: ByteLevel (GPT-2, Llama-3, Qwen) and
-SentencePiece-style chains (Metaspace, or Replace ▁→space + ByteFallback + Fuse + Strip).
+Only decoders that really are per-token byte maps get one: ByteLevel (GPT-2, Llama-3, Qwen),
+SentencePiece-style chains (Metaspace, or Replace ▁→space + ByteFallback + Fuse + Strip), and the
+same chains without the ▁ replacement (ByteFallback + Fuse: each token its own text, <0xNN> a byte).
 Anything else (WordPiece, CTC, BPE suffix decoders) returns None and streams by window diff.
 The claim is verified against `decode` by the stream layer, so a wrong guess costs speed, not text.
 """
@@ -40,12 +41,14 @@ def bytelevel_piece(token: str) -> bytes:
         return token.encode("utf-8")
 
 
-def spm_piece(token: str, byte_fallback: bool) -> bytes:
+def spm_piece(token: str, byte_fallback: bool, spaces: bool = True) -> bytes:
+    """A SentencePiece-style token's bytes: <0xNN> its byte (with byte fallback), ▁ a space
+    (unless `spaces` is off: a decoder without the ▁ replacement keeps it)."""
     if byte_fallback:
         m = _BYTE_TOKEN.match(token)
         if m:
             return bytes((int(m.group(1), 16),))
-    return token.replace("\u2581", " ").encode("utf-8")
+    return (token.replace("\u2581", " ") if spaces else token).encode("utf-8")
 
 
 def _flatten(decoder: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -60,11 +63,14 @@ def _flatten(decoder: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def _classify(decoder: dict[str, Any] | None) -> tuple[str, bool, bool] | None:
-    """(kind, byte_fallback, strip_leading_space) for decoders that are byte maps, else None."""
+    """(kind, byte_fallback, strip_leading_space) for decoders that are byte maps, else None.
+    Kinds: "bytelevel", "spm" (▁ is a space) and "raw" (tokens are their own text)."""
     parts = _flatten(decoder)
     kinds = [p.get("type") for p in parts]
     if kinds == ["ByteLevel"]:
         return ("bytelevel", False, False)
+    if not parts:
+        return None  # no decoder: tokenizers joins the tokens with spaces
     byte_fallback = "ByteFallback" in kinds
     strip = False
     meta = False
@@ -85,7 +91,7 @@ def _classify(decoder: dict[str, Any] | None) -> tuple[str, bool, bool] | None:
             strip = p.get("start", 0) == 1
         elif t not in ("ByteFallback", "Fuse"):
             return None
-    return ("spm", byte_fallback, strip) if meta else None
+    return ("spm" if meta else "raw", byte_fallback, strip)
 
 
 def byte_decoding_from_decoder(
@@ -106,5 +112,5 @@ def byte_decoding_from_decoder(
         elif name == "bytelevel":
             pieces.append(bytelevel_piece(tok))
         else:
-            pieces.append(spm_piece(tok, byte_fallback))
+            pieces.append(spm_piece(tok, byte_fallback, spaces=name == "spm"))
     return ByteDecoding(pieces=pieces, special_ids=special_ids, strip_leading_space=strip)

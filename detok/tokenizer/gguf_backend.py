@@ -17,9 +17,10 @@ import tokenizers
 from gguf import TokenType
 
 from detok.tokenizer.base import ByteDecoding, TokenizerLoadError
-from detok.tokenizer.byte_pieces import bytelevel_char_to_byte, bytelevel_piece
-from detok.tokenizer.gguf_convert import build_tokenizer
+from detok.tokenizer.byte_pieces import bytelevel_char_to_byte, bytelevel_piece, spm_piece
+from detok.tokenizer.gguf_convert import SPACE, build_tokenizer
 from detok.tokenizer.gguf_metadata import GGUFFormatError, is_gguf, read_gguf_metadata
+from detok.tokenizer.gguf_pretokenizers import PRE_TOKENIZERS
 from detok.tokenizer.gguf_vocab import EOG_TEXTS, GGUFVocab, VocabError, vocab_from_metadata
 from detok.tokenizer.hf import HFTokenizer
 
@@ -80,25 +81,35 @@ class _ByteLevelTable(dict[int, int]):
 
 
 def _bpe_pieces(vocab: GGUFVocab) -> list[bytes]:
-    """llama.cpp's token_to_piece for BPE: normal tokens are GPT-2 byte-level text, the others raw."""
+    """llama.cpp's token_to_piece for BPE: normal tokens are GPT-2 byte-level text (SentencePiece-
+    style vocabularies: their text with ▁ as a space), byte tokens <0xXX> their byte, control,
+    unknown and user-defined tokens their raw text, any other type nothing."""
     table = _ByteLevelTable({ord(c): b for c, b in bytelevel_char_to_byte().items()})
     raw = (TokenType.CONTROL, TokenType.UNKNOWN, TokenType.USER_DEFINED)
+    spm_style = PRE_TOKENIZERS[vocab.pre].spm_style
     pieces = []
     for tok, kind in zip(vocab.tokens, vocab.types):
         if kind in raw:
             pieces.append(tok.encode("utf-8"))
-            continue
-        try:
-            pieces.append(tok.translate(table).encode("latin-1"))
-        except UnicodeEncodeError:  # not byte-level text: HF's decoder keeps the token's UTF-8
-            pieces.append(bytelevel_piece(tok))
+        elif kind == TokenType.BYTE:
+            pieces.append(spm_piece(tok, byte_fallback=True) if spm_style else bytelevel_piece(tok))
+        elif kind != TokenType.NORMAL:
+            pieces.append(b"")
+        elif spm_style:
+            pieces.append(tok.replace(SPACE, " ").encode("utf-8"))
+        else:
+            try:
+                pieces.append(tok.translate(table).encode("latin-1"))
+            except UnicodeEncodeError:  # not byte-level text: HF's decoder keeps the token's UTF-8
+                pieces.append(bytelevel_piece(tok))
     return pieces
 
 
 def _end_of_generation_ids(vocab: GGUFVocab) -> list[int]:
     """eot / eom from the metadata, and the tokens llama.cpp treats as end of generation by text."""
     ids = [vocab.special_ids[k] for k in ("eot", "eom") if k in vocab.special_ids]
-    return ids + [i for i, t in enumerate(vocab.tokens) if t in EOG_TEXTS]
+    control = TokenType.CONTROL
+    return ids + [i for i, t in enumerate(vocab.tokens) if t in EOG_TEXTS and vocab.types[i] == control]
 
 
 def load_gguf(

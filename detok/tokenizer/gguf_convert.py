@@ -83,25 +83,38 @@ def _split_merge(line: str) -> tuple[str, str] | None:
     return (line[:cut], line[cut + 1 :]) if cut > 0 else None
 
 
-def _bpe_model(vocab: GGUFVocab, ids: dict[str, int], ignore_merges: bool) -> models.BPE:
+def _bpe_model(vocab: GGUFVocab, ids: dict[str, int], ignore_merges: bool, byte_fallback: bool = False) -> models.BPE:
     # the fast path assumes HF's rule, that both pieces and their join are tokens; llama.cpp also
     # tolerates merges that break it (they never yield a token), so those are dropped on failure
     fast = [tuple(m.split(" ", 1)) if m[:1] != " " else _split_merge(m) for m in vocab.merges]
     try:
-        return models.BPE(vocab=ids, merges=fast, ignore_merges=ignore_merges)
+        return models.BPE(vocab=ids, merges=fast, ignore_merges=ignore_merges, byte_fallback=byte_fallback)
     except Exception:
         pass
     valid = []
     for pair in map(_split_merge, vocab.merges):
         if pair is not None and pair[0] in ids and pair[1] in ids and pair[0] + pair[1] in ids:
             valid.append(pair)
-    return models.BPE(vocab=ids, merges=valid, ignore_merges=ignore_merges)
+    return models.BPE(vocab=ids, merges=valid, ignore_merges=ignore_merges, byte_fallback=byte_fallback)
 
 
 def _build_bpe(vocab: GGUFVocab) -> Tokenizer:
     spec = PRE_TOKENIZERS[vocab.pre]
-    tok = Tokenizer(_bpe_model(vocab, _token_ids(vocab.tokens), spec.ignore_merges))
+    ids = _token_ids(vocab.tokens)
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in spec.regexes]
+    if spec.spm_style:
+        # (llama.cpp keeps a run of newlines whole when it is a token; merging by rank does that too
+        # on Gemma 4's ranks, checked in the tests, so nothing more is needed here)
+        model = _bpe_model(vocab, ids, spec.ignore_merges, _has_byte_tokens(vocab))
+        tok = Tokenizer(model)
+        tok.normalizer = normalizers.Replace(" ", SPACE)
+        tok.pre_tokenizer = pre_tokenizers.Sequence(splits)
+        parts = [decoders.Replace(SPACE, " ")]
+        if _has_byte_tokens(vocab):
+            parts.append(decoders.ByteFallback())
+        tok.decoder = decoders.Sequence([*parts, decoders.Fuse()])
+        return tok
+    tok = Tokenizer(_bpe_model(vocab, ids, spec.ignore_merges))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )

@@ -78,6 +78,41 @@ _BAILINGMOE = (
     r"|\s*[\r\n]|\s+(?!\S)|\s+"
 )
 _TINY_AYA = (r"\d{1,3}(?=(?:\d{3})*\b)", _GPT4O)
+_YOUTU = (
+    "[\uac00-\ud7a3\u3131-\u318e]+|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b\uff0c"
+    "\u3001-\u303f\ufe30-\ufe4f]+|[\u3105-\u312f]+|[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    _cased_words(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?") + r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+)
+_SPARK2_5 = (
+    _DEEPSEEK_V3[0],
+    _DEEPSEEK_V3[1],
+    '[!"#$%&' + r"'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+    r"| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+",
+    r"\p{N}",
+)
+_MINICPM5 = (
+    r"\p{N}{1,3}",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+)
+_JAIS2 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    + "".join(rf"|\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4))
+    + r"|\s{1,2}(?!\S)|\s{1}"
+)
+_EXAONE_MOE = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+"
+)
+_UFAKZEKA = r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_CHAMELEON = (
+    r"<sentinel:[0-9]+>",
+    r"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z",
+    "([\t\n]|    |  )",
+    r"\p{N}",
+    r"[\p{P}!-/:-@\[-`{-~]",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+)
+_LINES = r"[^\n]+|[\n]+"  # SentencePiece-style BPE: only newlines split the text
 _BLOOM = r" ?[^(\s|.,!?" + "\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c" + ")]+"
 _DEFAULT = (
     r"[\p{P}\$\+<=>\^~\|]+",
@@ -95,6 +130,10 @@ class BPEPreTokenizer:
     ignore_merges: bool = False  # a word that is itself a token is not merged (Llama 3)
     add_bos: bool = False  # llama.cpp's default when the file has no add_bos_token
     add_sep: bool = False
+    # SentencePiece-style BPE (Gemma 4): spaces are ▁ in the pieces, merges run over raw UTF-8
+    # (not GPT-2's byte alphabet), <0xXX> byte fallback
+    spm_style: bool = False
+    force_add_bos: bool = False  # llama.cpp adds BOS whatever the file says (Gemma 4)
 
 
 def _family(names: str, spec: BPEPreTokenizer) -> dict[str, BPEPreTokenizer]:
@@ -137,4 +176,26 @@ PRE_TOKENIZERS: dict[str, BPEPreTokenizer] = {
     **_family("tiny_aya cohere2moe", BPEPreTokenizer(_TINY_AYA)),
     **_family("seed-coder", BPEPreTokenizer((_SEED_CODER,))),
     **_family("bailingmoe bailingmoe2 llada-moe", BPEPreTokenizer((_BAILINGMOE,))),
+    **_family("minicpm5", BPEPreTokenizer(_MINICPM5, ignore_merges=True)),
+    **_family("spark2_5", BPEPreTokenizer(_SPARK2_5)),
+    **_family("youtu", BPEPreTokenizer(_YOUTU, ignore_merges=True)),
+    **_family("jais-2", BPEPreTokenizer((_JAIS2,))),
+    **_family("exaone-moe", BPEPreTokenizer((_EXAONE_MOE,))),
+    **_family("ufakzeka", BPEPreTokenizer((_UFAKZEKA,))),
+    **_family("laguna", BPEPreTokenizer((_LINES, _QWEN2))),
+    **_family("chameleon", BPEPreTokenizer(_CHAMELEON, add_bos=True)),
+    **_family("granite-embed-multi-97m", BPEPreTokenizer((_GPT4O,), ignore_merges=True)),
+    **_family("superbpe", BPEPreTokenizer((r"\p{N}+", r"(?=(\d{3})+(?!\d))"))),
+    **_family(
+        "gemma4 granite-embed-multi-311m",
+        BPEPreTokenizer((_LINES,), spm_style=True, add_bos=True, force_add_bos=True),
+    ),
+    **_family("sarvam-moe", BPEPreTokenizer((_LINES,), spm_style=True)),
+}
+
+# Accepted by llama.cpp but with rules detok does not reproduce: loading them fails naming the reason.
+UNSUPPORTED_PRE_TOKENIZERS = {
+    "kimi-k2": "a custom pre-tokenizer (Han-script rules hand-written in llama.cpp's unicode.cpp)",
+    "afmoe": "a custom pre-tokenizer (digit grouping hand-written in llama.cpp's unicode.cpp)",
+    "whitespace": "an embedding-only whitespace splitter (jina-embeddings-v2-base-zh)",
 }

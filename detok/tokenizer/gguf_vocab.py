@@ -8,14 +8,29 @@ from typing import Any
 import numpy as np
 from gguf import Keys, TokenType
 
-from detok.tokenizer.gguf_pretokenizers import PRE_TOKENIZERS
+from detok.tokenizer.gguf_pretokenizers import PRE_TOKENIZERS, UNSUPPORTED_PRE_TOKENIZERS
 
-# tokenizer.ggml.model -> llama.cpp's vocabulary type
-VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm"}
+# tokenizer.ggml.model -> llama.cpp's vocabulary type ("gemma4": BPE over SentencePiece-style pieces)
+VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "bert": "wpm", "t5": "ugm", "gemma4": "bpe"}
+# the other vocabularies llama.cpp loads, and why detok does not
+UNSUPPORTED_VOCAB_TYPES = {
+    "rwkv": "RWKV's trie tokenizer over escaped byte strings",
+    "plamo2": "PLaMo-2's Aho-Corasick unigram tokenizer",
+    "hybriddna": "BPE with DNA k-mer segments between <dna> tags",
+    "whitespace": "an embedding-only whitespace splitter (jina-embeddings-v2-base-zh)",
+    "no_vocab": "no vocabulary (the model takes token ids only)",
+    "none": "no vocabulary (the model takes token ids only)",
+}
 
-# llama.cpp marks these as end-of-generation (and control) by their text, whatever the file says
+# llama.cpp marks these as end-of-generation (and control) by their text, whatever the file says.
+# (It lists "</s>" too, for paddleocr only, and takes it out again for Gemma 4: left out here.)
 EOG_TEXTS = frozenset(
-    ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>")
+    (
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+        "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+        "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+        "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+    )
 )
 
 _SPECIAL_ID_KEYS = {
@@ -53,6 +68,7 @@ class VocabError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class GGUFVocab:
     kind: str  # "spm" | "bpe" | "wpm" | "ugm"
+    model: str  # tokenizer.ggml.model
     pre: str  # tokenizer.ggml.pre ("default" when absent)
     tokens: list[str]
     types: list[int]
@@ -95,6 +111,20 @@ def _flag(metadata: dict[str, Any], key: str, default: bool) -> bool:
     return bool(value) if isinstance(value, bool | int) else default
 
 
+def _mark_end_of_generation(tokens: list[str], types: list[int]) -> None:
+    """Tokens llama.cpp treats as end of generation become control, with its two exceptions: with
+    <|return|> and <|call|> (gpt-oss) or <|calls|> and <|flush|> (solar-open), <|end|> only ends a
+    message and is user-defined."""
+    present = set(tokens) & EOG_TEXTS
+    harmony = {"<|return|>", "<|call|>"} <= present or {"<|calls|>", "<|flush|>"} <= present
+    for i, t in enumerate(tokens):
+        if t in present:
+            if harmony and t == "<|end|>":
+                types[i] = int(TokenType.USER_DEFINED)
+            elif types[i] != TokenType.CONTROL:
+                types[i] = int(TokenType.CONTROL)
+
+
 def vocab_from_metadata(metadata: dict[str, Any]) -> GGUFVocab:
     model = metadata.get(Keys.Tokenizer.MODEL)
     if not isinstance(model, str):
@@ -102,7 +132,8 @@ def vocab_from_metadata(metadata: dict[str, Any]) -> GGUFVocab:
     kind = VOCAB_TYPES.get(model)
     if kind is None:
         known = ", ".join(f"{m} ({k.upper()})" for m, k in VOCAB_TYPES.items())
-        raise VocabError(f"unsupported vocabulary type tokenizer.ggml.model={model!r} (supported: {known})")
+        why = UNSUPPORTED_VOCAB_TYPES.get(model, "not a vocabulary type llama.cpp knows")
+        raise VocabError(f"unsupported vocabulary type tokenizer.ggml.model={model!r}: {why} (supported: {known})")
     tokens = _array(metadata, Keys.Tokenizer.LIST, None, str)
     if not tokens:
         raise VocabError("no tokenizer.ggml.tokens: the file holds no vocabulary")
@@ -113,9 +144,7 @@ def vocab_from_metadata(metadata: dict[str, Any]) -> GGUFVocab:
     if kind == "bpe" and not merges:
         raise VocabError("BPE vocabulary without tokenizer.ggml.merges")
     tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]  # as llama.cpp does
-    for i, t in enumerate(tokens):  # llama.cpp treats these as control whatever the file says
-        if t in EOG_TEXTS and types[i] != TokenType.CONTROL:
-            types[i] = int(TokenType.CONTROL)
+    _mark_end_of_generation(tokens, types)
 
     special_ids = dict(_DEFAULT_IDS[kind])
     for name, key in _SPECIAL_ID_KEYS.items():
@@ -126,21 +155,26 @@ def vocab_from_metadata(metadata: dict[str, Any]) -> GGUFVocab:
     add_bos, add_eos, add_sep, add_space_prefix = _DEFAULT_FLAGS[kind]
     pre = metadata.get(Keys.Tokenizer.PRE)
     pre = pre if isinstance(pre, str) and pre else "default"
+    if model == "gemma4":
+        pre = "gemma4"  # llama.cpp ignores the file's value for this model
+    force_bos = False
     if kind == "bpe":
         spec = PRE_TOKENIZERS.get(pre)
         if spec is None:
-            raise VocabError(f"unsupported BPE pre-tokenizer tokenizer.ggml.pre={pre!r}")
-        add_bos, add_sep = spec.add_bos, spec.add_sep
+            why = UNSUPPORTED_PRE_TOKENIZERS.get(pre, "not a pre-tokenizer llama.cpp knows")
+            raise VocabError(f"unsupported BPE pre-tokenizer tokenizer.ggml.pre={pre!r}: {why}")
+        add_bos, add_sep, force_bos = spec.add_bos, spec.add_sep, spec.force_add_bos
     template = metadata.get(Keys.Tokenizer.CHAT_TEMPLATE)
     return GGUFVocab(
         kind=kind,
+        model=model,
         pre=pre,
         tokens=tokens,
         types=[int(t) for t in types],
         scores=[float(s) for s in scores],
         merges=merges,
         special_ids=special_ids,
-        add_bos=_flag(metadata, Keys.Tokenizer.ADD_BOS, add_bos),
+        add_bos=force_bos or _flag(metadata, Keys.Tokenizer.ADD_BOS, add_bos),
         add_eos=_flag(metadata, Keys.Tokenizer.ADD_EOS, add_eos),
         add_sep=_flag(metadata, Keys.Tokenizer.ADD_SEP, add_sep),
         add_space_prefix=_flag(metadata, Keys.Tokenizer.ADD_PREFIX, add_space_prefix),

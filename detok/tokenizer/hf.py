@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +129,9 @@ class HFTokenizer(StoredVocabularyTokenizer):
 
     def _decode_ids(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def _added_tokens(self) -> Mapping[int, str]:
+        return {i: t.content for i, t in self._tok.get_added_tokens_decoder().items()}
 
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)

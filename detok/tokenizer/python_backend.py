@@ -6,7 +6,10 @@ checked at load, but the object is created lazily, with the model path as its on
 first use: a worker that never decodes never pays for it. Optional attributes refine the protocol:
 `vocab_size` (attribute or method; else the `vocab_size` option), `special_ids` / `all_special_ids`,
 `eos_token_id(s)`, `bos_token` / `eos_token` / `unk_token` / `pad_token`, `token_to_id` /
-`id_to_token`, `chat_template`. `encode(text)` is called as is: the protocol has no
+`id_to_token`, `chat_template`, `added_tokens` (id -> raw content, for vLLM's
+spaces_between_special_tokens=False rule; default: the special ids), and the class attribute
+`slow_special_spacing = True` for a tokenizer whose reference is a transformers slow tokenizer
+(special tokens spaced when spaces_between_special_tokens). `encode(text)` is called as is: the protocol has no
 add_special_tokens, so a class that wants a BOS adds it itself. Decoding streams by window diff:
 there is no byte map to claim.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from detok.tokenizer.base import SpecialTokens, Tokenizer, TokenizerLoadError
@@ -104,6 +107,11 @@ class PythonTokenizer(Tokenizer):
         self._obj: Any = None
         self._init_lock = threading.Lock()
         self._derived: dict[str, Any] = {}
+
+    @property  # type: ignore[override]
+    def slow_special_spacing(self) -> bool:
+        """Declared by the user's class (read without creating the object)."""
+        return getattr(self._class, "slow_special_spacing", False) is True
 
     # ---- lazy instance ------------------------------------------------------------------------
     @property
@@ -208,12 +216,22 @@ class PythonTokenizer(Tokenizer):
 
         return self._cached("eos_token_ids", compute)
 
+    def _added_tokens(self) -> Mapping[int, str]:
+        declared = self._optional("added_tokens")
+        if declared is None:
+            return super()._added_tokens()
+        return {int(i): str(content) for i, content in dict(declared).items()}
+
     def token_to_id(self, token: str) -> int | None:
         for name in ("token_to_id", "convert_tokens_to_ids"):
             method = getattr(self.instance, name, None)
             if callable(method):
                 tid = method(token)
                 return tid if isinstance(tid, int) else None
+        # no lookup method: a token the class encodes as one id that decodes back to it
+        ids = self.encode(token)
+        if len(ids) == 1 and self._decode_ids(ids, False) == token:
+            return ids[0]
         return None
 
     def id_to_token(self, token_id: int) -> str | None:

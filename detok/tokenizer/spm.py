@@ -18,7 +18,7 @@ added tokens; the text around it is encoded piecewise.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,45 @@ def _is_piece_message(msg: bytes) -> bool:
         else:
             return False
     return pos == len(msg) and not first
+
+
+_USER_DEFINED = 4  # SentencePiece's ModelProto.SentencePiece.Type
+
+
+def _fields(msg: bytes) -> Iterator[tuple[int, int, int | bytes]]:
+    """(field number, wire type, value) of a protobuf message; stops at a malformed field."""
+    pos = 0
+    while pos < len(msg):
+        key = _varint(msg, pos)
+        if key is None:
+            return
+        field, wire, pos = key[0] >> 3, key[0] & 7, key[1]
+        if wire == 0:
+            value = _varint(msg, pos)
+            if value is None:
+                return
+            yield field, wire, value[0]
+            pos = value[1]
+        elif wire == 2:
+            size = _varint(msg, pos)
+            if size is None or size[1] + size[0] > len(msg):
+                return
+            yield field, wire, msg[size[1] : size[1] + size[0]]
+            pos = size[1] + size[0]
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
+            yield field, wire, msg[pos : pos + width]
+            pos += width
+        else:
+            return
+
+
+def _piece_types(proto: bytes) -> Iterator[int]:
+    """The type of every piece of a serialized ModelProto, in id order (NORMAL = 1 when unset)."""
+    for field, wire, value in _fields(proto):
+        if field == 1 and wire == 2:
+            assert isinstance(value, bytes)
+            yield next((v for f, w, v in _fields(value) if f == 3 and w == 0), 1)  # type: ignore[misc]
 
 
 def looks_like_sentencepiece(head: bytes) -> bool:
@@ -246,6 +285,12 @@ class SentencePieceTokenizer(StoredVocabularyTokenizer):
                 run.append(i)
         out.append(self._decode_ids(run, True))
         return "".join(out)
+
+    def _added_tokens(self) -> Mapping[int, str]:
+        """Control, unknown and user-defined pieces: the added tokens of Hugging Face's conversion."""
+        sp = self._sp
+        user = {i for i, kind in enumerate(_piece_types(sp.serialized_model_proto())) if kind == _USER_DEFINED}
+        return {i: sp.id_to_piece(i) for i in sorted(self._special_ids | user) if i < self._vocab_size}
 
     def token_to_id(self, token: str) -> int | None:
         tid = self._sp.piece_to_id(token)
