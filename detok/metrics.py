@@ -31,6 +31,9 @@ _BATCH_SIZE_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
 _FAST_SECONDS_BUCKETS: Final = (
     1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0,
 )
+_RECOVERY_SECONDS_BUCKETS: Final = (
+    0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0,
+)
 _REQUEST_SECONDS_BUCKETS: Final = (
     1e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 )
@@ -177,7 +180,7 @@ class WorkerMetrics:
         self.recovery_seconds = Histogram(
             "detok_worker_recovery_seconds",
             "Previous process of the slot seen dead -> first replayed deltas sent",
-            ["worker"], buckets=_REQUEST_SECONDS_BUCKETS, registry=None,
+            ["worker"], buckets=_RECOVERY_SECONDS_BUCKETS, registry=None,
         ).labels(w)
         self._live = Gauge(
             "detok_worker_live_requests", "Requests held by the worker", ["worker"], registry=None,
