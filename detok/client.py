@@ -166,6 +166,7 @@ class SchedulerClient:
         self._stopped: list[Stopped] = []
         self._states = [WorkerState(w, 0, True, 0, 0.0, False, 0) for w in range(self._n)]
         self._replayed_at = [0.0] * self._n
+        self._warned_unacked = float("-inf")
         self.events: collections.deque[protocol.WorkerEvent] = collections.deque(maxlen=1000)
         self.replays_sent = 0
         self.replayed_tokens = 0
@@ -363,11 +364,13 @@ class SchedulerClient:
 
     def _forget_unacked(self, w: int) -> None:
         unacked = self._unacked[w]
-        dropped = 0
         while len(unacked) > UNACKED_ENDS_MAX:
             self._ended.pop(unacked.popleft()[1], None)
-            dropped += 1
-        log.warning("worker %d acknowledged nothing for a long time: %d ended requests lose replay protection", w, dropped)
+        now = time.monotonic()
+        if now - self._warned_unacked >= 10.0:
+            self._warned_unacked = now
+            log.warning("detok worker %d acknowledges nothing (is it down, or without a notice endpoint?): "
+                        "ended requests beyond %d lose replay protection", w, UNACKED_ENDS_MAX)
 
     # ---- notices --------------------------------------------------------------------------------
     def poll(self, timeout: float = 0.0) -> list[Stopped]:

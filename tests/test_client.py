@@ -7,7 +7,6 @@ import random
 import time
 from collections import Counter
 
-import msgspec
 import numpy as np
 import pytest
 import zmq

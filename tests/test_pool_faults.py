@@ -11,7 +11,7 @@ import pytest
 import detok
 from detok.pool import DetokPool
 from detok.receiver import DeltaReceiver
-from tests.pool_helpers import Collected, drive, reference, workload
+from tests.pool_helpers import Collected, reference, workload
 from tests.tokenizers_available import hf_qwen2_dir
 
 pytestmark = pytest.mark.timeout(180)
