@@ -32,6 +32,7 @@ client left there are finished with an error.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -62,6 +63,9 @@ UNACKED_ENDS_MAX = 200_000
 # A worker that reports `synced=False` gets at most one replay per this interval (its status
 # messages repeat until one arrives).
 REPLAY_RETRY_S = 0.5
+# send_step / flush take pending notices (replay requests, acknowledgements) at most this often;
+# poll() always does.
+NOTICE_CHECK_S = 0.001
 
 
 def shard_of(rid: int, workers: int) -> int:
@@ -84,11 +88,12 @@ class Stopped(NamedTuple):
 
 
 class _Tracked:
-    __slots__ = ("end", "registration", "sent", "worker")
+    __slots__ = ("end", "first", "registration", "sent", "worker")
 
-    def __init__(self, worker: int, registration: Registration) -> None:
+    def __init__(self, worker: int, registration: Registration, first: int) -> None:
         self.worker = worker
         self.registration = registration
+        self.first = first  # its first journal chunk
         self.sent = 0  # output tokens sent, when the client computes starts itself
         self.end: EndRequest | None = None  # the scheduler's end, once sent (replayed with it)
 
@@ -159,6 +164,7 @@ class SchedulerClient:
         self._acked: list[collections.deque[tuple[float, int]]] = [collections.deque() for _ in range(self._n)]
         self._journals = [ShardJournal() for _ in range(self._n)]
         self._kept = _KeptView(self._live, self._ended)
+        self._kept_lists = [functools.partial(self._kept_rids, w) for w in range(self._n)]
         self._new: list[list[Registration]] = [[] for _ in range(self._n)]
         self._ends: list[list[EndRequest]] = [[] for _ in range(self._n)]
         self._backlog: list[collections.deque[bytes]] = [collections.deque() for _ in range(self._n)]
@@ -166,6 +172,7 @@ class SchedulerClient:
         self._stopped: list[Stopped] = []
         self._states = [WorkerState(w, 0, True, 0, 0.0, False, 0) for w in range(self._n)]
         self._replayed_at = [0.0] * self._n
+        self._notices_at = float("-inf")
         self._warned_unacked = float("-inf")
         self.events: collections.deque[protocol.WorkerEvent] = collections.deque(maxlen=1000)
         self.replays_sent = 0
@@ -187,8 +194,8 @@ class SchedulerClient:
         """Register a request; the registration goes with the next message to its worker."""
         reg = protocol.registration_for(request) if isinstance(request, GenerateRequest) else request
         worker = shard_of(reg.rid, self._n)
-        self._live[reg.rid] = _Tracked(worker, reg)
-        self._journals[worker].register(reg.rid)
+        self._forget(reg.rid)  # a rid used again: its earlier request is not replayed any more
+        self._live[reg.rid] = _Tracked(worker, reg, self._journals[worker].register(reg.rid))
         self._new[worker].append(reg)
         return worker
 
@@ -232,7 +239,7 @@ class SchedulerClient:
         it if the scheduler knows it (cheaper), else the client counts. `ends` end requests after
         their tokens. Returns the workers whose queue is full (their message is kept and retried
         first on the next call)."""
-        self._take_notices()
+        self._take_notices_soon()
         rid_arr = np.asarray(rids, dtype=np.uint64)
         tok_arr = np.asarray(tokens, dtype=np.uint32)
         cnt_arr = None if counts is None else np.asarray(counts, dtype=np.uint32)
@@ -264,7 +271,7 @@ class SchedulerClient:
 
     def flush(self) -> list[int]:
         """Send staged registrations and ends now (no tokens); returns workers with a full queue."""
-        self._take_notices()
+        self._take_notices_soon()
         now = time.time()
         empty64, empty32 = np.empty(0, np.uint64), np.empty(0, np.uint32)
         for w in range(self._n):
@@ -322,7 +329,7 @@ class SchedulerClient:
                 unacked.append((seq, end.rid))
             if len(unacked) > UNACKED_ENDS_MAX:
                 self._forget_unacked(w)
-        journal.trim(self._kept)
+        journal.trim(self._kept, self._kept_lists[w])
         batch = protocol.DetokBatch(seq, now, new, *columns, ends)
         self._send(w, self._encoder.encode(batch))
 
@@ -362,10 +369,19 @@ class SchedulerClient:
             tracked.end = end
             self._ended[end.rid] = tracked
 
+    def _kept_rids(self, w: int) -> list[int]:
+        return [r for r, t in self._live.items() if t.worker == w] + [r for r, t in self._ended.items() if t.worker == w]
+
+    def _forget(self, rid: int) -> None:
+        """The request is not replayed any more (its end was acknowledged long enough ago)."""
+        tracked = self._ended.pop(rid, None) or self._live.pop(rid, None)
+        if tracked is not None:
+            self._journals[tracked.worker].release(tracked.first)
+
     def _forget_unacked(self, w: int) -> None:
         unacked = self._unacked[w]
         while len(unacked) > UNACKED_ENDS_MAX:
-            self._ended.pop(unacked.popleft()[1], None)
+            self._forget(unacked.popleft()[1])
         now = time.monotonic()
         if now - self._warned_unacked >= 10.0:
             self._warned_unacked = now
@@ -397,7 +413,15 @@ class SchedulerClient:
         """Bytes of step columns the client keeps for replay, all workers."""
         return sum(j.nbytes for j in self._journals)
 
-    def _take_notices(self) -> None:
+    def _take_notices_soon(self) -> None:
+        """Notices from the step path, at most every NOTICE_CHECK_S (an empty non-blocking receive
+        costs microseconds: per step at full speed, and in a full-queue retry loop, that adds up)."""
+        now = time.monotonic()
+        if now - self._notices_at >= NOTICE_CHECK_S:
+            self._take_notices(now)
+
+    def _take_notices(self, now: float | None = None) -> None:
+        self._notices_at = time.monotonic() if now is None else now
         sock = self._notify
         if sock is None:
             return
@@ -414,7 +438,7 @@ class SchedulerClient:
         horizon = now - ACKED_KEEP_S
         for acked in self._acked:
             while acked and acked[0][0] < horizon:
-                self._ended.pop(acked.popleft()[1], None)
+                self._forget(acked.popleft()[1])
 
     def _on_notice(self, msg: Any) -> None:
         if not 0 <= msg.worker < self._n:
@@ -454,7 +478,9 @@ class SchedulerClient:
                 # replay, like a scheduler end, until the worker acknowledges a batch sent since.
                 self._ended[rid] = tracked
                 self._unacked[tracked.worker].append((self._seq[tracked.worker], rid))
-        lost = [self._live.pop(r) for r in msg.unknown_rids if r in self._live]
+        lost = [self._live[r] for r in msg.unknown_rids if r in self._live]
+        for tracked in lost:
+            self._forget(tracked.registration.rid)
         if lost:
             # A worker that serves without the registration of a live request (never after a
             # replay, which carries every registration): the frontend is told through it.

@@ -9,10 +9,12 @@ step. In steady serving that alone bounds the journal to the steps since the old
 started.
 
 A long-running request holds the low water back while short ones come and go around it; then the
-journal would keep their rows too. When the journal grows past twice what the last compaction kept
-(and past `COMPACT_MIN_BYTES`), it is compacted: the rows of requests still kept, grouped one row per
-request (4 bytes per token id), everything else dropped. Cost per row is a few vectorised numpy
-operations, paid only when the journal doubled, so amortised O(1).
+journal would keep their rows too. The journal knows how many rows its kept requests can need at
+most (each spans the chunks since its first: kept x chunks - the sum of their firsts); when it
+holds more than twice that (and more than `COMPACT_MIN_ROWS`), it is compacted: the rows of the
+kept requests, grouped one row per request (4 bytes per token id), everything else dropped. At
+least half of what a compaction reads is garbage, so its cost (a few vectorised numpy operations
+per row) is amortised O(1) per row, and a workload whose requests are all alike never pays it.
 
 Cost in memory: 16 bytes per token id while in chunks (8-byte rid, 4-byte start, 4-byte id; a
 speculative row adds 4 bytes of count), 4 bytes per id plus 16 per request once compacted.
@@ -22,12 +24,12 @@ from __future__ import annotations
 
 import collections
 import heapq
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Final, NamedTuple
 
 import numpy as np
 
-COMPACT_MIN_BYTES: Final = 16 << 20  # per worker: below this the journal is never compacted
+COMPACT_MIN_ROWS: Final = 1 << 20  # per worker: a journal of fewer rows is never compacted
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -49,16 +51,21 @@ EMPTY: Final = Columns(b"", b"", b"", b"")
 
 
 class ShardJournal:
-    """The chunks of one worker's shard; `columns(keep)` rebuilds what `keep`'s requests were sent."""
+    """The chunks of one worker's shard; `columns(keep)` rebuilds what `keep`'s requests were sent.
+
+    The owner says which requests are kept: `register` when one joins (it returns the request's
+    first chunk), `release(first)` when one is no longer kept, and `trim(kept)` after appending."""
 
     def __init__(self) -> None:
         self._chunks: collections.deque[tuple[int, Columns]] = collections.deque()
         self._next = 0  # number of the next chunk
         self._bytes = 0
-        self._kept_bytes = 0  # what the last compaction kept
+        self._rows = 0
         # (first chunk, rid) of every request that may still be needed; stale entries (requests
         # no longer kept) are dropped lazily when they reach the top
         self._firsts: list[tuple[int, int]] = []
+        self._kept = 0  # requests kept, and the sum of their first chunks: what they can need
+        self._kept_firsts = 0
         self.compactions = 0
 
     @property
@@ -69,35 +76,47 @@ class ShardJournal:
     def chunks(self) -> int:
         return len(self._chunks)
 
-    def register(self, rid: int) -> None:
-        """A request joins the shard: its rows start from the next chunk."""
+    def register(self, rid: int) -> int:
+        """A request joins the shard: its rows start from the next chunk (returned)."""
         heapq.heappush(self._firsts, (self._next, rid))
+        self._kept += 1
+        self._kept_firsts += self._next
+        return self._next
+
+    def release(self, first: int) -> None:
+        """A request registered at chunk `first` is no longer kept."""
+        self._kept -= 1
+        self._kept_firsts -= first
 
     def append(self, columns: Columns) -> None:
         self._chunks.append((self._next, columns))
         self._next += 1
         self._bytes += columns.nbytes
+        self._rows += len(columns.rids) // 8
 
-    def trim(self, kept: Container[int]) -> None:
-        """Drop the chunks no kept request can be in; compact if the journal doubled."""
+    def trim(self, kept: Container[int], kept_rids: Callable[[], Iterable[int]]) -> None:
+        """Drop the chunks no kept request can be in; compact when most rows are garbage.
+        `kept` answers membership; `kept_rids()` lists the kept requests (called to compact)."""
         firsts = self._firsts
         while firsts and firsts[0][1] not in kept:
             heapq.heappop(firsts)
         low = firsts[0][0] if firsts else self._next
         chunks = self._chunks
         while chunks and chunks[0][0] < low:
-            self._bytes -= chunks.popleft()[1].nbytes
-        if self._bytes > max(COMPACT_MIN_BYTES, 2 * self._kept_bytes):
-            self._compact(kept)
+            dropped = chunks.popleft()[1]
+            self._bytes -= dropped.nbytes
+            self._rows -= len(dropped.rids) // 8
+        needed = self._kept * self._next - self._kept_firsts  # rows the kept requests can hold
+        if self._rows > max(COMPACT_MIN_ROWS, 2 * needed):
+            self._compact(kept_rids())
 
-    def _compact(self, kept: Container[int]) -> None:
-        rids = _unique_rids(self._chunks)
-        keep = np.fromiter((r for r in rids.tolist() if r in kept), dtype=np.uint64)
+    def _compact(self, keep: Iterable[int]) -> None:
         last = self._chunks[-1][0]
-        merged = _group(self._chunks, keep)
+        merged = _group(self._chunks, np.fromiter(keep, dtype=np.uint64))
         self._chunks.clear()
         self._chunks.append((last, merged))  # numbered as the newest chunk it replaced
-        self._bytes = self._kept_bytes = merged.nbytes
+        self._bytes = merged.nbytes
+        self._rows = len(merged.rids) // 8
         self.compactions += 1
 
     def columns(self, keep: Iterable[int]) -> Columns:
@@ -106,10 +125,6 @@ class ShardJournal:
         if not len(wanted) or not self._chunks:
             return EMPTY
         return _group(self._chunks, wanted)
-
-
-def _unique_rids(chunks: Iterable[tuple[int, Columns]]) -> np.ndarray:
-    return np.unique(np.frombuffer(b"".join(c.rids for _, c in chunks), dtype="<u8"))
 
 
 def _member(rids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -147,7 +162,8 @@ def _group(chunks: Iterable[tuple[int, Columns]], wanted: np.ndarray) -> Columns
     tokens = np.frombuffer(b"".join(c.tokens for c in parts), dtype="<u4")
     hit, where = _member(rids, wanted)
     rows = np.flatnonzero(hit)
-    rows = rows[np.argsort(where[rows], kind="stable")]  # by request, each in sending order
+    key = where[rows].astype(np.uint16 if len(wanted) <= 1 << 16 else np.uint32)  # radix-sorted when 16-bit
+    rows = rows[np.argsort(key, kind="stable")]  # by request, each in sending order
     firsts = (np.cumsum(counts) - counts)[rows]
     n = counts[rows]
     # the ids of the selected rows, in that order

@@ -39,20 +39,42 @@ def _rebuilt(columns: Columns) -> dict[int, tuple[int, list[int]]]:
     return out
 
 
+class Kept:
+    """The owner's side: which requests are kept, each with its first chunk."""
+
+    def __init__(self, journal: ShardJournal) -> None:
+        self.journal = journal
+        self.first: dict[int, int] = {}
+
+    def add(self, rid: int) -> None:
+        self.first[rid] = self.journal.register(rid)
+
+    def discard(self, rid: int) -> None:
+        self.journal.release(self.first.pop(rid))
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self.first
+
+    def __iter__(self):
+        return iter(list(self.first))
+
+    def trim(self) -> None:
+        self.journal.trim(self, lambda: list(self.first))
+
+
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), compact_bytes=st.sampled_from([64, 512, 1 << 30]))
-def test_columns_rebuild_exactly_what_kept_requests_were_sent(seed: int, compact_bytes: int) -> None:
+@given(seed=st.integers(0, 2**32 - 1), compact_rows=st.sampled_from([4, 32, 1 << 30]))
+def test_columns_rebuild_exactly_what_kept_requests_were_sent(seed: int, compact_rows: int) -> None:
     rng = random.Random(seed)
     journal = ShardJournal()
     sent: dict[int, list[int]] = {}
-    kept: set[int] = set()
+    kept = Kept(journal)
     next_rid = rng.getrandbits(60)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(replay_journal, "COMPACT_MIN_BYTES", compact_bytes)
+        patch.setattr(replay_journal, "COMPACT_MIN_ROWS", compact_rows)
         for _ in range(rng.randint(1, 80)):
             for _ in range(rng.randint(0, 3)):  # new requests join
                 rid = next_rid = next_rid + rng.randint(1, 2**40)
-                journal.register(rid)
                 kept.add(rid)
                 sent[rid] = []
             for rid in [r for r in kept if rng.random() < 0.1]:  # some are forgotten
@@ -65,7 +87,7 @@ def test_columns_rebuild_exactly_what_kept_requests_were_sent(seed: int, compact
                 sent[rid] += ids
             if rows:
                 journal.append(_columns(rows))
-            journal.trim(kept)
+            kept.trim()
         rebuilt = _rebuilt(journal.columns(kept))
     assert set(rebuilt) == {r for r in kept if sent[r]}
     for rid, (start, ids) in rebuilt.items():
@@ -74,38 +96,55 @@ def test_columns_rebuild_exactly_what_kept_requests_were_sent(seed: int, compact
 
 def test_chunks_no_kept_request_can_be_in_are_dropped_whole() -> None:
     journal = ShardJournal()
-    kept = {1}
-    journal.register(1)
+    kept = Kept(journal)
+    kept.add(1)
     journal.append(_columns([(1, 0, [5])]))
-    journal.register(2)
     kept.add(2)
     for i in range(1, 100):
         journal.append(_columns([(1, i, [5]), (2, i - 1, [6])]))
-        journal.trim(kept)
-    assert journal.chunks == 100  # rid 1 started in the first chunk and is still kept
+        kept.trim()
+    assert journal.chunks == 100 and journal.compactions == 0  # rid 1 started in the first chunk
     kept.discard(1)
-    journal.trim(kept)
+    kept.trim()
     assert journal.chunks == 99  # rid 2 started in the second
     kept.discard(2)
-    journal.trim(kept)
+    kept.trim()
     assert journal.chunks == 0 and journal.nbytes == 0
 
 
-def test_a_long_request_among_short_ones_is_compacted_to_4_bytes_per_token(monkeypatch) -> None:
-    monkeypatch.setattr(replay_journal, "COMPACT_MIN_BYTES", 1 << 16)
+def test_alike_requests_are_never_compacted(monkeypatch) -> None:
+    """Requests of one length, starting and ending every step: the journal holds only what they
+    need, and compaction (which would read it all for nothing) never runs."""
+    monkeypatch.setattr(replay_journal, "COMPACT_MIN_ROWS", 64)
     journal = ShardJournal()
-    journal.register(7)  # one long request holds the low water back...
-    kept = {7}
+    kept = Kept(journal)
+    live: list[tuple[int, int]] = []  # (rid, tokens sent)
+    for step in range(3000):
+        kept.add(100_000 + step)
+        live.append((100_000 + step, 0))
+        journal.append(_columns([(rid, n, [n]) for rid, n in live]))
+        live = [(rid, n + 1) for rid, n in live if n + 1 < 50]
+        for rid in list(kept):
+            if rid not in {r for r, _ in live}:
+                kept.discard(rid)
+        kept.trim()
+    assert journal.compactions == 0 and journal.chunks <= 51
+
+
+def test_a_long_request_among_short_ones_is_compacted_to_4_bytes_per_token(monkeypatch) -> None:
+    monkeypatch.setattr(replay_journal, "COMPACT_MIN_ROWS", 1024)
+    journal = ShardJournal()
+    kept = Kept(journal)
+    kept.add(7)  # one long request holds the low water back...
     rid = 1000
     for step in range(5000):
         rid += 1
-        journal.register(rid)  # ...while a short one comes and goes every step
-        kept.add(rid)
-        journal.append(_columns([(7, step, [step]), (rid, 0, [1])]))
+        kept.add(rid)  # ...while three short ones come and go every step
+        journal.append(_columns([(7, step, [step]), (rid, 0, [1]), (rid + 10**6, 0, [2]), (rid + 2 * 10**6, 0, [3])]))
         kept.discard(rid)
-        journal.trim(kept)
+        kept.trim()
     assert journal.compactions > 0
-    assert journal.nbytes <= 2 * (1 << 16) + 16 * 5000  # bounded by the compaction rule...
+    assert journal.nbytes <= 16 * 4 * (2 * 5000 + 1024)  # bounded by the compaction rule...
     rebuilt = _rebuilt(journal.columns(kept))
     assert rebuilt == {7: (0, list(range(5000)))}
     assert len(journal.columns(kept).tokens) == 4 * 5000  # ...and 4 bytes per id once grouped
