@@ -13,16 +13,26 @@ Never blocking: each worker socket has a bounded queue; a send that would block 
 worker's backlog (order preserved, retried first on the next call) and the worker is reported in
 `send_step`'s return value, so the scheduler can throttle admission. Nothing is waited on.
 
-Failure handling (until exact replay lands): when the supervisor reports a worker dead, the client
-sends `FailRequests` for every request it had on that worker to the same endpoint - the replacement
-process receives it first thing and tells each request's frontend (reason "error", naming the
-cause) - and reports those rids from `poll()` so the scheduler stops generating them. Rids a
-worker reports as unknown (registration lost) are failed the same way.
+Exact replay after a worker's death (DESIGN.md §5): the client keeps, per worker, every request
+it may have to rebuild - its registration, and the step columns it was sent, in a `ShardJournal`
+(by reference, no copy on the hot path) - until the worker has acknowledged the request's end. A
+worker process that may have lost state (a pool's replacement process, a standalone worker that
+(re)starts) reports `WorkerStatus(synced=False)` and drops token batches until a `Replay` for it
+arrives; the client answers with every request of that shard: registrations, all token ids from
+start 0, and the ends it had sent. The worker recomputes text and stop decisions; each frontend's
+`DeltaReceiver` drops what it already delivered, by char offset. Nothing waits on the dead worker
+and no request fails because of it: requests of that shard get their text once a process serves
+the slot again. `WorkerStatus` also acknowledges progress (`seq`) and tells which workers are alive.
+Notices are taken in `poll()` and at each `send_step`/`flush`, so a replay never waits for `poll`.
+
+A new client resets every worker (a `Replay` for any process, holding nothing): requests a previous
+client left there are finished with an error.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -34,6 +44,7 @@ import zmq
 from detok import protocol
 from detok.endpoints import make_socket
 from detok.protocol import EndRequest, GenerateRequest, Registration
+from detok.replay_journal import Columns, ShardJournal
 from detok.stream.params import Finish
 
 log = logging.getLogger("detok.client")
@@ -43,8 +54,18 @@ _MASK64 = (1 << 64) - 1
 _NP_GOLDEN = np.uint64(_GOLDEN)
 
 
-_ENDED_WINDOW_S = 30.0  # how long an ended request is remembered for failure handling
-_ENDED_MAX = 200_000
+# An ended request is kept for replay until its worker acknowledged the batch that ended it, and
+# this long after (its last deltas may still sit in the dead process's socket queue).
+ACKED_KEEP_S = 0.25
+# Ended requests whose worker has not acknowledged them (e.g. it is down): at most this many are
+# kept per worker; older ones lose replay protection (logged).
+UNACKED_ENDS_MAX = 200_000
+# A worker that reports `synced=False` gets at most one replay per this interval (its status
+# messages repeat until one arrives).
+REPLAY_RETRY_S = 0.5
+# send_step / flush take pending notices (replay requests, acknowledgements) at most this often;
+# poll() always does.
+NOTICE_CHECK_S = 0.001
 
 
 def shard_of(rid: int, workers: int) -> int:
@@ -67,12 +88,43 @@ class Stopped(NamedTuple):
 
 
 class _Tracked:
-    __slots__ = ("reply_to", "sent", "worker")
+    __slots__ = ("end", "first", "registration", "sent", "worker")
 
-    def __init__(self, worker: int, reply_to: str) -> None:
+    def __init__(self, worker: int, registration: Registration, first: int) -> None:
         self.worker = worker
-        self.reply_to = reply_to
+        self.registration = registration
+        self.first = first  # its first journal chunk
         self.sent = 0  # output tokens sent, when the client computes starts itself
+        self.end: EndRequest | None = None  # the scheduler's end, once sent (replayed with it)
+
+    @property
+    def reply_to(self) -> str:
+        return self.registration.reply_to
+
+
+class WorkerState(NamedTuple):
+    """What the client knows of one worker: its process (`instance`), whether that process holds
+    the shard's state (`synced`), the last batch it acknowledged, and when it was last heard of."""
+
+    worker: int
+    instance: int
+    synced: bool
+    acked_seq: int
+    last_heard: float  # time.monotonic() of its last status (0: never)
+    down: bool  # the supervisor reported it dead and no process serves the slot yet
+    replays: int  # replays sent to this worker slot
+
+
+class _KeptView:
+    """`rid in view`: the request may still be replayed (live, or ended and not yet forgotten)."""
+
+    __slots__ = ("_live", "_ended")
+
+    def __init__(self, live: dict[int, _Tracked], ended: dict[int, _Tracked]) -> None:
+        self._live, self._ended = live, ended
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._live or rid in self._ended
 
 
 EndLike = EndRequest | tuple[int, str] | tuple[int, str, int | None]
@@ -104,15 +156,31 @@ class SchedulerClient:
         self._encoder = protocol.new_encoder()
         self._decoder = protocol.scheduler_notice_decoder()
         self._live: dict[int, _Tracked] = {}
-        # Requests the scheduler ended recently: their last messages may die with a worker (or
-        # reach its replacement, which never saw the registration), so they are failed too.
-        self._ended: collections.OrderedDict[int, tuple[_Tracked, float]] = collections.OrderedDict()
+        # Ended requests still kept for replay (their worker has not acknowledged the end yet, or
+        # only just): per worker, (seq of the batch that carried the end, rid) until acknowledged,
+        # then (time acknowledged, rid) for ACKED_KEEP_S.
+        self._ended: dict[int, _Tracked] = {}
+        self._unacked: list[collections.deque[tuple[int, int]]] = [collections.deque() for _ in range(self._n)]
+        self._acked: list[collections.deque[tuple[float, int]]] = [collections.deque() for _ in range(self._n)]
+        self._journals = [ShardJournal() for _ in range(self._n)]
+        self._kept = _KeptView(self._live, self._ended)
+        self._kept_lists = [functools.partial(self._kept_rids, w) for w in range(self._n)]
         self._new: list[list[Registration]] = [[] for _ in range(self._n)]
         self._ends: list[list[EndRequest]] = [[] for _ in range(self._n)]
         self._backlog: list[collections.deque[bytes]] = [collections.deque() for _ in range(self._n)]
         self._seq = [0] * self._n
         self._stopped: list[Stopped] = []
+        self._states = [WorkerState(w, 0, True, 0, 0.0, False, 0) for w in range(self._n)]
+        self._replayed_at = [0.0] * self._n
+        self._notices_at = float("-inf")
+        self._warned_unacked = float("-inf")
         self.events: collections.deque[protocol.WorkerEvent] = collections.deque(maxlen=1000)
+        self.replays_sent = 0
+        self.replayed_tokens = 0
+        if self._notify is not None:  # (replay needs the notices: without them, none is possible)
+            # A new client owns the shards from now on: whatever an earlier client left is dropped.
+            for w in range(self._n):
+                self._send_replay(w, 0, "a new scheduler client started")
 
     # ---- requests -------------------------------------------------------------------------------
     @property
@@ -126,7 +194,8 @@ class SchedulerClient:
         """Register a request; the registration goes with the next message to its worker."""
         reg = protocol.registration_for(request) if isinstance(request, GenerateRequest) else request
         worker = shard_of(reg.rid, self._n)
-        self._live[reg.rid] = _Tracked(worker, reg.reply_to)
+        self._forget(reg.rid)  # a rid used again: its earlier request is not replayed any more
+        self._live[reg.rid] = _Tracked(worker, reg, self._journals[worker].register(reg.rid))
         self._new[worker].append(reg)
         return worker
 
@@ -140,13 +209,16 @@ class SchedulerClient:
         return self.flush()
 
     def fail(self, rid: int, message: str, reply_to: str | None = None) -> list[int]:
-        """Finish a request with reason "error" at its frontend (e.g. the scheduler rejects it)."""
-        tracked = self._live.pop(rid, None)
-        target = reply_to or (tracked.reply_to if tracked else None)
-        if target is None:
+        """Finish a request with reason "error" at its frontend (e.g. the scheduler rejects it).
+        A registered request ends like any other (and is replayed with its error if its worker
+        dies first); an unknown one needs `reply_to`."""
+        if rid in self._live:
+            self._stage_end(EndRequest(rid, "error", None, message))
+            return self.flush()
+        if reply_to is None:
             raise KeyError(f"rid {rid} is not live and no reply_to was given")
         worker = shard_of(rid, self._n)
-        self._send(worker, self._encoder.encode(protocol.FailRequests([rid], [target], message)))
+        self._send(worker, self._encoder.encode(protocol.FailRequests([rid], [reply_to], message)))
         return [worker] if self._backlog[worker] else []
 
     def live_rids(self, worker: int | None = None) -> list[int]:
@@ -167,6 +239,7 @@ class SchedulerClient:
         it if the scheduler knows it (cheaper), else the client counts. `ends` end requests after
         their tokens. Returns the workers whose queue is full (their message is kept and retried
         first on the next call)."""
+        self._take_notices_soon()
         rid_arr = np.asarray(rids, dtype=np.uint64)
         tok_arr = np.asarray(tokens, dtype=np.uint32)
         cnt_arr = None if counts is None else np.asarray(counts, dtype=np.uint32)
@@ -198,6 +271,7 @@ class SchedulerClient:
 
     def flush(self) -> list[int]:
         """Send staged registrations and ends now (no tokens); returns workers with a full queue."""
+        self._take_notices_soon()
         now = time.time()
         empty64, empty32 = np.empty(0, np.uint64), np.empty(0, np.uint32)
         for w in range(self._n):
@@ -239,16 +313,24 @@ class SchedulerClient:
             return
         self._new[w], self._ends[w] = [], []
         self._seq[w] += 1
-        batch = protocol.DetokBatch(
-            self._seq[w],
-            now,
-            new,
+        seq = self._seq[w]
+        columns = Columns(
             rids.astype("<u8", copy=False).tobytes(),
             starts.astype("<u4", copy=False).tobytes(),
             b"" if counts is None else counts.astype("<u4", copy=False).tobytes(),
             tokens.astype("<u4", copy=False).tobytes(),
-            ends,
         )
+        journal = self._journals[w]
+        if columns.rids:
+            journal.append(columns)  # the bytes the message is made of: kept, not copied
+        if ends:
+            unacked = self._unacked[w]
+            for end in ends:
+                unacked.append((seq, end.rid))
+            if len(unacked) > UNACKED_ENDS_MAX:
+                self._forget_unacked(w)
+        journal.trim(self._kept, self._kept_lists[w])
+        batch = protocol.DetokBatch(seq, now, new, *columns, ends)
         self._send(w, self._encoder.encode(batch))
 
     def _send(self, w: int, message: bytes) -> None:
@@ -283,64 +365,158 @@ class SchedulerClient:
         tracked = self._live.pop(end.rid, None)
         worker = tracked.worker if tracked is not None else shard_of(end.rid, self._n)
         self._ends[worker].append(end)
+        if tracked is not None:  # kept for replay until the worker acknowledges this end
+            tracked.end = end
+            self._ended[end.rid] = tracked
+
+    def _kept_rids(self, w: int) -> list[int]:
+        return [r for r, t in self._live.items() if t.worker == w] + [r for r, t in self._ended.items() if t.worker == w]
+
+    def _forget(self, rid: int) -> None:
+        """The request is not replayed any more (its end was acknowledged long enough ago)."""
+        tracked = self._ended.pop(rid, None) or self._live.pop(rid, None)
         if tracked is not None:
-            now = time.monotonic()
-            ended = self._ended
-            ended[end.rid] = (tracked, now)
-            while ended and (len(ended) > _ENDED_MAX or next(iter(ended.values()))[1] < now - _ENDED_WINDOW_S):
-                ended.popitem(last=False)
+            self._journals[tracked.worker].release(tracked.first)
+
+    def _forget_unacked(self, w: int) -> None:
+        unacked = self._unacked[w]
+        while len(unacked) > UNACKED_ENDS_MAX:
+            self._forget(unacked.popleft()[1])
+        now = time.monotonic()
+        if now - self._warned_unacked >= 10.0:
+            self._warned_unacked = now
+            log.warning("detok worker %d acknowledges nothing (is it down, or without a notice endpoint?): "
+                        "ended requests beyond %d lose replay protection", w, UNACKED_ENDS_MAX)
 
     # ---- notices --------------------------------------------------------------------------------
     def poll(self, timeout: float = 0.0) -> list[Stopped]:
         """Requests the detok side finished since the last call (stop strings and stop tokens the
-        worker saw, errors, requests of a dead worker). Waits up to `timeout` seconds for the
-        first notice; never longer."""
+        worker saw, errors). Waits up to `timeout` seconds for the first notice; never longer.
+        Also answers workers that wait for a replay."""
         sock = self._notify
-        if sock is not None:
-            if not self._stopped and timeout > 0:
-                sock.poll(int(timeout * 1000))
-            while True:
-                try:
-                    raw = sock.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                try:
-                    self._on_notice(self._decoder.decode(raw))
-                except Exception as e:  # noqa: BLE001 - a bad notice must not take the scheduler down
-                    log.warning("dropped a malformed scheduler notice: %s", e)
+        if sock is not None and not self._stopped and timeout > 0:
+            sock.poll(int(timeout * 1000))
+        self._take_notices()
         out, self._stopped = self._stopped, []
         return out
 
+    def worker_states(self) -> list[WorkerState]:
+        """What the client knows of each worker (liveness for standalone workers: `last_heard`)."""
+        return list(self._states)
+
+    @property
+    def kept_requests(self) -> int:
+        """Requests the client can replay: live ones and recently ended ones."""
+        return len(self._live) + len(self._ended)
+
+    def journal_bytes(self) -> int:
+        """Bytes of step columns the client keeps for replay, all workers."""
+        return sum(j.nbytes for j in self._journals)
+
+    def _take_notices_soon(self) -> None:
+        """Notices from the step path, at most every NOTICE_CHECK_S (an empty non-blocking receive
+        costs microseconds: per step at full speed, and in a full-queue retry loop, that adds up)."""
+        now = time.monotonic()
+        if now - self._notices_at >= NOTICE_CHECK_S:
+            self._take_notices(now)
+
+    def _take_notices(self, now: float | None = None) -> None:
+        self._notices_at = time.monotonic() if now is None else now
+        sock = self._notify
+        if sock is None:
+            return
+        while True:
+            try:
+                raw = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                self._on_notice(self._decoder.decode(raw))
+            except Exception as e:  # noqa: BLE001 - a bad notice must not take the scheduler down
+                log.warning("dropped a malformed scheduler notice: %s", e)
+        now = time.monotonic()
+        horizon = now - ACKED_KEEP_S
+        for acked in self._acked:
+            while acked and acked[0][0] < horizon:
+                self._forget(acked.popleft()[1])
+
     def _on_notice(self, msg: Any) -> None:
-        if isinstance(msg, protocol.StopNotice):
-            for rid, finish in zip(msg.rids, msg.finishes):
-                if self._live.pop(rid, None) is not None:
-                    self._stopped.append(Stopped(rid, finish))
-            if msg.unknown_rids:
-                lost = [r for r in msg.unknown_rids if r in self._live or r in self._ended]
-                self._fail_lost(msg.worker, lost, f"detok worker {msg.worker} has no registration for this request")
+        if not 0 <= msg.worker < self._n:
+            log.warning("dropped a notice naming worker %d of %d", msg.worker, self._n)
+            return
+        if isinstance(msg, protocol.WorkerStatus):
+            self._on_status(msg)
+        elif isinstance(msg, protocol.StopNotice):
+            self._on_stop_notice(msg)
         else:
             self.events.append(msg)
-            if msg.kind == "died":
-                # live requests, and recently ended ones whose end may have died with the worker
-                # (a frontend keeps the first finish of a request, so a duplicate error is harmless)
-                lost = [r for r, t in self._live.items() if t.worker == msg.worker]
-                lost += [r for r, (t, _) in self._ended.items() if t.worker == msg.worker]
-                self._fail_lost(msg.worker, lost, msg.message)
+            # "died": nothing to do but wait - the slot's next process asks for its replay
+            self._states[msg.worker] = self._states[msg.worker]._replace(down=msg.kind == "died")
 
-    def _fail_lost(self, worker: int, rids: list[int], message: str) -> None:
-        if not rids:
+    def _on_status(self, msg: protocol.WorkerStatus) -> None:
+        w = msg.worker
+        now = time.monotonic()
+        before = self._states[w]
+        self._states[w] = before._replace(
+            instance=msg.instance, synced=msg.synced, last_heard=now, down=False,
+            acked_seq=msg.seq if msg.synced else before.acked_seq,
+        )
+        if not msg.synced:
+            if msg.instance != before.instance or now - self._replayed_at[w] >= REPLAY_RETRY_S:
+                self._send_replay(w, msg.instance, f"worker {w} process {msg.pid} asked for its shard")
             return
-        reply_to = []
-        for r in rids:
-            tracked = self._live.pop(r, None)
-            if tracked is None:
-                tracked = self._ended.pop(r)[0]
-            reply_to.append(tracked.reply_to)
-        log.warning("failing %d requests of detok worker %d: %s", len(rids), worker, message)
-        self._send(worker, self._encoder.encode(protocol.FailRequests(rids, reply_to, message)))
-        finish = Finish("error", None, message)
-        self._stopped.extend(Stopped(r, finish) for r in rids)
+        unacked, acked = self._unacked[w], self._acked[w]
+        while unacked and unacked[0][0] <= msg.seq:
+            acked.append((now, unacked.popleft()[1]))
+
+    def _on_stop_notice(self, msg: protocol.StopNotice) -> None:
+        for rid, finish in zip(msg.rids, msg.finishes):
+            tracked = self._live.pop(rid, None)
+            if tracked is not None:
+                self._stopped.append(Stopped(rid, finish))
+                # Its finish left with this notice but may die in the worker's queue: kept for
+                # replay, like a scheduler end, until the worker acknowledges a batch sent since.
+                self._ended[rid] = tracked
+                self._unacked[tracked.worker].append((self._seq[tracked.worker], rid))
+        lost = [self._live[r] for r in msg.unknown_rids if r in self._live]
+        for tracked in lost:
+            self._forget(tracked.registration.rid)
+        if lost:
+            # A worker that serves without the registration of a live request (never after a
+            # replay, which carries every registration): the frontend is told through it.
+            message = f"detok worker {msg.worker} has no registration for this request"
+            log.warning("failing %d requests of detok worker %d: %s", len(lost), msg.worker, message)
+            rids = [t.registration.rid for t in lost]
+            self._send(msg.worker, self._encoder.encode(protocol.FailRequests(rids, [t.reply_to for t in lost], message)))
+            self._stopped.extend(Stopped(rid, Finish("error", None, message)) for rid in rids)
+
+    # ---- replay ---------------------------------------------------------------------------------
+    def _send_replay(self, w: int, instance: int, reason: str) -> None:
+        """Everything worker `w`'s shard needs, to the process `instance` (0: any process)."""
+        self._replayed_at[w] = time.monotonic()
+        kept = {r: t for r, t in self._live.items() if t.worker == w}
+        kept.update((r, t) for r, t in self._ended.items() if t.worker == w)
+        columns = self._journals[w].columns(kept) if kept else None
+        registrations = [t.registration for t in kept.values()]
+        ends = [t.end for t in kept.values() if t.end is not None]
+        # staged registrations and ends not sent yet go in the replay, not after it
+        registrations += [reg for reg in self._new[w] if reg.rid not in kept]
+        ends += [e for e in self._ends[w] if e.rid not in kept or kept[e.rid].end is not e]
+        self._new[w], self._ends[w] = [], []
+        self._seq[w] += 1
+        seq = self._seq[w]
+        for end in ends:
+            self._unacked[w].append((seq, end.rid))
+        rids, starts, counts, tokens = columns or Columns(b"", b"", b"", b"")
+        batch = protocol.DetokBatch(seq, time.time(), registrations, rids, starts, counts, tokens, ends)
+        self._send(w, self._encoder.encode(protocol.Replay(instance, batch, reason)))
+        if instance:
+            self.replays_sent += 1
+            self.replayed_tokens += len(tokens) // 4
+            state = self._states[w]
+            self._states[w] = state._replace(replays=state.replays + 1)
+            log.warning("replaying %d requests (%d token ids) to detok worker %d: %s",
+                        len(registrations), len(tokens) // 4, w, reason)
 
     # ---- shutdown -------------------------------------------------------------------------------
     def close(self) -> None:

@@ -31,6 +31,9 @@ _BATCH_SIZE_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
 _FAST_SECONDS_BUCKETS: Final = (
     1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0,
 )
+_RECOVERY_SECONDS_BUCKETS: Final = (
+    0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0,
+)
 _REQUEST_SECONDS_BUCKETS: Final = (
     1e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 )
@@ -117,6 +120,11 @@ class WorkerCounts:
     idle_timeouts: int = 0
     registrations: int = 0
     duplicate_registrations: int = 0
+    replays: int = 0  # replays that rebuilt this process's shard
+    replayed_requests: int = 0
+    replayed_tokens: int = 0
+    replay_dropped_batches: int = 0  # token batches dropped while waiting for a replay
+    stale_replays: int = 0  # replays meant for an earlier process of the slot
     finished: dict[str, int] = field(default_factory=dict)  # by finish reason
     stops: dict[str, int] = field(default_factory=dict)  # by kind: token | string
 
@@ -160,6 +168,20 @@ class WorkerMetrics:
             "detok_worker_duplicate_registrations_total", "Registrations of a rid already live"
         ).labels(w)
         self._restarts = counter("detok_worker_restarts_total", "Worker process restarts").labels(w)
+        self._replays = counter("detok_worker_replays_total", "Replays that rebuilt a worker process's shard").labels(w)
+        self._replayed_requests = counter(
+            "detok_worker_replayed_requests_total", "Requests rebuilt from a replay"
+        ).labels(w)
+        self._replayed_tokens = counter("detok_worker_replayed_tokens_total", "Token ids decoded again in replays").labels(w)
+        self._replay_dropped = counter(
+            "detok_worker_replay_dropped_batches_total",
+            "Token batches a process dropped while waiting for its replay (their ids come in the replay)",
+        ).labels(w)
+        self.recovery_seconds = Histogram(
+            "detok_worker_recovery_seconds",
+            "Previous process of the slot seen dead -> first replayed deltas sent",
+            ["worker"], buckets=_RECOVERY_SECONDS_BUCKETS, registry=None,
+        ).labels(w)
         self._live = Gauge(
             "detok_worker_live_requests", "Requests held by the worker", ["worker"], registry=None,
             multiprocess_mode="livesum",
@@ -198,6 +220,10 @@ class WorkerMetrics:
             (self._dropped, c.dropped_messages),
             (self._idle, c.idle_timeouts),
             (self._duplicates, c.duplicate_registrations),
+            (self._replays, c.replays),
+            (self._replayed_requests, c.replayed_requests),
+            (self._replayed_tokens, c.replayed_tokens),
+            (self._replay_dropped, c.replay_dropped_batches),
         )
         for metric, value in pairs:
             if value:

@@ -7,9 +7,9 @@ decoder made by the `*_decoder()` functions below; there is no pickle anywhere.
 Sockets and their unions (DESIGN.md §1, §2):
 
     frontend  -> scheduler   SchedulerRequest = GenerateRequest | Abort
-    scheduler -> worker      WorkerInbound    = DetokBatch | FailRequests
+    scheduler -> worker      WorkerInbound    = DetokBatch | FailRequests | Replay
     worker    -> frontend    FrontendInbound  = DeltaBatch
-    worker, supervisor -> scheduler client    SchedulerNotice = StopNotice | WorkerEvent
+    worker, supervisor -> scheduler client    SchedulerNotice = StopNotice | WorkerEvent | WorkerStatus
     worker    -> supervisor  SupervisorInbound = WorkerLoaded | WorkerReady | WorkerStartFailed
     supervisor -> worker     SupervisorCommand = AssignSlot | StopWorker
                              (both directions over each worker process's private pipe)
@@ -21,6 +21,13 @@ cheaper than strings on the hot path.
 Idempotence (DESIGN.md §5): token `start` offsets go in (index of a rid's first token of this batch
 within its output), char `offset`s come out (index of a delta's first char within the request's
 text), so a replay to a restarted worker can be de-duplicated on both sides.
+
+Replay (exact recovery from a worker's death): a worker process that may have lost state (a
+replacement, or a standalone worker) announces itself with `WorkerStatus(synced=False)` and drops
+token batches until a `Replay` for its `instance` arrives; the scheduler client answers with every
+request of that shard (registrations, all token ids from start 0, scheduler ends). Nothing the
+worker dropped is lost: the replay holds everything sent before it, and everything after it
+follows it in the same ordered channel (see detok/client.py, detok/replay_journal.py).
 
 The integer columns of `DetokBatch` (rids, starts, counts, token ids) and of `DeltaBatch` (rids,
 lengths, offsets) are packed little-endian arrays (`detok.packing`). Measured on this machine for
@@ -48,7 +55,7 @@ from detok.stream.params import DecodeParams, Finish, FinishReason
 pack_tokens = pack_u32
 unpack_tokens = unpack_u32
 
-SchedulerEndReason = Literal["stop", "length", "abort"]
+SchedulerEndReason = Literal["stop", "length", "abort", "error"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,12 +100,14 @@ class Registration(msgspec.Struct, array_like=True, gc=False, frozen=True):
 
 
 class EndRequest(msgspec.Struct, array_like=True, gc=False, frozen=True):
-    """The scheduler ended a request (eos / stop token, length, abort); applied after the tokens of
-    the same batch. `matched` is the stop token id for reason "stop"."""
+    """The scheduler ended a request (eos / stop token, length, abort, or an error it names in
+    `message`); applied after the tokens of the same batch. `matched` is the stop token id for
+    reason "stop"."""
 
     rid: int
     reason: SchedulerEndReason
     matched: int | None = None
+    message: str | None = None
 
 
 class DetokBatch(msgspec.Struct, tag="batch", array_like=True, gc=False):
@@ -130,7 +139,19 @@ class FailRequests(msgspec.Struct, tag="fail", array_like=True, gc=False):
     message: str
 
 
-WorkerInbound = DetokBatch | FailRequests
+class Replay(msgspec.Struct, tag="replay", array_like=True, gc=False):
+    """Scheduler client -> worker: the whole state of the worker's shard, for the process named by
+    `instance` (0: whichever process receives it - a new client resetting the shard). `batch` holds
+    the registration of every request to rebuild, all of its token ids so far (one row per rid,
+    start 0) and the scheduler's ends of those that ended. Authoritative: a live request the worker
+    holds that is not in it is finished with an error (its client no longer knows it)."""
+
+    instance: int
+    batch: DetokBatch
+    reason: str = ""  # why the replay was sent, for logs
+
+
+WorkerInbound = DetokBatch | FailRequests | Replay
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,7 +219,8 @@ class StopNotice(msgspec.Struct, tag="stop", array_like=True, gc=False):
     token gap): their frontends were told; the scheduler stops generating them and ignores them
     from then on. `unknown_rids` got tokens or an end but no registration reached this worker:
     their frontends were NOT told (the worker does not know them); the scheduler client, which
-    holds the registrations, has them finished with an error (or replayed)."""
+    holds the registrations, has them finished with an error (never after a replay, which carries
+    every registration of the shard)."""
 
     worker: int
     rids: list[int]
@@ -210,8 +232,8 @@ WorkerEventKind = Literal["ready", "died"]
 
 
 class WorkerEvent(msgspec.Struct, tag="worker", array_like=True, gc=False, frozen=True):
-    """Supervisor news about a worker. "died": every request it held is lost (`message` names the
-    cause); "ready": the worker (re)started and serves its endpoint again."""
+    """Supervisor news about a worker. "died": its process is gone (`message` names the cause; the
+    slot's next process asks for its shard's replay); "ready": a process serves the slot again."""
 
     worker: int
     kind: WorkerEventKind
@@ -220,7 +242,25 @@ class WorkerEvent(msgspec.Struct, tag="worker", array_like=True, gc=False, froze
     message: str = ""
 
 
-SchedulerNotice = StopNotice | WorkerEvent
+class WorkerStatus(msgspec.Struct, tag="status", array_like=True, gc=False, frozen=True):
+    """Worker -> scheduler client, a few times a second: liveness, progress and replay requests.
+
+    `instance` is random per worker process. `synced` False: the process holds no state it can trust
+    and drops token batches until a `Replay` for this instance arrives (the client answers with
+    one). `seq` is the last `DetokBatch.seq` it handled: everything up to it was processed and its
+    deltas handed to the frontend sockets (the client keeps ended requests for replay until then).
+    `died_at` (wall clock, 0 if unknown) is when the previous process of this slot was seen dead."""
+
+    worker: int
+    instance: int
+    synced: bool
+    seq: int
+    pid: int
+    generation: int = 0
+    died_at: float = 0.0
+
+
+SchedulerNotice = StopNotice | WorkerEvent | WorkerStatus
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,6 +281,7 @@ class AssignSlot(msgspec.Struct, tag="assign", array_like=True, gc=False, frozen
     endpoint: str
     generation: int  # 1 at pool start, +1 per restart of the slot
     restart_cause: str = ""  # why the previous process of this slot died
+    died_at: float = 0.0  # wall clock when the previous process was seen dead (recovery time)
 
 
 class StopWorker(msgspec.Struct, tag="stop_worker", array_like=True, gc=False, frozen=True):
@@ -280,7 +321,7 @@ def scheduler_request_decoder() -> msgspec.msgpack.Decoder[GenerateRequest | Abo
     return msgspec.msgpack.Decoder(SchedulerRequest)
 
 
-def worker_inbound_decoder() -> msgspec.msgpack.Decoder[DetokBatch | FailRequests]:
+def worker_inbound_decoder() -> msgspec.msgpack.Decoder[DetokBatch | FailRequests | Replay]:
     return msgspec.msgpack.Decoder(WorkerInbound)
 
 
@@ -288,7 +329,7 @@ def frontend_inbound_decoder() -> msgspec.msgpack.Decoder[DeltaBatch]:
     return msgspec.msgpack.Decoder(FrontendInbound)
 
 
-def scheduler_notice_decoder() -> msgspec.msgpack.Decoder[StopNotice | WorkerEvent]:
+def scheduler_notice_decoder() -> msgspec.msgpack.Decoder[StopNotice | WorkerEvent | WorkerStatus]:
     return msgspec.msgpack.Decoder(SchedulerNotice)
 
 
@@ -325,6 +366,7 @@ __all__ = [
     "FrontendInbound",
     "GenerateRequest",
     "Registration",
+    "Replay",
     "RequestFinished",
     "SchedulerNotice",
     "SchedulerRequest",
@@ -337,6 +379,7 @@ __all__ = [
     "WorkerLoaded",
     "WorkerReady",
     "WorkerStartFailed",
+    "WorkerStatus",
     "frontend_inbound_decoder",
     "join_texts",
     "new_encoder",

@@ -64,6 +64,7 @@ class _Slot:
     proc: _Proc | None = None
     cause: str = ""  # why the previous process died
     died_at: float = 0.0
+    died_wall: float = 0.0  # time.time() of the same moment, for the replacement's recovery time
 
 
 @dataclass
@@ -265,6 +266,7 @@ class Supervisor:
             slot.proc = None
             slot.cause = message
             slot.died_at = time.monotonic()
+            slot.died_wall = time.time()
             if p.state == "serving":
                 self._status.restarts += 1
             elif not self._started:
@@ -295,7 +297,7 @@ class Supervisor:
             slot.proc = p
             p.slot = slot.index
             p.state = "assigned"
-        msg = protocol.AssignSlot(slot.index, slot.endpoint, slot.generation, slot.cause)
+        msg = protocol.AssignSlot(slot.index, slot.endpoint, slot.generation, slot.cause, slot.died_wall)
         try:
             p.conn.send_bytes(self._encoder.encode(msg))
         except OSError:

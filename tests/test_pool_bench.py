@@ -48,3 +48,20 @@ def test_bench_worker_small_run() -> None:
     assert runs["compiled"]["tokens"] == 24 * 2 * 12 and runs["compiled"]["ratio_vs_compiled"] == 1.0
     assert runs["compiled"]["out_bytes_per_token"] == runs["numpy"]["out_bytes_per_token"] > 0
     assert all(r["ns_per_token"] > 0 for r in runs.values())
+
+
+def test_bench_replay_small_run() -> None:
+    """bench/replay.py: a kill, its replay seen by the receiver, no mismatch or error, and the
+    scheduler-side memory figures."""
+    out = subprocess.run(
+        [sys.executable, "bench/replay.py", "--tokenizer", str(hf_qwen2_dir()), "--concurrency", "16", "--tokens", "150",
+         "--step-ms", "5", "--kills", "1", "--kill-every-s", "0.3", "--json", "--no-progress"],
+        cwd=REPO, capture_output=True, text=True, timeout=220, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = {r["metric"]: r for r in map(json.loads, out.stdout.splitlines())}
+    run = records["recovery"]
+    assert run["kills"] == 1 and run["replays_seen"] == 1 and run["recovery_ms_p50"] > 0
+    assert run["mismatches"] == 0 and run["errors"] == 0
+    memory = records["scheduler_memory"]
+    assert 0 < memory["bytes_per_live_request"] and 4 <= memory["journal_bytes_per_token"] <= 20

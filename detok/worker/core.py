@@ -18,6 +18,12 @@ rejected before any state changes):
 - duplicate registration of a live rid: identical -> ignored (idempotent replay) and counted;
   different -> the live request finishes with reason "error" (the rid was reused).
 - a stream that cannot be created, or an out-of-vocabulary id: that request finishes with "error".
+
+Replay (a process that may have lost its shard's state: `awaiting_replay`): token batches are
+dropped until a `Replay` for this process arrives; it carries every request of the shard with all
+of its ids from start 0, which are registered and stepped like any batch (live requests skip what
+they already consumed). It is authoritative: a live request it does not name is finished with an
+error. Requests this process already finished are not reopened.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from detok.protocol import (
     DetokBatch,
     FailRequests,
     Registration,
+    Replay,
     RequestFinished,
     StopNotice,
 )
@@ -138,17 +145,48 @@ class WorkerCore:
         self._notice_rids: list[int] = []
         self._notice_finishes: list[Finish] = []
         self._notice_unknown: list[int] = []
+        self.instance = 0  # this process, as the scheduler client's replays name it
+        self.awaiting_replay = False  # drop token batches until a Replay for `instance` arrives
+        self.last_seq = 0  # DetokBatch.seq of the last batch handled (acknowledged to the client)
 
     # ---- messages ------------------------------------------------------------------------------
     def handle_batch(self, batch: DetokBatch, now: float | None = None) -> Outputs:
+        if self.awaiting_replay:
+            # what this batch holds is in the replay that will come (everything sent before it)
+            self.counts.replay_dropped_batches += 1
+            return Outputs([], None)
+        return self._apply(batch, batch.new, now)
+
+    def handle_replay(self, msg: Replay, now: float | None = None) -> Outputs:
+        """Rebuild the shard from the scheduler client's replay (see the module docstring)."""
+        if msg.instance and msg.instance != self.instance:
+            self.counts.stale_replays += 1  # meant for an earlier process of this slot
+            return Outputs([], None)
+        batch = msg.batch
+        _check_columns(batch)
+        self.awaiting_replay = False
+        named = {reg.rid for reg in batch.new}
+        why = f"the scheduler client no longer holds this request ({msg.reason or 'replay'})"
+        for rid in [r for r in self.live if r not in named]:
+            self._finish_live(rid, Finish("error", None, why), notify=True)
+        finished = self._recently_finished
+        new = [reg for reg in batch.new if reg.rid not in finished]
+        if msg.instance:
+            self.counts.replays += 1
+            self.counts.replayed_requests += len(new)
+            self.counts.replayed_tokens += len(batch.tokens) // 4
+        return self._apply(batch, new, now)
+
+    def _apply(self, batch: DetokBatch, new: list[Registration], now: float | None) -> Outputs:
         now = time.monotonic() if now is None else now
         _check_columns(batch)
-        for reg in batch.new:
+        for reg in new:
             self._register(reg, now)
         if batch.rids:
             self._step(batch)
         for end in batch.ends:
-            self._end(end.rid, end.reason, end.matched)
+            self._end(end.rid, end.reason, end.matched, end.message)
+        self.last_seq = batch.seq
         return self._take_outputs(batch.sent_at)
 
     def handle_fail(self, msg: FailRequests, sent_at: float = 0.0) -> Outputs:
@@ -263,7 +301,7 @@ class WorkerCore:
         self._notify(rid, finish)
 
     # ---- ending ---------------------------------------------------------------------------------
-    def _end(self, rid: int, reason: str, matched: int | None) -> None:
+    def _end(self, rid: int, reason: str, matched: int | None, message: str | None = None) -> None:
         entry = self.live.get(rid)
         if entry is None:
             if rid not in self._recently_finished:
@@ -274,7 +312,8 @@ class WorkerCore:
         self._remember_finished(rid)
         if text:
             entry.out.add(rid, text, offset)
-        message = finish.message if finish is not None else None
+        if message is None and finish is not None:
+            message = finish.message
         self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens)  # type: ignore[arg-type]
 
     def _finish_live(self, rid: int, finish: Finish, *, notify: bool) -> None:

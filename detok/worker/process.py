@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import secrets
 import shutil
 import signal
 import time
@@ -29,6 +30,7 @@ from detok import protocol
 from detok.endpoints import bound_endpoint, connectable, make_socket
 from detok.stream.table import StreamTable
 from detok.worker.core import MalformedBatch, Outputs, WorkerCore, warmed_table
+from detok.worker.status import StatusReporter
 from detok.worker.lifecycle import (
     StopFlag,
     die_with_parent,
@@ -177,6 +179,14 @@ class _Runner:
             self.metrics.restarted()
         counts = self.metrics.counts if self.metrics is not None else None
         self.core = WorkerCore(tokenizer, worker, idle_timeout_s=cfg.idle_timeout_s, counts=counts, table=table)
+        # A pool slot's first process starts with nothing to rebuild; a replacement, or a standalone
+        # worker (which cannot know whether it replaces one), waits for its shard's replay.
+        self.core.instance = secrets.randbits(63) or 1
+        self.core.awaiting_replay = bool(cfg.notify_endpoint) and (assignment is None or assignment.generation > 1)
+        self._died_at = assignment.died_at if assignment is not None else 0.0
+        self.status = StatusReporter(
+            worker, self.core.instance, os.getpid(), assignment.generation if assignment else 0, self._died_at
+        )
         self.ctx = zmq.Context()
         self.input = make_socket(self.ctx, zmq.PULL, hwm=cfg.hwm)
         try:
@@ -222,6 +232,7 @@ class _Runner:
                             break
                         self._handle(raw)
                 now = time.monotonic()
+                self._report_status(now)
                 if now >= next_sweep:
                     self._send(self.core.sweep_idle(now))
                     self._close_idle_frontends()
@@ -250,12 +261,36 @@ class _Runner:
                     self.metrics.queue_lag_seconds.observe(max(lag, 0.0))
                     self.metrics.batch_size.observe(len(msg.rids) // 8)  # packed uint64 rids
                     self.metrics.batch_seconds.observe(time.perf_counter() - t0)
+            elif isinstance(msg, protocol.Replay):
+                rebuilding = self.core.awaiting_replay
+                outputs = self.core.handle_replay(msg)
+                if rebuilding and not self.core.awaiting_replay:
+                    self._send(outputs)
+                    self._recovered()
+                    return
             else:
                 outputs = self.core.handle_fail(msg)
         except MalformedBatch as e:
             self._malformed(f"malformed {type(msg).__name__}: {e}")
             return
         self._send(outputs)
+
+    def _recovered(self) -> None:
+        """The replay's deltas are out: the slot serves its shard again."""
+        log.warning("worker %d: shard rebuilt from the scheduler client's replay", self.worker)
+        if self._died_at and self.metrics is not None:
+            self.metrics.recovery_seconds.observe(max(0.0, time.time() - self._died_at))
+        self._report_status(time.monotonic())  # acknowledge at once
+
+    def _report_status(self, now: float) -> None:
+        if self.notify is None:
+            return
+        status = self.status.due(now, not self.core.awaiting_replay, self.core.last_seq)
+        if status is not None:
+            try:
+                self.notify.send(self.encoder.encode(status), zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # the client is not reading: it hears the next one
 
     def _malformed(self, what: str) -> None:
         self.core.counts.malformed_messages += 1
@@ -305,7 +340,10 @@ class _Runner:
 
     # ---- shutdown -----------------------------------------------------------------------------
     def _shutdown(self) -> None:
-        """Handle what is already queued, finish what is still live with an error, close."""
+        """Handle what is already queued, then close. Live requests are finished with an error
+        when nobody will rebuild them (the pool is closing or gone, or there is no scheduler
+        client to replay them); a worker merely stopped by a signal leaves them to the next
+        process of its slot, which gets them replayed."""
         log.info("worker %d: stopping (%s)", self.worker, self.stop.reason)
         while True:
             try:
@@ -313,7 +351,14 @@ class _Runner:
             except zmq.Again:
                 break
             self._handle(raw)
-        if self.core.live:
+        replayable = (
+            self.notify is not None
+            and self.stop.reason in ("SIGTERM", "SIGINT")
+            and not (self.cfg.parent_pid and orphaned(self.cfg.parent_pid))
+        )
+        if self.core.live and replayable:
+            log.warning("worker %d: %d live requests left to the slot's next process (replayed)", self.worker, len(self.core.live))
+        elif self.core.live:
             self._send(self.core.finish_all(f"detok worker {self.worker} shut down ({self.stop.reason})"))
         self._close()
 
