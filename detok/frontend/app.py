@@ -189,7 +189,7 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
         )
         if job.stream:
             return _ReleasingStreamingResponse(
-                stream_events(ctx, streams, state.latency), release, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS
+                stream_events(ctx, streams, state.latency), release, ctx, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS
             )
         return await _respond_unless_disconnected(request, streams, ctx, state, release)
     except BaseException:
@@ -227,15 +227,11 @@ class _ReleasingStreamingResponse(StreamingResponse):
     """A streamed response that frees its request however the stream ends, even when the client
     leaves before the body generator ever started."""
 
-    def __init__(self, content: AsyncIterator[bytes], release: _Release, **kwargs: object) -> None:
-        super().__init__(self._tracked(content), **kwargs)  # type: ignore[arg-type]
+    def __init__(self, content: AsyncIterator[bytes], release: _Release, ctx: ResponseContext,
+                 **kwargs: object) -> None:
+        super().__init__(content, **kwargs)  # type: ignore[arg-type]
         self._release = release
-        self._completed = False
-
-    async def _tracked(self, content: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        async for chunk in content:
-            yield chunk
-        self._completed = True
+        self._ctx = ctx
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -243,7 +239,7 @@ class _ReleasingStreamingResponse(StreamingResponse):
         except (ClientDisconnect, OSError):
             pass  # the client went away mid-stream; release() says so
         finally:
-            self._release(client_gone=not self._completed)
+            self._release(client_gone=not self._ctx.completed)
 
 
 async def _wait_for_disconnect(request: Request) -> None:

@@ -54,16 +54,18 @@ class ResponseContext:
     echo: str = ""  # text each choice starts with
     logprobs: int | None = None
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+    completed: bool = False  # the response was built to its end (not cut short by its client)
 
 
 class ChoiceState:
     """One choice's progress: its text (non-streamed), finish, tokens and clock."""
 
-    __slots__ = ("finish", "index", "num_tokens", "parts", "timer")
+    __slots__ = ("finish", "index", "logprob_parts", "num_tokens", "parts", "timer")
 
     def __init__(self, index: int, ctx: ResponseContext, recorder: LatencyRecorder | None) -> None:
         self.index = index
         self.parts: list[str] = [ctx.echo] if ctx.echo else []
+        self.logprob_parts: list[Any] = []  # non-streamed: each delta's logprobs, for body_logprobs()
         self.finish: Finish | None = None
         self.num_tokens = 0
         self.timer = RequestTimer(recorder, ctx.arrival)
@@ -77,7 +79,7 @@ class ChoiceState:
         return None
 
     def body_logprobs(self) -> Any:
-        """The `logprobs` object of the non-streamed choice (None: not asked for)."""
+        """The `logprobs` object of the non-streamed choice, from `logprob_parts` (None: not asked for)."""
         return None
 
 
@@ -194,6 +196,7 @@ async def stream_events(
                     yield _usage_chunk(ctx, choices)
                 break
     yield sse.DONE
+    ctx.completed = True
 
 
 async def collect_body(
@@ -204,6 +207,9 @@ async def collect_body(
     async with contextlib.aclosing(merged_deltas(streams)) as deltas:
         async for index, delta in deltas:
             choice = choices[index]
+            logprobs = choice.logprobs(delta)
+            if logprobs is not None:
+                choice.logprob_parts.append(logprobs)
             if delta.text:
                 choice.timer.text()
                 choice.parts.append(delta.text)

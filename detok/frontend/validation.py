@@ -155,6 +155,9 @@ def _job(
         include_stop_str_in_output=bool(req.include_stop_str_in_output),
         min_tokens=min_tokens,
     )
+    if logprobs is not None and echo:
+        raise RequestError("echo: with logprobs, echo needs prompt logprobs, which this server does not implement",
+                           "echo")
     if logprobs is not None and not LOGPROBS_AVAILABLE:
         raise RequestError("logprobs: logprobs are not available on this server yet", "logprobs")
     stream = bool(req.stream)
