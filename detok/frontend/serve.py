@@ -14,6 +14,7 @@ import dataclasses
 import errno
 import logging
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("detok.serve")
 
 _GRACEFUL_SHUTDOWN_S = 2
+_RESERVED_FDS = 256  # file descriptors kept for sockets, pipes and files other than HTTP connections
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,11 +63,16 @@ class ServeConfig:
     shutdown_drain: float = limits.SHUTDOWN_DRAIN_S
 
     def http_limits(self) -> limits.HttpLimits:
+        # connections past the process's file descriptor limit would fail in accept() instead
+        room = max(16, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - _RESERVED_FDS)
+        if self.max_connections > room:
+            log.warning("--max-connections %d lowered to %d (the open-files limit, less %d for the stack)",
+                        self.max_connections, room, _RESERVED_FDS)
         return limits.HttpLimits(
             max_body_bytes=self.max_body_bytes,
             header_timeout_s=self.http_header_timeout,
             body_timeout_s=self.http_body_timeout,
-            max_connections=self.max_connections,
+            max_connections=min(self.max_connections, room),
         )
 
     @classmethod
