@@ -74,6 +74,7 @@ class GenerateRequest(msgspec.Struct, tag="generate", array_like=True, gc=False,
     top_p: float = 1.0
     ignore_eos: bool = False
     arrival_time: float = 0.0  # frontend's time.time() at arrival, for end-to-end latency
+    logprobs: int | None = None
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True, gc=False, frozen=True):

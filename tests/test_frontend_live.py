@@ -97,7 +97,8 @@ def _metric(server, name: str, **labels: str) -> float:
 
 def test_health_models_and_metrics(server, client):
     health = server.get("/health")
-    assert health.status_code == 200 and health.json() == {"status": "ok", "pool": True, "scheduler": True}
+    assert health.status_code == 200
+    assert {k: health.json()[k] for k in ("status", "pool", "scheduler")} == {"status": "ok", "pool": True, "scheduler": True}
     assert [m.id for m in client.models.list().data] == [MODEL]
     _complete(client, max_tokens=3)
     metrics = server.get("/metrics")
@@ -195,6 +196,11 @@ def test_stop_reason_and_earliest_stop_wins(client):
     assert result.choices[0].model_extra["stop_reason"] == early
 
 
+def test_end_of_sequence_has_null_stop_reason(client):
+    result = _chat(client, seed=0)  # the stub's answer ends with EOS
+    assert result.choices[0].finish_reason == "stop" and result.choices[0].model_extra["stop_reason"] is None
+
+
 def test_min_tokens_defers_eos(client):
     natural = _chat(client, seed=2)
     n = natural.usage.completion_tokens
@@ -242,6 +248,54 @@ def test_concurrent_streams_each_get_their_own_text(aclient):
     assert got == expected and len(set(expected)) > 5
 
 
+# ---- n > 1, nulls, tools ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_n_choices_streamed_equal_non_streamed_and_fit_the_sdk_types(client, kind):
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    kw = {"n": 2, "seed": 5, "max_tokens": 40}
+    if kind == "chat":
+        whole = _chat(client, **kw)
+        _, _, chunks = _stream_chat(client, stream_options={"include_usage": True}, **kw)
+        ChatCompletion.model_validate(whole.model_dump())
+        for c in chunks:
+            ChatCompletionChunk.model_validate(c.model_dump())
+        wanted = {c.index: c.message.content for c in whole.choices}
+        got = {i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+               for i in (0, 1)}
+    else:
+        whole = _complete(client, **kw)
+        _, _, chunks = _stream_completion(client, stream_options={"include_usage": True}, **kw)
+        # the SDK's Completion type wants a finish_reason, which OpenAI's own text chunks leave null
+        for c in [whole, *(c for c in chunks if not c.choices or c.choices[0].finish_reason)]:
+            Completion.model_validate(c.model_dump())
+        wanted = {c.index: c.text for c in whole.choices}
+        got = {i: "".join(c.choices[0].text for c in chunks if c.choices and c.choices[0].index == i) for i in (0, 1)}
+    assert got == wanted and wanted[0] != wanted[1]
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens == 80  # both choices, summed
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens  # counted once
+
+
+def test_nulls_are_not_given(client):
+    nulls = {k: None for k in ("n", "stream", "min_tokens", "ignore_eos", "logprobs", "echo", "stop", "seed",
+                               "include_stop_str_in_output", "skip_special_tokens", "stop_token_ids", "user")}
+    assert _complete(client, max_tokens=5, extra_body=nulls).usage.completion_tokens == 5
+    chat_nulls = {**nulls, "logprobs": None, "top_logprobs": None, "tools": None, "tool_choice": None,
+                  "max_completion_tokens": None, "add_generation_prompt": None, "response_format": None}
+    assert _chat(client, max_tokens=5, extra_body=chat_nulls).usage.completion_tokens == 5
+
+
+def test_tools_are_refused_until_tool_choice_none(client):
+    tool = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    with pytest.raises(openai.BadRequestError) as info:
+        _chat(client, tools=[tool])
+    assert info.value.response.json()["error"]["param"] == "tools"
+    assert _chat(client, tools=[tool], tool_choice="none", max_tokens=3).usage.completion_tokens == 3
+
+
 # ---- disconnects -------------------------------------------------------------------------------
 
 
@@ -256,6 +310,7 @@ def _wait_for(predicate, timeout: float = 10.0) -> bool:
 
 def test_streaming_disconnect_aborts_in_scheduler_and_worker(server, client):
     aborted = _metric(server, "detok_worker_requests_finished_total", reason="abort")
+    counted = _metric(server, "detok_frontend_requests_finished_total", reason="abort")
     stream = client.completions.create(
         model=MODEL, prompt="Once upon a time", max_tokens=3000, stream=True, extra_body={"ignore_eos": True}
     )
@@ -267,6 +322,7 @@ def test_streaming_disconnect_aborts_in_scheduler_and_worker(server, client):
     stream.close()  # the client goes away 3 deltas into a 15 s generation
     assert _wait_for(lambda: _metric(server, "detok_worker_requests_finished_total", reason="abort") >= aborted + 1)
     assert _wait_for(lambda: _metric(server, "detok_worker_live_requests") == 0)
+    assert _wait_for(lambda: _metric(server, "detok_frontend_requests_finished_total", reason="abort") >= counted + 1)
 
 
 def test_non_streaming_disconnect_aborts(server):
@@ -285,7 +341,7 @@ def test_non_streaming_disconnect_aborts(server):
 @pytest.mark.parametrize(
     ("kwargs", "param"),
     [
-        ({"n": 2}, "n"),
+        ({"n": 17}, "n"),
         ({"max_tokens": "ten"}, "max_tokens"),
         ({"max_tokens": 5000}, "max_tokens"),
         ({"stop": [""]}, "stop"),

@@ -14,7 +14,7 @@ import pytest
 from detok.default_tokenizer import load_default_tokenizer
 from detok.frontend import sse
 from detok.frontend.errors import RequestError, error_json, from_validation_error
-from detok.frontend.openai_types import ChatCompletionRequest, CompletionRequest
+from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
 from detok.frontend.responses import ResponseContext, collect_body, stream_events
 from detok.frontend.validation import ServingLimits, chat_job, completion_job
 from detok.receiver import RequestDelta
@@ -84,22 +84,22 @@ def test_completion_params_reach_decode_params(tok):
         ({"max_tokens": 64}, "max_tokens", "maximum context length is 64"),
         ({"min_tokens": 5, "max_tokens": 4}, "min_tokens", "must not exceed"),
         ({"min_tokens": -1}, "min_tokens", "greater than or equal to 0"),
-        ({"n": 2}, "n", "only n=1"),
+        ({"n": 17}, "n", "less than or equal to 16"),
         ({"stop": [""]}, "stop", "must not be empty"),
-        ({"stop": [1]}, "stop", "expected one of: str, list[str]"),
+        ({"stop": [1]}, "stop", "expected a string or an array"),
         ({"stop": ["s"] * 65}, "stop", "at most 64"),
         ({"stop_token_ids": [10**9]}, "stop_token_ids", "outside the vocabulary"),
         ({"stop_token_ids": [-1]}, "stop_token_ids.0", "greater than or equal to 0"),
-        ({"echo": True}, "echo", "not supported"),
-        ({"logprobs": 2}, "logprobs", "not supported"),
-        ({"best_of": 3}, "best_of", "not supported"),
-        ({"suffix": "x"}, "suffix", "not supported"),
+        ({"logprobs": 2}, "logprobs", "not available"),
+        ({"logprobs": 6}, "logprobs", "less than or equal to 5"),
+        ({"best_of": 3}, "best_of", "not implemented"),
+        ({"suffix": "x"}, "suffix", "not implemented"),
         ({"stream_options": {"include_usage": True}}, "stream_options", "only allowed when stream"),
         ({"temperature": 3.0}, "temperature", "less than or equal to 2"),
         ({"prompt": ["a", "b"]}, "prompt", "one prompt per request"),
         ({"prompt": ""}, "prompt", "empty"),
         ({"prompt": [151936]}, "prompt", "outside the vocabulary"),
-        ({"prompt": {"x": 1}}, "prompt", "expected one of"),
+        ({"prompt": {"x": 1}}, "prompt", "expected a string or an array"),
         ({"prompt": " word" * 70}, "prompt", "maximum context length"),
     ],
 )
@@ -131,7 +131,8 @@ def test_chat_renders_the_template(tok):
 def test_chat_content_parts_and_max_completion_tokens(tok):
     parts = [{"type": "text", "text": "Bon"}, {"type": "text", "text": "jour"}]
     job = _chat(tok, messages=[{"role": "user", "content": parts}], max_tokens=3, max_completion_tokens=5)
-    assert job.prompt_ids == _chat(tok, messages=[{"role": "user", "content": "Bonjour"}]).prompt_ids
+    # a string-content template gets the text parts joined with newlines, as vLLM joins them
+    assert job.prompt_ids == _chat(tok, messages=[{"role": "user", "content": "Bon\njour"}]).prompt_ids
     assert job.max_tokens == 5
 
 
@@ -140,8 +141,11 @@ def test_chat_content_parts_and_max_completion_tokens(tok):
     [
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, "messages.0.content"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+         "messages.0.content.0.type"),
         ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs"),
+        ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 21, "logprobs": True}, "top_logprobs"),
+        ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs"),
     ],
 )
 def test_chat_refusals(tok, body, param):
@@ -210,7 +214,7 @@ def _ctx(kind: str, include_usage: bool = True) -> ResponseContext:
 
 async def _events(kind: str, deltas: list[RequestDelta], include_usage: bool = True) -> list[dict | str]:
     out = []
-    async for chunk in stream_events(_ctx(kind, include_usage), _FakeStream(deltas), None):
+    async for chunk in stream_events(_ctx(kind, include_usage), [_FakeStream(deltas)], None):
         assert chunk.startswith(b"data: ") and chunk.endswith(b"\n\n")
         payload = chunk[6:-2].decode()
         out.append(payload if payload == "[DONE]" else json.loads(payload))
@@ -243,12 +247,12 @@ def test_streamed_chat_chunks():
 
 
 def test_non_streamed_body_matches_stream():
-    body = msgspec.json.decode(asyncio.run(collect_body(_ctx("chat"), _FakeStream(DELTAS), None)))
+    body = msgspec.json.decode(asyncio.run(collect_body(_ctx("chat"), [_FakeStream(DELTAS)], None)))
     assert body["object"] == "chat.completion"
     assert body["choices"][0]["message"] == {"content": "Hello, 世界 🫨!", "role": "assistant"}
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["usage"]["completion_tokens"] == 7
-    completion = msgspec.json.decode(asyncio.run(collect_body(_ctx("completion"), _FakeStream(DELTAS), None)))
+    completion = msgspec.json.decode(asyncio.run(collect_body(_ctx("completion"), [_FakeStream(DELTAS)], None)))
     assert completion["choices"][0]["text"] == "Hello, 世界 🫨!"
 
 
@@ -259,7 +263,7 @@ def test_error_finish():
         "error": {"message": "token id 999999 is outside", "type": "server_error", "param": None, "code": None}
     }
     with pytest.raises(RequestError) as info:
-        asyncio.run(collect_body(_ctx("completion"), _FakeStream(failing), None))
+        asyncio.run(collect_body(_ctx("completion"), [_FakeStream(failing)], None))
     assert info.value.status == 500 and "999999" in info.value.message
 
 
@@ -289,3 +293,76 @@ def test_batched_histogram_matches_direct_observation():
     assert samples(batched_metric) == samples(direct)
     batched.flush()  # a second flush adds nothing
     assert samples(batched_metric) == samples(direct)
+
+
+# ---- error paths, content format, tool-call arguments, limits ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "fragment"),
+    [
+        ({"stream": "yes"}, "stream", "valid boolean"),  # a field named like the union member `str`
+        ({"stream_options": {"include_usage": "x"}}, "stream_options.include_usage", "valid boolean"),
+        ({"stop": 5}, "stop", "expected a string or an array"),
+        ({"logit_bias": {"5": "x"}}, "logit_bias.5", "valid number"),
+    ],
+)
+def test_error_param_is_the_json_path(tok, body, param, fragment):
+    error = _refused(_completion, tok, **{"prompt": "hi", **body})
+    assert error.param == param and error.message.startswith(f"{param}: ") and fragment in error.message
+
+
+def test_chat_error_paths_through_unions_and_lists(tok):
+    error = _refused(_chat, tok, messages=[{"role": "user", "content": 5}])
+    assert error.param == "messages.0.content" and "expected a string or an array" in error.message
+    error = _refused(_chat, tok, messages=[{"role": "assistant", "tool_calls": [{"function": {"name": 1}}]}])
+    assert error.param == "messages.0.tool_calls.0.function.name"
+    error = _refused(_chat, tok, messages=[{"role": "user", "content": "x"}], tool_choice="sometimes")
+    assert error.param == "tool_choice" and "'none'" in error.message
+
+
+def test_nulls_are_defaults(tok):
+    nulls = {k: None for k in ("n", "stream", "min_tokens", "ignore_eos", "echo", "seed", "stop", "skip_special_tokens",
+                               "include_stop_str_in_output", "max_tokens", "logprobs", "model", "temperature")}
+    assert _completion(tok, prompt="x", **nulls) == _completion(tok, prompt="x")
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("{% for m in messages %}{{ m['content'] }}{% endfor %}", "string"),
+        ("{% for m in messages %}{% for p in m['content'] %}{{ p.text }}{% endfor %}{% endfor %}", "openai"),
+        ("{% for m in messages %}{% for p in m.content | selectattr('type') %}{% endfor %}{% endfor %}", "openai"),
+        ("{% set ms = messages[1:] %}{% for m in ms %}{% for p in m.content %}{% endfor %}{% endfor %}", "openai"),
+        ("{% for m in messages %}{% for t in m.tool_calls %}{% endfor %}{% endfor %}", "string"),
+        ("{% for p in content %}{% endfor %}", "string"),
+        ("{% for m in messages", "string"),  # does not parse: the default
+    ],
+)
+def test_template_content_format_detection(template, expected):
+    from detok.tokenizer.chat import template_content_format
+
+    assert template_content_format(template) == expected
+
+
+def test_tool_call_arguments_print_as_sent_and_act_as_a_mapping():
+    from detok.tokenizer.chat import ToolCallArguments, compile_chat_template
+
+    args = ToolCallArguments({"b": 1, "a": [2]}, '{ "b" : 1, "a": [2] }')
+    out = compile_chat_template("{{ x }}|{{ x | tojson }}|{% for k, v in x.items() %}{{ k }}{% endfor %}|"
+                                "{{ x is mapping }}|{{ x['a'][0] }}").render(x=args)
+    assert out == '{ "b" : 1, "a": [2] }|{"b": 1, "a": [2]}|ba|True|2'
+
+
+def test_stop_strings_total_bytes_bound(tok):
+    from detok.frontend.limits import MAX_STOP_TOTAL_BYTES
+
+    at_limit = ["é" * 512] * (MAX_STOP_TOTAL_BYTES // 1024)  # 1024 bytes each
+    assert len(_completion(tok, prompt="x", stop=at_limit).params.stop) == len(at_limit)
+    error = _refused(_completion, tok, prompt="x", stop=[*at_limit, "a"])
+    assert error.param == "stop" and "bytes" in error.message
+
+
+def test_choice_seeds_are_distinct_within_int64(tok):
+    assert _completion(tok, prompt="x", n=3, seed=2**63 - 2).choice_seeds() == [2**63 - 2, 2**63 - 1, -(2**63)]
+    assert _completion(tok, prompt="x", n=2).choice_seeds() == [0, 1]

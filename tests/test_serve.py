@@ -73,10 +73,11 @@ def test_scheduler_death_is_503_and_fails_requests_in_flight():
             assert next(line for line in lines if line.startswith("data: ")).startswith("data: {")
             os.kill(stub_pid, signal.SIGKILL)
             events = [line[6:] for line in lines if line.startswith("data: ")]
-        assert events[-1] == "[DONE]" and "scheduler down" in json.loads(events[-2])["error"]["message"]
+        assert events[-1] == "[DONE]" and "scheduler is down" in json.loads(events[-2])["error"]["message"]
         health = server.get("/health")
         assert health.status_code == 503
-        assert health.json() == {"status": "unavailable", "pool": True, "scheduler": False}
+        assert {k: health.json()[k] for k in ("status", "pool", "scheduler")} == {
+            "status": "unavailable", "pool": True, "scheduler": False}
         refused = httpx.post(server.base_url + "/v1/completions", json={"model": "detok-stub", "prompt": "x"},
                              timeout=10)
         assert refused.status_code == 503 and refused.json()["error"]["type"] == "service_unavailable"
@@ -94,3 +95,17 @@ def test_taken_port_fails_fast_with_a_clear_message():
         result = subprocess.run(serve_command("--port", str(port)), capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_taken_default_port_is_an_error_too():
+    from detok.frontend.serve_cli import DEFAULT_PORT
+
+    with socket.socket() as taken:
+        try:
+            taken.bind(("127.0.0.1", DEFAULT_PORT))
+            taken.listen()
+        except OSError:
+            pass  # already taken by another process: just as good
+        result = subprocess.run(serve_command(), capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{DEFAULT_PORT}" in result.stderr and "--port" in result.stderr

@@ -1,6 +1,10 @@
 """The OpenAI-compatible HTTP frontend (FastAPI): completions, chat completions, models, health,
-metrics. It tokenizes prompts (chat template included), sends them to the scheduler, and streams
-the detok workers' text back; a client that goes away aborts its request.
+metrics. It tokenizes prompts (chat template included), sends each choice to the scheduler, and
+streams the detok workers' text back.
+
+Everything a request holds (its streams in the receiver, its requests in the scheduler) is
+released on every way out: finished, refused after acceptance, failed, or its client gone (then
+aborted, counted as `reason="abort"`, and logged as one INFO line).
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ import dataclasses
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import msgspec
 import pydantic
@@ -19,11 +24,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from detok.frontend import sse
 from detok.frontend.errors import RequestError, error_response, from_validation_error
+from detok.frontend.health import SchedulerWatch
+from detok.frontend.http_limits import ClientDisconnect, read_body
 from detok.frontend.latency import LatencyRecorder
-from detok.frontend.openai_types import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
+from detok.frontend.limits import HttpLimits
+from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
+from detok.frontend.openai_types import ModelCard, ModelList
 from detok.frontend.responses import ResponseContext, collect_body, stream_events
 from detok.frontend.scheduler_link import SchedulerLink
 from detok.frontend.validation import GenerationJob, ServingLimits, chat_job, completion_job
@@ -36,7 +46,7 @@ log = logging.getLogger("detok.frontend")
 # Bodies above this size are tokenized (and chat-templated) off the event loop: a long prompt
 # must not stall every other stream for milliseconds.
 _OFFLOAD_BODY_BYTES = 16_384
-_HEALTH_POLL_S = 0.25
+_CLIENT_CLOSED_REQUEST = 499  # nginx's status for a response nobody is listening to
 
 
 @dataclasses.dataclass
@@ -44,19 +54,30 @@ class FrontendState:
     tokenizer: Tokenizer
     limits: ServingLimits
     link: SchedulerLink
-    health: Callable[[], dict[str, bool]]  # component name -> up
+    health: Callable[[], dict[str, bool]]  # component name -> up (TEAM.md §2)
+    health_detail: Callable[[], dict[str, object]] = dict
+    scheduler_generation: Callable[[], int] = lambda: 1
     api_key: str | None = None
     latency: LatencyRecorder | None = None
     metrics_dir: str | None = None
+    http: HttpLimits = HttpLimits()
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
-    down: str = ""  # what is down, as the health watchdog last saw it ("" when all is up)
+    draining: bool = False  # shutting down: new requests are refused
+    watch: SchedulerWatch = dataclasses.field(init=False)
+    eos_id: int | None = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.watch = SchedulerWatch(self.link.receiver, self.health, self.health_detail, self.scheduler_generation)
+        eos = self.tokenizer.special_tokens.eos
+        self.eos_id = self.tokenizer.token_to_id(eos) if eos is not None else None
 
 
 def create_app(state: FrontendState) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await state.link.receiver.start()  # receive on uvicorn's loop
-        watchdog = asyncio.ensure_future(_watch_health(state))
+        flush = state.latency.flush if state.latency is not None else None
+        watchdog = asyncio.ensure_future(state.watch.run(flush))
         try:
             yield
         finally:
@@ -70,9 +91,8 @@ def create_app(state: FrontendState) -> FastAPI:
 
     @app.get("/health")
     async def health() -> Response:
-        components = state.health()
-        up = all(components.values())
-        return JSONResponse({"status": "ok" if up else "unavailable", **components}, status_code=200 if up else 503)
+        status, body = state.watch.report()
+        return JSONResponse(body, status_code=status)
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -88,31 +108,13 @@ def create_app(state: FrontendState) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        return await _generate(state, request, "completion")
+        return await _generate_or_500(state, request, "completion")
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        return await _generate(state, request, "chat")
+        return await _generate_or_500(state, request, "chat")
 
     return app
-
-
-async def _watch_health(state: FrontendState) -> None:
-    """Poll the stack's health; when a part goes down, refuse new requests (503) and end the
-    requests in flight with an error, since no delta will come for them. Also flushes the
-    batched latency histograms to prometheus."""
-    while True:
-        if state.latency is not None:
-            state.latency.flush()
-        components = state.health()
-        down = ", ".join(f"{name} down" for name, up in components.items() if not up)
-        if down and not state.down:
-            failed = state.link.receiver.fail_all(f"the request was lost: {down}")
-            log.error("%s: refusing requests (503) until it is back; %d requests in flight failed", down, failed)
-        elif state.down and not down:
-            log.warning("all parts of the stack are up again")
-        state.down = down
-        await asyncio.sleep(_HEALTH_POLL_S)
 
 
 def _authorize(state: FrontendState, request: Request) -> None:
@@ -125,56 +127,119 @@ def _authorize(state: FrontendState, request: Request) -> None:
 
 
 def _build_job(state: FrontendState, body: bytes, kind: str) -> GenerationJob:
+    model = ChatCompletionRequest if kind == "chat" else CompletionRequest
     try:
-        if kind == "chat":
-            return chat_job(ChatCompletionRequest.model_validate_json(body), state.tokenizer, state.limits)
-        return completion_job(CompletionRequest.model_validate_json(body), state.tokenizer, state.limits)
+        req = model.model_validate_json(body)
     except pydantic.ValidationError as e:
-        raise from_validation_error(e) from None
+        raise from_validation_error(e, model) from None
+    try:
+        if isinstance(req, ChatCompletionRequest):
+            return chat_job(req, state.tokenizer, state.limits)
+        return completion_job(req, state.tokenizer, state.limits)
     except ValueError as e:  # a DecodeParams invariant the checks above did not name
         raise RequestError(str(e)) from None
+
+
+def _client(request: Request) -> str:
+    return f"{request.client.host}:{request.client.port}" if request.client else "a client"
+
+
+async def _generate_or_500(state: FrontendState, request: Request, kind: str) -> Response:
+    """`_generate`, with an unexpected error logged once and answered as OpenAI's 500 JSON."""
+    try:
+        return await _generate(state, request, kind)
+    except RequestError:
+        raise
+    except Exception as e:
+        log.exception("unhandled error in a request")
+        return error_response(RequestError(f"internal error: {type(e).__name__}", status=500, type="server_error"))
 
 
 async def _generate(state: FrontendState, request: Request, kind: str) -> Response:
     arrival = time.perf_counter()
     _authorize(state, request)
-    body = await request.body()
+    try:
+        body = await read_body(request, state.http)
+    except ClientDisconnect:
+        log.info("%s disconnected while sending its request", _client(request))
+        return Response(status_code=_CLIENT_CLOSED_REQUEST)
     if len(body) > _OFFLOAD_BODY_BYTES:
         job = await asyncio.to_thread(_build_job, state, body, kind)
     else:
         job = _build_job(state, body, kind)
-    if state.down:
-        raise RequestError(f"the server cannot serve: {state.down}", status=503, type="service_unavailable")
-    stream = state.link.submit(job, time.time())
-    prefix = "chatcmpl" if kind == "chat" else "cmpl"
-    ctx = ResponseContext(
-        kind,  # type: ignore[arg-type]
-        f"{prefix}-{stream.rid:016x}",
-        state.limits.model_name,
-        len(job.prompt_ids),
-        job.include_usage,
-        arrival,
-    )
-    if job.stream:
-        return StreamingResponse(
-            _abort_on_exit(state, stream, stream_events(ctx, stream, state.latency)),
-            media_type=sse.MEDIA_TYPE,
-            headers=sse.HEADERS,
-        )
-    return await _respond_unless_disconnected(state, request, stream, ctx)
-
-
-async def _abort_on_exit(
-    state: FrontendState, stream: RequestStream, body: AsyncIterator[bytes]
-) -> AsyncIterator[bytes]:
-    """Pass the SSE body through; if the client disconnects first (Starlette cancels this
-    generator), abort the request in the scheduler and the worker."""
+    if state.draining:
+        raise RequestError("the server is shutting down", status=503, type="service_unavailable")
+    if state.watch.scheduler_down:
+        raise RequestError("the server cannot serve: the scheduler is down", status=503, type="service_unavailable")
+    streams = state.link.submit(job, time.time())
+    release = _Release(state, streams, request)
     try:
-        async for chunk in body:
-            yield chunk
-    finally:
-        if not stream.done:
-            state.link.abort(stream.rid)
+        state.watch.sent([s.rid for s in streams])
+        ctx = ResponseContext(
+            kind,  # type: ignore[arg-type]
+            f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",  # random, as vLLM's: rids stay inside
+            state.limits.model_name,
+            len(job.prompt_ids),
+            job.include_usage,
+            arrival,
+            eos_id=state.eos_id,
+            ignore_eos=job.ignore_eos,
+            echo=job.echo,
+            logprobs=job.logprobs,
+        )
+        if job.stream:
+            return _ReleasingStreamingResponse(
+                stream_events(ctx, streams, state.latency), release, ctx, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS
+            )
+        return await _respond_unless_disconnected(request, streams, ctx, state, release)
+    except BaseException:
+        release()
+        raise
+
+
+class _Release:
+    """Frees a request's choices once: aborts (and counts) those not finished."""
+
+    def __init__(self, state: FrontendState, streams: Sequence[RequestStream], request: Request) -> None:
+        self._state, self._streams, self._request = state, streams, request
+        self._done = False
+
+    def __call__(self, client_gone: bool = False) -> int:
+        if self._done:
+            return 0
+        self._done = True
+        state = self._state
+        rids = [s.rid for s in self._streams]
+        state.watch.ended(rids)
+        aborted = 0
+        for stream in self._streams:
+            if not stream.done:
+                state.link.abort(stream.rid)
+                aborted += 1
+                if state.latency is not None:
+                    state.latency.finished("abort")
+        if aborted and client_gone:
+            log.info("%s went away: aborted %d unfinished choice(s)", _client(self._request), aborted)
+        return aborted
+
+
+class _ReleasingStreamingResponse(StreamingResponse):
+    """A streamed response that frees its request however the stream ends, even when the client
+    leaves before the body generator ever started."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: _Release, ctx: ResponseContext,
+                 **kwargs: object) -> None:
+        super().__init__(content, **kwargs)  # type: ignore[arg-type]
+        self._release = release
+        self._ctx = ctx
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except (ClientDisconnect, OSError):
+            pass  # the client went away mid-stream; release() says so
+        finally:
+            self._release(client_gone=not self._ctx.completed)
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -183,19 +248,20 @@ async def _wait_for_disconnect(request: Request) -> None:
 
 
 async def _respond_unless_disconnected(
-    state: FrontendState, request: Request, stream: RequestStream, ctx: ResponseContext
+    request: Request, streams: list[RequestStream], ctx: ResponseContext, state: FrontendState, release: _Release
 ) -> Response:
-    collect = asyncio.ensure_future(collect_body(ctx, stream, state.latency))
+    collect = asyncio.ensure_future(collect_body(ctx, streams, state.latency))
     disconnect = asyncio.ensure_future(_wait_for_disconnect(request))
     try:
         await asyncio.wait((collect, disconnect), return_when=asyncio.FIRST_COMPLETED)
     finally:
         disconnect.cancel()
-        if not collect.done():  # the client went away (or this handler was cancelled)
+        gone = not collect.done()  # the client went away (or this handler was cancelled)
+        if gone:
             collect.cancel()
-            state.link.abort(stream.rid)
+        release(client_gone=gone)
     if not collect.done() or collect.cancelled():
-        return Response(status_code=499)  # nobody is listening; nginx's "client closed request"
+        return Response(status_code=_CLIENT_CLOSED_REQUEST)
     return Response(collect.result(), media_type="application/json")
 
 
@@ -213,8 +279,3 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def on_http_error(_request: Request, exc: StarletteHTTPException) -> Response:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return error_response(RequestError(str(exc.detail), status=exc.status_code, type=kind))
-
-    @app.exception_handler(Exception)
-    async def on_unexpected(_request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error in a request")
-        return error_response(RequestError(f"internal error: {type(exc).__name__}", status=500, type="server_error"))

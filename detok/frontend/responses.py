@@ -1,21 +1,29 @@
-"""OpenAI responses from a request's delta stream: SSE chunks when streaming, one body otherwise.
+"""OpenAI responses from a request's delta streams (one per choice): SSE chunks when streaming,
+one body otherwise.
 
-Both are built from the same deltas, so streamed text always equals non-streamed text. Latency
-(time to first token, inter-token latency, end-to-end) is timed here, where the frontend actually
-sees text arrive.
+Both are built from the same deltas by the same per-choice state (`ChoiceState`), so streamed text
+always equals non-streamed text, choice by choice. Latency (time to first token, inter-token
+latency, end-to-end) is timed here, where the frontend actually sees text arrive.
+
+Logprobs slot in per choice: `ChoiceState.logprobs(delta)` returns what a streamed chunk carries
+and `ChoiceState.body_logprobs()` what the non-streamed choice carries (both None until the lead
+wires `detok.frontend.logprobs_format` in).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator
-from typing import Literal
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal
 
 import msgspec
 
 from detok.frontend import sse
 from detok.frontend.errors import RequestError, error_json
+from detok.frontend.latency import LatencyRecorder, RequestTimer
 from detok.frontend.openai_types import (
     ChatChoice,
     ChatChunkChoice,
@@ -27,8 +35,7 @@ from detok.frontend.openai_types import (
     CompletionChoice,
     Usage,
 )
-from detok.frontend.latency import LatencyRecorder, RequestTimer
-from detok.receiver import RequestStream
+from detok.receiver import RequestDelta, RequestStream
 from detok.stream.params import Finish
 
 _ENCODER = msgspec.json.Encoder()
@@ -42,45 +49,85 @@ class ResponseContext:
     prompt_tokens: int
     include_usage: bool
     arrival: float  # time.perf_counter() when the request arrived
+    eos_id: int | None = None  # the primary end-of-sequence id: vLLM's `stop_reason: null`
+    ignore_eos: bool = False
+    echo: str = ""  # text each choice starts with
+    logprobs: int | None = None
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+    completed: bool = False  # the response was built to its end (not cut short by its client)
+
+
+class ChoiceState:
+    """One choice's progress: its text (non-streamed), finish, tokens and clock."""
+
+    __slots__ = ("finish", "index", "logprob_parts", "num_tokens", "parts", "timer")
+
+    def __init__(self, index: int, ctx: ResponseContext, recorder: LatencyRecorder | None) -> None:
+        self.index = index
+        self.parts: list[str] = [ctx.echo] if ctx.echo else []
+        self.logprob_parts: list[Any] = []  # non-streamed: each delta's logprobs, for body_logprobs()
+        self.finish: Finish | None = None
+        self.num_tokens = 0
+        self.timer = RequestTimer(recorder, ctx.arrival)
+
+    def end(self, finish: Finish, num_tokens: int | None) -> None:
+        self.timer.finish(finish.reason)
+        self.finish, self.num_tokens = finish, num_tokens or 0
+
+    def logprobs(self, delta: RequestDelta) -> Any:
+        """The `logprobs` object of a streamed chunk carrying `delta` (None: not asked for)."""
+        return None
+
+    def body_logprobs(self) -> Any:
+        """The `logprobs` object of the non-streamed choice, from `logprob_parts` (None: not asked for)."""
+        return None
 
 
 def _error(finish: Finish) -> RequestError:
+    if finish.reason == "abort":
+        return RequestError(finish.message or "the request was aborted", status=500, type="server_error")
     return RequestError(finish.message or "the request failed", status=500, type="server_error")
 
 
-def _usage(ctx: ResponseContext, completion_tokens: int) -> Usage:
-    return Usage(ctx.prompt_tokens, completion_tokens, ctx.prompt_tokens + completion_tokens)
+def stop_reason(ctx: ResponseContext, finish: Finish) -> str | int | None:
+    """vLLM v1's: null for the primary EOS (checked first unless ignore_eos), else the stop token
+    id or stop string that matched (extra EOS ids count as stop token ids there)."""
+    if finish.reason != "stop":
+        return None
+    if finish.matched == ctx.eos_id and isinstance(finish.matched, int) and not ctx.ignore_eos:
+        return None
+    return finish.matched
 
 
-def _stop_reason(finish: Finish) -> str | int | None:
-    return finish.matched if finish.reason == "stop" else None
+def _usage(ctx: ResponseContext, choices: Sequence[ChoiceState]) -> Usage:
+    # as vLLM: the prompt counted once, the completion tokens of every choice summed
+    completion = sum(c.num_tokens for c in choices)
+    return Usage(ctx.prompt_tokens, completion, ctx.prompt_tokens + completion)
 
 
-def _text_chunk(ctx: ResponseContext, text: str, first: bool) -> bytes:
+def _text_chunk(ctx: ResponseContext, index: int, text: str, logprobs: Any = None, role: bool = False) -> bytes:
     if ctx.kind == "chat":
-        delta = ChatDelta(role="assistant", content=text) if first else ChatDelta(content=text)
+        delta = ChatDelta(role="assistant", content=text) if role else ChatDelta(content=text)
         chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(
-            ctx.id, ctx.created, ctx.model, [ChatChunkChoice(0, delta)]
+            ctx.id, ctx.created, ctx.model, [ChatChunkChoice(index, delta, logprobs=logprobs)]
         )
     else:
-        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(0, text, None)])
+        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, text, None, logprobs=logprobs)])
     return sse.event(_ENCODER.encode(chunk))
 
 
-def _finish_chunk(ctx: ResponseContext, finish: Finish) -> bytes:
+def _finish_chunk(ctx: ResponseContext, index: int, finish: Finish) -> bytes:
+    reason = stop_reason(ctx, finish)
     if ctx.kind == "chat":
-        choice = ChatChunkChoice(0, ChatDelta(), finish.reason, _stop_reason(finish))
+        choice = ChatChunkChoice(index, ChatDelta(), finish.reason, reason)
         chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(ctx.id, ctx.created, ctx.model, [choice])
     else:
-        chunk = Completion(
-            ctx.id, ctx.created, ctx.model, [CompletionChoice(0, "", finish.reason, _stop_reason(finish))]
-        )
+        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, "", finish.reason, reason)])
     return sse.event(_ENCODER.encode(chunk))
 
 
-def _usage_chunk(ctx: ResponseContext, completion_tokens: int) -> bytes:
-    usage = _usage(ctx, completion_tokens)
+def _usage_chunk(ctx: ResponseContext, choices: Sequence[ChoiceState]) -> bytes:
+    usage = _usage(ctx, choices)
     if ctx.kind == "chat":
         chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(ctx.id, ctx.created, ctx.model, [], usage)
     else:
@@ -88,56 +135,96 @@ def _usage_chunk(ctx: ResponseContext, completion_tokens: int) -> bytes:
     return sse.event(_ENCODER.encode(chunk))
 
 
+async def merged_deltas(streams: Sequence[RequestStream]) -> AsyncIterator[tuple[int, RequestDelta]]:
+    """(choice index, delta) of several streams as they arrive, each stream's in order; one
+    stream is iterated directly (the common n=1 case costs no task)."""
+    if len(streams) == 1:
+        async for delta in streams[0]:
+            yield 0, delta
+        return
+    queue: asyncio.Queue[tuple[int, RequestDelta | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: RequestStream) -> None:
+        async for delta in stream:
+            queue.put_nowait((index, delta))
+        queue.put_nowait((index, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        running = len(tasks)
+        while running:
+            index, item = await queue.get()
+            if item is None:
+                running -= 1
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
 async def stream_events(
-    ctx: ResponseContext, stream: RequestStream, recorder: LatencyRecorder | None
+    ctx: ResponseContext, streams: Sequence[RequestStream], recorder: LatencyRecorder | None
 ) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed response (the caller aborts the request if this is cancelled)."""
-    latency = RequestTimer(recorder, ctx.arrival)
-    first = True
-    if ctx.kind == "chat":  # OpenAI's first chunk announces the role before any text
-        yield _text_chunk(ctx, "", first=True)
-        first = False
-    async for delta in stream:
-        if delta.text:
-            latency.text()
-            yield _text_chunk(ctx, delta.text, first)
-            first = False
-        finish = delta.finish
-        if finish is None:
-            continue
-        latency.finish(finish.reason)
-        if finish.reason == "error":
-            yield sse.event(error_json(_error(finish)))
-        else:
-            yield _finish_chunk(ctx, finish)
-            if ctx.include_usage:
-                yield _usage_chunk(ctx, delta.num_tokens or 0)
-        break
+    """The SSE body of a streamed response, choices interleaved as their text arrives (the
+    caller aborts the requests not yet finished if this is closed early)."""
+    choices = [ChoiceState(i, ctx, recorder) for i in range(len(streams))]
+    for c in choices:
+        if ctx.kind == "chat":  # OpenAI's first chunk of a choice announces the role
+            yield _text_chunk(ctx, c.index, "", role=True)
+        if ctx.echo:
+            yield _text_chunk(ctx, c.index, ctx.echo)
+    finished = 0
+    async with contextlib.aclosing(merged_deltas(streams)) as deltas:
+        async for index, delta in deltas:
+            choice = choices[index]
+            logprobs = choice.logprobs(delta)
+            if delta.text or logprobs is not None:
+                choice.timer.text()
+                yield _text_chunk(ctx, index, delta.text, logprobs)
+            finish = delta.finish
+            if finish is None:
+                continue
+            choice.end(finish, delta.num_tokens)
+            if finish.reason in ("error", "abort"):
+                yield sse.event(error_json(_error(finish)))
+                break
+            yield _finish_chunk(ctx, index, finish)
+            finished += 1
+            if finished == len(choices):
+                if ctx.include_usage:
+                    yield _usage_chunk(ctx, choices)
+                break
     yield sse.DONE
+    ctx.completed = True
 
 
-async def collect_body(ctx: ResponseContext, stream: RequestStream, recorder: LatencyRecorder | None) -> bytes:
-    """The JSON body of a non-streamed response; raises RequestError if the request failed."""
-    latency = RequestTimer(recorder, ctx.arrival)
-    parts: list[str] = []
-    finish: Finish | None = None
-    num_tokens = 0
-    async for delta in stream:
-        if delta.text:
-            latency.text()
-            parts.append(delta.text)
-        if delta.finish is not None:
-            finish, num_tokens = delta.finish, delta.num_tokens or 0
-            break
-    if finish is None:  # the stream ended without a finish: only if the receiver dropped it
+async def collect_body(
+    ctx: ResponseContext, streams: Sequence[RequestStream], recorder: LatencyRecorder | None
+) -> bytes:
+    """The JSON body of a non-streamed response; raises RequestError if a choice failed."""
+    choices = [ChoiceState(i, ctx, recorder) for i in range(len(streams))]
+    async with contextlib.aclosing(merged_deltas(streams)) as deltas:
+        async for index, delta in deltas:
+            choice = choices[index]
+            logprobs = choice.logprobs(delta)
+            if logprobs is not None:
+                choice.logprob_parts.append(logprobs)
+            if delta.text:
+                choice.timer.text()
+                choice.parts.append(delta.text)
+            if delta.finish is not None:
+                choice.end(delta.finish, delta.num_tokens)
+                if delta.finish.reason in ("error", "abort"):
+                    raise _error(delta.finish)
+    finishes = [c.finish for c in choices]
+    if any(f is None for f in finishes):  # a stream ended without a finish: the receiver dropped it
         raise RequestError("the request ended without a result", status=500, type="server_error")
-    latency.finish(finish.reason)
-    if finish.reason == "error":
-        raise _error(finish)
-    text = "".join(parts)
-    usage = _usage(ctx, num_tokens)
+    usage = _usage(ctx, choices)
     if ctx.kind == "chat":
-        choice = ChatChoice(0, ChatMessageOut(text), finish.reason, _stop_reason(finish))
-        return _ENCODER.encode(ChatCompletion(ctx.id, ctx.created, ctx.model, [choice], usage))
-    choice_c = CompletionChoice(0, text, finish.reason, _stop_reason(finish))
-    return _ENCODER.encode(Completion(ctx.id, ctx.created, ctx.model, [choice_c], usage))
+        chat = [ChatChoice(c.index, ChatMessageOut("".join(c.parts)), f.reason, stop_reason(ctx, f), c.body_logprobs())
+                for c, f in zip(choices, finishes) if f is not None]
+        return _ENCODER.encode(ChatCompletion(ctx.id, ctx.created, ctx.model, chat, usage))
+    text = [CompletionChoice(c.index, "".join(c.parts), f.reason, stop_reason(ctx, f), c.body_logprobs())
+            for c, f in zip(choices, finishes) if f is not None]
+    return _ENCODER.encode(Completion(ctx.id, ctx.created, ctx.model, text, usage))

@@ -39,28 +39,43 @@ class SchedulerLink:
         except zmq.Again:
             return False
 
-    def submit(self, job: GenerationJob, arrival_time: float | None = None) -> RequestStream:
-        """Send a request to the scheduler; its deltas arrive on the returned stream."""
-        rid = self._new_rid()
-        stream = self.receiver.open(rid)  # before sending: the first delta must find it
-        request = GenerateRequest(
-            rid=rid,
-            prompt_ids=job.prompt_ids,
-            params=job.params,
-            max_tokens=job.max_tokens,
-            reply_to=self.receiver.endpoint,
-            seed=job.seed,
-            ignore_eos=job.ignore_eos,
-            arrival_time=arrival_time or time.time(),
-        )
-        if not self._send(request):
-            self.receiver.discard(rid)
-            raise RequestError(
-                "the scheduler is not taking requests (its queue is full); retry later",
-                status=503,
-                type="service_unavailable",
-            )
-        return stream
+    def submit(self, job: GenerationJob, arrival_time: float | None = None) -> list[RequestStream]:
+        """Send a request's choices to the scheduler (one GenerateRequest each, own rid and seed);
+        their deltas arrive on the returned streams. Nothing stays open if this raises."""
+        streams: list[RequestStream] = []
+        sent: list[int] = []
+        arrival = arrival_time or time.time()
+        try:
+            for seed in job.choice_seeds():
+                rid = self._new_rid()
+                streams.append(self.receiver.open(rid))  # before sending: the first delta must find it
+                request = GenerateRequest(
+                    rid=rid,
+                    prompt_ids=job.prompt_ids,
+                    params=job.params,
+                    max_tokens=job.max_tokens,
+                    reply_to=self.receiver.endpoint,
+                    seed=seed,
+                    temperature=job.temperature,
+                    top_p=job.top_p,
+                    ignore_eos=job.ignore_eos,
+                    arrival_time=arrival,
+                    logprobs=job.logprobs,
+                )
+                if not self._send(request):
+                    raise RequestError(
+                        "the scheduler is not taking requests (its queue is full); retry later",
+                        status=503,
+                        type="service_unavailable",
+                    )
+                sent.append(rid)
+        except BaseException:
+            for stream in streams:
+                self.receiver.discard(stream.rid)
+            for rid in sent:  # the choices that did reach the scheduler stop there too
+                self._send(Abort(rid))
+            raise
+        return streams
 
     def abort(self, rid: int) -> None:
         """The client went away: stop generating (the scheduler tells the worker) and forget it."""

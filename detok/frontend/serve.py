@@ -1,9 +1,10 @@
 """`detok serve`: the whole stack in one process tree, the HTTP frontend in this process.
 
 Order matters in two places. Metrics: prometheus_client picks its multiprocess store at import,
-so the metrics directory is set before anything imports it. Shutdown: uvicorn stops first
-(in-flight streams get a short grace period), then the scheduler stub, then the pool; a second
-signal during that is ignored, since every step of it is bounded.
+so the metrics directory is set before anything imports it. Shutdown (`detok.frontend.shutdown`):
+on SIGINT/SIGTERM the frontend refuses new requests, lets open responses finish for a short drain
+time, ends the rest with an error event and `[DONE]`, then uvicorn stops, then the scheduler stub,
+then the pool; a signal during the clean-up is ignored, since every step of it is bounded.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import errno
 import logging
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -23,6 +25,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from detok.frontend import limits
 from detok.frontend.serve_cli import DEFAULT_PORT
 
 if TYPE_CHECKING:
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("detok.serve")
 
 _GRACEFUL_SHUTDOWN_S = 2
+_RESERVED_FDS = 256  # file descriptors kept for sockets, pipes and files other than HTTP connections
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +56,24 @@ class ServeConfig:
     api_key: str | None = None
     demo: bool = False
     log_level: str = "warning"
+    max_body_bytes: int = limits.MAX_BODY_BYTES
+    http_header_timeout: float = limits.HEADER_TIMEOUT_S
+    http_body_timeout: float = limits.BODY_TIMEOUT_S
+    max_connections: int = limits.MAX_CONNECTIONS
+    shutdown_drain: float = limits.SHUTDOWN_DRAIN_S
+
+    def http_limits(self) -> limits.HttpLimits:
+        # connections past the process's file descriptor limit would fail in accept() instead
+        room = max(16, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - _RESERVED_FDS)
+        if self.max_connections > room:
+            log.warning("--max-connections %d lowered to %d (the open-files limit, less %d for the stack)",
+                        self.max_connections, room, _RESERVED_FDS)
+        return limits.HttpLimits(
+            max_body_bytes=self.max_body_bytes,
+            header_timeout_s=self.http_header_timeout,
+            body_timeout_s=self.http_body_timeout,
+            max_connections=min(self.max_connections, room),
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeConfig:
@@ -68,24 +90,21 @@ def _raise_shutdown(_signum: int, _frame: FrameType | None) -> None:
 
 
 def _bind(host: str, port: int | None) -> socket.socket:
-    """The listening socket, bound before anything starts so a taken port fails in milliseconds.
-    Without an explicit port, the default one, or any free port if it is taken."""
+    """The listening socket, bound before anything starts so a taken port fails in milliseconds,
+    the default port as much as an explicit one (0 picks a free port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    candidates = [port] if port is not None else [DEFAULT_PORT, 0]
-    for i, candidate in enumerate(candidates):
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, candidate))
-        except OSError as e:
-            sock.close()
-            if e.errno == errno.EADDRINUSE and i + 1 < len(candidates):
-                continue
-            raise SystemExit(f"detok serve: cannot listen on {host}:{candidate}: {e.strerror}") from None
-        sock.listen(2048)
-        sock.set_inheritable(False)
-        return sock
-    raise AssertionError("unreachable")
+    port = DEFAULT_PORT if port is None else port
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        hint = " (pick another with --port; 0 picks a free one)" if e.errno == errno.EADDRINUSE else ""
+        raise SystemExit(f"detok serve: cannot listen on {host}:{port}: {e.strerror}{hint}") from None
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
 
 
 def _url_host(host: str) -> str:
@@ -162,7 +181,9 @@ def _serve_http(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics
     import uvicorn
 
     from detok.frontend.app import FrontendState, create_app
+    from detok.frontend.http_limits import protocol_class
     from detok.frontend.latency import LatencyRecorder
+    from detok.frontend.shutdown import DrainingServer
     from detok.frontend.scheduler_link import SchedulerLink
     from detok.frontend.validation import ServingLimits
     from detok.metrics import frontend_metrics
@@ -175,21 +196,27 @@ def _serve_http(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics
         limits=ServingLimits(cfg.served_model_name, cfg.max_model_len),
         link=link,
         health=stack.health,
+        health_detail=stack.health_detail,
+        scheduler_generation=lambda: stack.scheduler_generation,
         api_key=cfg.api_key,
         latency=LatencyRecorder(frontend_metrics()),
         metrics_dir=metrics_root,
+        http=cfg.http_limits(),
     )
     verbose = cfg.log_level in ("debug", "info")
-    server = uvicorn.Server(
+    server = DrainingServer(
         uvicorn.Config(
             create_app(state),
             loop="uvloop",
-            http="httptools",
+            http=protocol_class(state.http),
             lifespan="on",
             log_level=cfg.log_level,
             access_log=verbose,
+            timeout_keep_alive=int(state.http.keep_alive_s),
             timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
-        )
+        ),
+        state,
+        drain_s=cfg.shutdown_drain,
     )
     port = listener.getsockname()[1]
     base = f"http://{_url_host(cfg.host)}:{port}"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from detok.frontend import limits
+
 DEFAULT_PORT = 8000
 DEFAULT_MODEL_NAME = "detok-stub"
 
@@ -16,6 +18,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 
@@ -44,7 +53,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="a chat template replacing the tokenizer's own")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: %(default)s)")
     p.add_argument("--port", type=int, default=None,
-                   help=f"HTTP port; 0 picks a free one (default: {DEFAULT_PORT}, or a free port if it is taken)")
+                   help=f"HTTP port; 0 picks a free one (default: {DEFAULT_PORT}; taken is an error either way)")
     p.add_argument("--workers", type=_positive_int, default=2,
                    help="detokenizer worker processes (default: %(default)s)")
     p.add_argument("--no-spare", action="store_true",
@@ -67,6 +76,21 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
     p.add_argument("--demo", action="store_true",
                    help="once up, stream one chat completion through the API and print it (what `make run` does)")
+    limits_group = p.add_argument_group("HTTP limits")
+    limits_group.add_argument("--max-body-bytes", type=_positive_int, default=limits.MAX_BODY_BYTES,
+                              help="largest request body; larger is a 413 (default: %(default)s)")
+    limits_group.add_argument("--http-header-timeout", type=_positive_float, default=limits.HEADER_TIMEOUT_S,
+                              metavar="S", help="seconds a connection has to send its request headers, else 408 "
+                                                "and closed (default: %(default)s)")
+    limits_group.add_argument("--http-body-timeout", type=_positive_float, default=limits.BODY_TIMEOUT_S,
+                              metavar="S", help="seconds a request has to send its body, else 408 (default: "
+                                                "%(default)s)")
+    limits_group.add_argument("--max-connections", type=_positive_int, default=limits.MAX_CONNECTIONS,
+                              help="open connections at once; one more gets a 503 and is closed (default: "
+                                   "%(default)s)")
+    limits_group.add_argument("--shutdown-drain", type=_non_negative_float, default=limits.SHUTDOWN_DRAIN_S,
+                              metavar="S", help="on SIGINT/SIGTERM, seconds open requests get to finish before "
+                                                "they end with an error (default: %(default)s)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                    help="(default: %(default)s)")
     p.set_defaults(func=_run)

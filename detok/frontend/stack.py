@@ -56,6 +56,7 @@ class Stack:
         self._stub: BaseProcess | None = None
         self._stub_conn: Connection | None = None
         self._closed = False
+        self.scheduler_generation = 1  # stand-in: B's Stack counts stub restarts here
 
     # ---- start ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -148,6 +149,12 @@ class Stack:
         pool_up = self.pool is not None and not self.pool.closed and all(s.serving for s in self.pool.slots())
         stub_up = self._stub is not None and self._stub.exitcode is None
         return {"pool": pool_up, "scheduler": stub_up}
+
+    def health_detail(self) -> dict[str, object]:
+        """Stand-in for B's: each worker slot's state and the scheduler's."""
+        slots = self.pool.slots() if self.pool is not None and not self.pool.closed else []
+        workers = ["serving" if s.serving else "restarting" for s in slots]
+        return {"workers": workers, "scheduler": "serving" if self.health()["scheduler"] else "down"}
 
     # ---- stop -----------------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,23 +1,29 @@
 """From a parsed OpenAI request to a `GenerationJob`: prompt ids, limits and decode parameters.
 
-Everything a request can get wrong is caught here and becomes a 400 naming the parameter, so
-nothing invalid ever reaches the scheduler or a worker.
+Everything a request can get wrong is caught here (or by the request models' own bounds, or in
+`detok.frontend.refusals`) and becomes a 4xx naming the parameter, so nothing invalid ever reaches
+the scheduler or a worker. Every bound is a named constant of `detok.frontend.limits`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from detok.frontend import limits
+from detok.frontend.chat_messages import message_text, template_messages
 from detok.frontend.errors import RequestError
-from detok.frontend.openai_types import ChatCompletionRequest, CompletionRequest, _SamplingRequest
+from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest, _SamplingRequest
+from detok.frontend.refusals import refuse_unsupported
 from detok.stream.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
-from detok.tokenizer.chat import ChatTemplateError
+from detok.tokenizer.chat import ChatTemplateError, template_content_format, template_variables
 
-MAX_STOP_STRINGS = 64
-MAX_STOP_STRING_CHARS = 1024
 _COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+# Logprobs are validated and carried in the job, but answered with a 400 until the workers send
+# them (issue 10, helper C2); this is the one switch.
+LOGPROBS_AVAILABLE = False
+# keys a client may not pass through chat_template_kwargs (vLLM refuses the same two)
+_RESERVED_TEMPLATE_KWARGS = frozenset({"chat_template", "tokenize"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,35 +41,46 @@ class GenerationJob:
     ignore_eos: bool
     stream: bool
     include_usage: bool
+    n: int = 1
+    logprobs: int | None = None  # None: none; k: the sampled token's logprob and k alternatives
+    echo: str = ""  # text every choice starts with (`echo`)
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    def choice_seeds(self) -> list[int]:
+        """One seed per choice, distinct, within the int64 range (wrapping around)."""
+        span = 1 << 64
+        return [(self.seed + i - limits.INT64_MIN) % span + limits.INT64_MIN for i in range(self.n)]
 
 
-def _unsupported(param: str, what: str) -> RequestError:
-    return RequestError(f"{param}: {what} is not supported by this server", param)
-
-
-def _check_common(req: _SamplingRequest, limits: ServingLimits) -> None:
-    if req.model != limits.model_name:
+def _check_common(req: _SamplingRequest, lim: ServingLimits) -> None:
+    if req.model is not None and req.model != lim.model_name:
         raise RequestError(
-            f"The model `{req.model}` does not exist. This server serves `{limits.model_name}`.",
+            f"The model `{req.model}` does not exist. This server serves `{lim.model_name}`.",
             "model",
             status=404,
             code="model_not_found",
         )
-    if req.n != 1:
-        raise RequestError("n: only n=1 is supported (one choice per request)", "n")
     if req.stream_options is not None and not req.stream:
         raise RequestError("stream_options: only allowed when stream is true", "stream_options")
+    refuse_unsupported(req)
 
 
 def _stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
     strings = [stop] if isinstance(stop, str) else list(stop or [])
-    if len(strings) > MAX_STOP_STRINGS:
-        raise RequestError(f"stop: at most {MAX_STOP_STRINGS} stop strings are allowed", "stop")
+    if len(strings) > limits.MAX_STOP_STRINGS:
+        raise RequestError(f"stop: at most {limits.MAX_STOP_STRINGS} stop strings are allowed", "stop")
+    total = 0
     for s in strings:
         if not s:
             raise RequestError("stop: stop strings must not be empty", "stop")
-        if len(s) > MAX_STOP_STRING_CHARS:
-            raise RequestError(f"stop: a stop string may hold at most {MAX_STOP_STRING_CHARS} characters", "stop")
+        if len(s) > limits.MAX_STOP_STRING_CHARS:
+            raise RequestError(f"stop: a stop string may hold at most {limits.MAX_STOP_STRING_CHARS} characters",
+                               "stop")
+        total += len(s.encode("utf-8", "surrogatepass"))
+    if total > limits.MAX_STOP_TOTAL_BYTES:
+        raise RequestError(f"stop: the stop strings may hold at most {limits.MAX_STOP_TOTAL_BYTES} bytes (UTF-8) "
+                           f"together, got {total}", "stop")
     return tuple(strings)
 
 
@@ -73,6 +90,28 @@ def _check_ids(ids: list[int], tok: Tokenizer, param: str) -> None:
         raise RequestError(f"{param}: token id {bad} is outside the vocabulary (size {tok.vocab_size})", param)
 
 
+def _stop_token_ids(ids: list[int] | None, tok: Tokenizer) -> tuple[int, ...]:
+    ids = ids or []
+    if len(ids) > limits.MAX_STOP_TOKEN_IDS:
+        raise RequestError(f"stop_token_ids: at most {limits.MAX_STOP_TOKEN_IDS} ids are allowed", "stop_token_ids")
+    _check_ids(ids, tok, "stop_token_ids")
+    return tuple(ids)
+
+
+def _check_logit_bias(bias: dict[str, float] | None, tok: Tokenizer) -> None:
+    if not bias:
+        return
+    if len(bias) > limits.MAX_LOGIT_BIAS:
+        raise RequestError(f"logit_bias: at most {limits.MAX_LOGIT_BIAS} entries are allowed", "logit_bias")
+    for key, value in bias.items():
+        if not (key.isascii() and key.isdigit() and int(key) < tok.vocab_size):
+            raise RequestError(f"logit_bias: {key!r} is not a token id of the vocabulary (size {tok.vocab_size})",
+                               "logit_bias")
+        if not -limits.LOGIT_BIAS_RANGE <= value <= limits.LOGIT_BIAS_RANGE:
+            raise RequestError(f"logit_bias: bias {value} for token {key} is outside "
+                               f"[-{limits.LOGIT_BIAS_RANGE:g}, {limits.LOGIT_BIAS_RANGE:g}]", "logit_bias")
+
+
 def _job(
     req: _SamplingRequest,
     prompt_ids: list[int],
@@ -80,14 +119,16 @@ def _job(
     default_max_tokens: int | None,
     prompt_param: str,
     tok: Tokenizer,
-    limits: ServingLimits,
+    lim: ServingLimits,
+    logprobs: int | None,
+    echo: str,
 ) -> GenerationJob:
     if not prompt_ids:
         raise RequestError(f"{prompt_param}: the prompt is empty", prompt_param)
-    room = limits.max_model_len - len(prompt_ids)
+    room = lim.max_model_len - len(prompt_ids)
     if room < 1:
         raise RequestError(
-            f"This model's maximum context length is {limits.max_model_len} tokens. However, your "
+            f"This model's maximum context length is {lim.max_model_len} tokens. However, your "
             f"request has {len(prompt_ids)} input tokens. Please reduce the length of the input.",
             prompt_param,
             code="context_length_exceeded",
@@ -96,68 +137,98 @@ def _job(
         max_tokens = room if default_max_tokens is None else min(default_max_tokens, room)
     elif max_tokens > room:
         raise RequestError(
-            f"This model's maximum context length is {limits.max_model_len} tokens. However, you "
+            f"This model's maximum context length is {lim.max_model_len} tokens. However, you "
             f"requested {len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the input, "
             f"{max_tokens} for the completion). Please reduce the length of the input or the completion.",
             "max_tokens",
             code="context_length_exceeded",
         )
-    if req.min_tokens > max_tokens:
-        raise RequestError(f"min_tokens ({req.min_tokens}) must not exceed max_tokens ({max_tokens})", "min_tokens")
-    stop_token_ids = list(req.stop_token_ids or [])
-    _check_ids(stop_token_ids, tok, "stop_token_ids")
+    min_tokens = req.min_tokens or 0
+    if min_tokens > max_tokens:
+        raise RequestError(f"min_tokens ({min_tokens}) must not exceed max_tokens ({max_tokens})", "min_tokens")
+    _check_logit_bias(req.logit_bias, tok)
     params = DecodeParams(
-        skip_special_tokens=req.skip_special_tokens,
-        spaces_between_special_tokens=req.spaces_between_special_tokens,
+        skip_special_tokens=req.skip_special_tokens is not False,
+        spaces_between_special_tokens=req.spaces_between_special_tokens is not False,
         stop=_stop_strings(req.stop),
-        stop_token_ids=tuple(stop_token_ids),
-        include_stop_str_in_output=req.include_stop_str_in_output,
-        min_tokens=req.min_tokens,
+        stop_token_ids=_stop_token_ids(req.stop_token_ids, tok),
+        include_stop_str_in_output=bool(req.include_stop_str_in_output),
+        min_tokens=min_tokens,
     )
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    seed = 0 if req.seed is None else req.seed  # the stub is deterministic: no seed means seed 0
-    return GenerationJob(prompt_ids, max_tokens, params, seed, req.ignore_eos, req.stream, include_usage)
+    if logprobs is not None and echo:
+        raise RequestError("echo: with logprobs, echo needs prompt logprobs, which this server does not implement",
+                           "echo")
+    if logprobs is not None and not LOGPROBS_AVAILABLE:
+        raise RequestError("logprobs: logprobs are not available on this server yet", "logprobs")
+    stream = bool(req.stream)
+    return GenerationJob(
+        prompt_ids=prompt_ids,
+        max_tokens=max_tokens,
+        params=params,
+        seed=0 if req.seed is None else req.seed,  # the stub is deterministic: no seed means seed 0
+        ignore_eos=bool(req.ignore_eos),
+        stream=stream,
+        include_usage=bool(stream and req.stream_options and req.stream_options.include_usage),
+        n=req.n or 1,
+        logprobs=logprobs,
+        echo=echo,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+    )
 
 
-def completion_job(req: CompletionRequest, tok: Tokenizer, limits: ServingLimits) -> GenerationJob:
-    _check_common(req, limits)
-    if req.echo:
-        raise _unsupported("echo", "echo")
-    if req.suffix is not None:
-        raise _unsupported("suffix", "suffix")
-    if req.best_of not in (None, 1):
-        raise _unsupported("best_of", "best_of > 1")
-    if req.logprobs is not None:
-        raise _unsupported("logprobs", "logprobs")
-    return _job(req, _completion_prompt_ids(req.prompt, tok), req.max_tokens, _COMPLETIONS_DEFAULT_MAX_TOKENS,
-                "prompt", tok, limits)
+def completion_job(req: CompletionRequest, tok: Tokenizer, lim: ServingLimits) -> GenerationJob:
+    _check_common(req, lim)
+    prompt_ids, prompt_text = _completion_prompt(req.prompt, tok, req.add_special_tokens is not False)
+    echo = ""
+    if req.echo:  # the prompt as given, or decoded from its ids as vLLM does
+        echo = prompt_text if prompt_text is not None else tok.decode(prompt_ids, skip_special_tokens=False)
+    return _job(req, prompt_ids, req.max_tokens, _COMPLETIONS_DEFAULT_MAX_TOKENS, "prompt", tok, lim,
+                req.logprobs, echo)
 
 
-def _completion_prompt_ids(prompt: str | list[str] | list[int] | list[list[int]], tok: Tokenizer) -> list[int]:
+def _completion_prompt(
+    prompt: str | list[str] | list[int] | list[list[int]], tok: Tokenizer, add_special_tokens: bool
+) -> tuple[list[int], str | None]:
     if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
         if len(prompt) != 1:
             raise RequestError("prompt: send one prompt per request (batched prompts are not supported)", "prompt")
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return tok.encode(prompt, add_special_tokens=True)
-    _check_ids(prompt, tok, "prompt")
-    return list(prompt)
+        return tok.encode(prompt, add_special_tokens=add_special_tokens), prompt
+    _check_ids(prompt, tok, "prompt")  # type: ignore[arg-type]
+    return list(prompt), None  # type: ignore[arg-type]
 
 
-def chat_job(req: ChatCompletionRequest, tok: Tokenizer, limits: ServingLimits) -> GenerationJob:
-    _check_common(req, limits)
-    if req.logprobs or req.top_logprobs is not None:
-        raise _unsupported("logprobs", "logprobs")
-    messages: list[dict[str, Any]] = []
-    for m in req.messages:
-        content = m.content if not isinstance(m.content, list) else "".join(part.text for part in m.content)
-        message: dict[str, Any] = {"role": m.role, "content": content if content is not None else ""}
-        if m.name is not None:
-            message["name"] = m.name
-        messages.append(message)
+def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> GenerationJob:
+    _check_common(req, lim)
+    if req.top_logprobs and not req.logprobs:
+        raise RequestError("top_logprobs: needs logprobs set to true", "top_logprobs")
+    template = tok.chat_template
+    messages = template_messages(req.messages, template_content_format(template) if template else "string")
+    kwargs = dict(req.chat_template_kwargs or {})
+    reserved = sorted(_RESERVED_TEMPLATE_KWARGS & kwargs.keys())
+    if reserved:
+        raise RequestError(f"chat_template_kwargs: {', '.join(reserved)} may not be set here", "chat_template_kwargs")
+    if template is not None:  # as vLLM: only variables the template reads
+        wanted = template_variables(template)
+        kwargs = {k: v for k, v in kwargs.items() if k in wanted}
+    kwargs.pop("messages", None)
+    kwargs.pop("tools", None)
+    kwargs.update(
+        add_generation_prompt=req.add_generation_prompt is not False,  # the request's (default) value wins
+        continue_final_message=bool(req.continue_final_message),
+        documents=req.documents,
+    )
+    tools = [t.model_dump() for t in req.tools] if req.tools else None  # tool_choice "none" here
     try:
-        text = tok.apply_chat_template(messages, add_generation_prompt=req.add_generation_prompt, tools=req.tools)
+        text = tok.apply_chat_template(messages, tools=tools, **kwargs)
     except ChatTemplateError as e:
         raise RequestError(f"messages: {e}", "messages") from None
+    echo = ""
+    if req.echo and req.messages[-1].role == "assistant":  # vLLM: the last message, if it is the reply's role
+        echo = message_text(req.messages[-1])
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    return _job(req, tok.encode(text, add_special_tokens=False), max_tokens, None, "messages", tok, limits)
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    return _job(req, tok.encode(text, add_special_tokens=bool(req.add_special_tokens)), max_tokens, None,
+                "messages", tok, lim, logprobs, echo)

@@ -13,9 +13,10 @@ import datetime
 import functools
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import jinja2
+import jinja2.meta
 from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.parser import Parser
@@ -147,3 +148,85 @@ def render_chat_template(
     if continue_final_message:
         rendered = _cut_after_final_message(rendered, _final_text(messages))
     return rendered
+
+
+# ---- messages as templates receive them ---------------------------------------------------------
+
+ContentFormat = Literal["string", "openai"]
+
+
+class ToolCallArguments(dict[str, Any]):
+    """A tool call's `function.arguments`: the parsed JSON object (what transformers-era templates
+    expect: `| tojson`, `.items()`), printing as the JSON text the client sent (`{{ arguments }}`)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, parsed: dict[str, Any], raw: str) -> None:
+        super().__init__(parsed)
+        self.raw = raw
+
+    def __str__(self) -> str:
+        return self.raw
+
+
+def _names_bound_to(root: nodes.Template, source: str) -> set[str]:
+    """`source` and every variable assigned from it (`{% set msgs = messages[1:] %}` ...)."""
+    names = {source}
+    changed = True
+    while changed:
+        changed = False
+        for assign in root.find_all(nodes.Assign):
+            if isinstance(assign.target, nodes.Name) and assign.target.name not in names:
+                if _reads(assign.node, names, None):
+                    names.add(assign.target.name)
+                    changed = True
+    return names
+
+
+def _reads(node: nodes.Node, names: set[str], key: str | None) -> bool:
+    """Is `node` one of `names` (or its `key` item), possibly sliced, filtered or tested?"""
+    while True:
+        if isinstance(node, (nodes.Filter, nodes.Test)) and node.node is not None:
+            node = node.node
+        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+            node = node.node
+        else:
+            break
+    if key is None:
+        return isinstance(node, nodes.Name) and node.ctx == "load" and node.name in names
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and node.arg.value == key:
+        return _reads(node.node, names, None)
+    if isinstance(node, nodes.Getattr) and node.attr == key:
+        return _reads(node.node, names, None)
+    return False
+
+
+def _loop_targets(root: nodes.Template, names: set[str], key: str | None) -> set[str]:
+    return {
+        loop.target.name
+        for loop in root.find_all(nodes.For)
+        if isinstance(loop.target, nodes.Name) and _reads(loop.iter, names, key)
+    }
+
+
+@functools.lru_cache(maxsize=_COMPILED_CACHE_SIZE)
+def template_content_format(template: str) -> ContentFormat:
+    """How a template wants message content, detected as vLLM's "auto" content format does: a
+    template that loops over a message's `content` gets the list of parts ("openai"); any other
+    gets the text parts joined with newlines ("string", also for a template that does not parse)."""
+    try:
+        root = compile_chat_template(template).environment.parse(template)
+    except (ChatTemplateError, jinja2.TemplateSyntaxError):
+        return "string"
+    message_vars = _loop_targets(root, _names_bound_to(root, "messages"), None)
+    return "openai" if message_vars and _loop_targets(root, message_vars, "content") else "string"
+
+
+@functools.lru_cache(maxsize=_COMPILED_CACHE_SIZE)
+def template_variables(template: str) -> frozenset[str]:
+    """The variables a template reads from its caller (jinja2.meta's undeclared variables)."""
+    try:
+        root = compile_chat_template(template).environment.parse(template)
+    except (ChatTemplateError, jinja2.TemplateSyntaxError):
+        return frozenset()
+    return frozenset(jinja2.meta.find_undeclared_variables(root))

@@ -1,0 +1,99 @@
+"""`/health` and the health watchdog, as TEAM.md §2 fixes them.
+
+Only the scheduler's state decides what the frontend does: while it is down, `/health` is 503 and
+new requests are refused (503); when it goes down, or comes back as a new process
+(`scheduler_generation` changed), the requests it held are lost and end with an error. A dead or
+stalled worker never makes the frontend fail anything (the scheduler client handles its shard);
+it only makes `/health` say "degraded".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from detok.protocol import DeltaBatch, RequestFinished
+from detok.receiver import DeltaReceiver
+from detok.stream.params import Finish
+
+log = logging.getLogger("detok.frontend")
+
+HEALTH_POLL_S = 0.25
+
+
+class SchedulerWatch:
+    """Tracks the scheduler's state and which generation of it each request in flight went to."""
+
+    def __init__(
+        self,
+        receiver: DeltaReceiver,
+        health: Callable[[], dict[str, bool]],
+        health_detail: Callable[[], dict[str, Any]],
+        generation: Callable[[], int],
+    ) -> None:
+        self.receiver = receiver
+        self.health = health
+        self.health_detail = health_detail
+        self.generation = generation
+        self.scheduler_down = False
+        self._seen_generation = generation()
+        self._inflight: dict[int, int] = {}  # rid -> scheduler generation it was sent to
+
+    # ---- requests -------------------------------------------------------------------------------
+    def sent(self, rids: list[int]) -> None:
+        generation = self.generation()
+        for rid in rids:
+            self._inflight[rid] = generation
+
+    def ended(self, rids: list[int]) -> None:
+        for rid in rids:
+            self._inflight.pop(rid, None)
+
+    # ---- /health --------------------------------------------------------------------------------
+    def report(self) -> tuple[int, dict[str, Any]]:
+        """(status code, body) of `/health`."""
+        components = self.health()
+        if not components.get("scheduler", False):
+            status, code = "unavailable", 503
+        else:
+            status, code = ("ok" if all(components.values()) else "degraded"), 200
+        return code, {"status": status, **components, "detail": self.health_detail()}
+
+    # ---- watchdog -------------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Compare with the last poll; fail the requests whose scheduler state is gone."""
+        up = self.health().get("scheduler", False)
+        generation = self.generation()
+        if not up and not self.scheduler_down:
+            failed = self.receiver.fail_all("the request was lost: the scheduler is down")
+            self._inflight.clear()
+            log.error("the scheduler is down: refusing requests (503) until it is back; %d requests in flight "
+                      "failed", failed)
+        elif up and generation != self._seen_generation:
+            failed = self._fail_older_than(generation, "the request was lost: the scheduler restarted")
+            log.warning("the scheduler restarted (generation %d); %d requests it held failed", generation, failed)
+        elif up and self.scheduler_down:
+            log.warning("the scheduler is up again")
+        self.scheduler_down = not up
+        self._seen_generation = generation
+
+    def _fail_older_than(self, generation: int, message: str) -> int:
+        lost = [rid for rid, g in self._inflight.items() if g != generation]
+        if lost:  # finished through the receiver's own path, as a worker's error finish would be
+            finish = Finish("error", None, message)
+            self.receiver.dispatch(DeltaBatch.from_rows(-1, 0.0, [], [], [], [RequestFinished(r, finish, 0) for r in lost]))
+        self.ended(lost)
+        return len(lost)
+
+    async def run(self, every: Callable[[], None] | None = None) -> None:
+        """Poll forever (`every` also runs at each poll, e.g. a metrics flush)."""
+        while True:
+            if every is not None:
+                every()
+            try:
+                self.poll()
+            except Exception:  # a failing health probe must not end the watchdog
+                log.exception("health check failed")
+            await asyncio.sleep(HEALTH_POLL_S)

@@ -1,0 +1,88 @@
+"""Options this server cannot honour: each is a 400 naming the parameter and saying why, never
+silently ignored. Where vLLM refuses the same option without a server flag, the reason says so.
+
+Not implemented here: tool-call parsing (the model's text is never turned into `tool_calls`),
+structured output (no grammar-constrained sampling), beam search and constrained sampling, prompt
+logprobs, suffix insertion, and a chat template sent with the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from detok.frontend.errors import RequestError
+from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest, _SamplingRequest
+
+_TOOL_PARSING = (
+    "needs tool-call parsing, which this server does not implement (vLLM needs --enable-auto-tool-choice "
+    "and a --tool-call-parser for it); send tool_choice \"none\" to have the tools rendered into the prompt only"
+)
+_STRUCTURED = "structured output (constrained decoding) is not implemented by this server"
+_SAMPLING = "is not implemented by this server (the scheduler samples without it)"
+
+Rule = tuple[Callable[[Any], bool], str]  # (is the value harmless?, why it is refused)
+
+_GIVEN: Callable[[Any], bool] = lambda v: v is None  # noqa: E731 - any non-null value is refused
+
+_COMMON: dict[str, Rule] = {
+    "response_format": (lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
+                        f"only {{\"type\": \"text\"}} is accepted: {_STRUCTURED}"),
+    "structured_outputs": (_GIVEN, _STRUCTURED),
+    "guided_json": (_GIVEN, _STRUCTURED),
+    "guided_regex": (_GIVEN, _STRUCTURED),
+    "guided_choice": (_GIVEN, _STRUCTURED),
+    "guided_grammar": (_GIVEN, _STRUCTURED),
+    "structural_tag": (_GIVEN, _STRUCTURED),
+    "prompt_logprobs": (_GIVEN, "prompt logprobs are not implemented by this server"),
+    "use_beam_search": (lambda v: v in (None, False), f"beam search {_SAMPLING}"),
+    "allowed_token_ids": (_GIVEN, f"allowed_token_ids {_SAMPLING}"),
+    "bad_words": (lambda v: v in (None, []), f"bad_words {_SAMPLING}"),
+    "logits_processors": (_GIVEN, f"logits processors {_SAMPLING}"),
+    "truncate_prompt_tokens": (_GIVEN, "prompt truncation is not implemented by this server"),
+}
+_COMPLETION: dict[str, Rule] = {
+    "suffix": (_GIVEN, "suffix (text insertion) is not implemented by this server"),
+    "best_of": (lambda v: v is None or (type(v) is int and v == 1), f"best_of above 1 {_SAMPLING}"),
+}
+_CHAT: dict[str, Rule] = {
+    "parallel_tool_calls": (_GIVEN, f"parallel tool calls {_TOOL_PARSING}"),
+    "functions": (_GIVEN, f"legacy function calling {_TOOL_PARSING}"),
+    "function_call": (_GIVEN, f"legacy function calling {_TOOL_PARSING}"),
+    "chat_template": (_GIVEN, "a chat template sent with the request is not accepted (as vLLM without "
+                              "--trust-request-chat-template); the server's template is used"),
+}
+
+
+def _apply(req: _SamplingRequest, rules: dict[str, Rule]) -> None:
+    for name, (harmless, why) in rules.items():
+        if not harmless(getattr(req, name)):
+            raise RequestError(f"{name}: {why}", name)
+
+
+def refuse_unsupported(req: _SamplingRequest) -> None:
+    """Raise RequestError (400) for the first option given that this server cannot honour."""
+    _apply(req, _COMMON)
+    if req.stream_options is not None and req.stream_options.continuous_usage_stats not in (None, False):
+        raise RequestError("stream_options.continuous_usage_stats: usage in every chunk is not implemented "
+                           "by this server (the final usage chunk is)", "stream_options.continuous_usage_stats")
+    if isinstance(req, CompletionRequest):
+        _apply(req, _COMPLETION)
+    if isinstance(req, ChatCompletionRequest):
+        _apply(req, _CHAT)
+        _refuse_tool_choice(req)
+
+
+def _refuse_tool_choice(req: ChatCompletionRequest) -> None:
+    """As vLLM: tools without tool_choice mean "auto"; "none" renders the tools into the prompt and
+    parses nothing (accepted); "auto", "required" and a named tool need parsing (refused)."""
+    if req.tools is None:
+        if req.tool_choice not in (None, "none"):
+            raise RequestError("tool_choice: needs tools (when using tool_choice, tools must be set)", "tool_choice")
+        return
+    if req.tool_choice is None:
+        raise RequestError(f"tools: tool_choice \"auto\" (the default when tools are given) {_TOOL_PARSING}",
+                           "tools")
+    if req.tool_choice != "none":
+        shown = f'"{req.tool_choice}"' if isinstance(req.tool_choice, str) else "a named tool"
+        raise RequestError(f"tool_choice: {shown} {_TOOL_PARSING}", "tool_choice")
