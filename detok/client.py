@@ -3,8 +3,13 @@
     client = pool.client()                       # or SchedulerClient(endpoints, notify_endpoint)
     client.add_request(generate_request)         # registration, sent with the next step
     full = client.send_step(rids, tokens)        # one message per worker, never blocks
+    client.send_step(rids, tokens, logprobs=LogprobColumns(rows, sampled, top_counts, top_ids, top_lps))
     for stopped in client.poll():                # rids finished by the workers (stop strings, errors)
         scheduler.stop(stopped.rid)
+
+Logprobs (`LogprobColumns`, optional): for the rows of requests that asked, the sampled token's
+logprob and its top-k alternatives per token, as packed columns; the workers turn the ids into
+strings. A step without them costs nothing extra; sharding splits them with numpy, per worker.
 
 Sharding: worker = the rid's Fibonacci hash scaled to N (`shard_of`), stable across processes and
 restarts; consecutive rids spread evenly (three-distance theorem), random rids like a random hash.
@@ -34,6 +39,7 @@ import zmq
 from detok import protocol
 from detok.endpoints import make_socket
 from detok.protocol import EndRequest, GenerateRequest, Registration
+from detok.step_logprobs import LogprobArrays, LogprobColumns
 from detok.stream.params import Finish
 
 log = logging.getLogger("detok.client")
@@ -161,12 +167,14 @@ class SchedulerClient:
         *,
         starts: Sequence[int] | np.ndarray | None = None,
         ends: Iterable[EndLike] = (),
+        logprobs: LogprobColumns | None = None,
     ) -> list[int]:
         """Send one scheduler step: `rids[i]` got `counts[i]` tokens (1 each when None), flattened
         in `tokens`. `starts[i]` is the index of rid i's first token here within its output; pass
         it if the scheduler knows it (cheaper), else the client counts. `ends` end requests after
-        their tokens. Returns the workers whose queue is full (their message is kept and retried
-        first on the next call)."""
+        their tokens. `logprobs`: the sampled and top-k logprobs of the rows of requests that
+        asked (`LogprobColumns`). Returns the workers whose queue is full (their message is kept
+        and retried first on the next call)."""
         rid_arr = np.asarray(rids, dtype=np.uint64)
         tok_arr = np.asarray(tokens, dtype=np.uint32)
         cnt_arr = None if counts is None else np.asarray(counts, dtype=np.uint32)
@@ -174,6 +182,7 @@ class SchedulerClient:
             raise ValueError("rids, starts and counts must have one entry per rid")
         if len(tok_arr) != (len(rid_arr) if cnt_arr is None else int(cnt_arr.sum())):
             raise ValueError("tokens do not match the counts")
+        lp = None if logprobs is None else LogprobArrays.checked(logprobs, len(rid_arr), cnt_arr)
         if starts is None:
             start_arr = self._count_starts(rids, counts)
         else:
@@ -184,7 +193,8 @@ class SchedulerClient:
             self._stage_end(end if isinstance(end, EndRequest) else EndRequest(*end))  # type: ignore[arg-type]
         now = time.time()
         if self._n == 1:
-            self._send_batch(0, now, rid_arr, start_arr, cnt_arr, tok_arr)
+            lp_w = None if lp is None or not len(lp.rows) else lp.packed(lp.rows)
+            self._send_batch(0, now, rid_arr, start_arr, cnt_arr, tok_arr, lp_w)
         else:
             shards = shard_array(rid_arr, self._n)
             tok_shards = shards if cnt_arr is None else np.repeat(shards, cnt_arr)
@@ -192,7 +202,8 @@ class SchedulerClient:
                 mask = shards == w
                 tmask = tok_shards == w
                 self._send_batch(
-                    w, now, rid_arr[mask], start_arr[mask], None if cnt_arr is None else cnt_arr[mask], tok_arr[tmask]
+                    w, now, rid_arr[mask], start_arr[mask], None if cnt_arr is None else cnt_arr[mask], tok_arr[tmask],
+                    None if lp is None else lp.shard(mask),
                 )
         return self._full_workers()
 
@@ -231,7 +242,8 @@ class SchedulerClient:
         return out
 
     def _send_batch(
-        self, w: int, now: float, rids: np.ndarray, starts: np.ndarray, counts: np.ndarray | None, tokens: np.ndarray
+        self, w: int, now: float, rids: np.ndarray, starts: np.ndarray, counts: np.ndarray | None, tokens: np.ndarray,
+        logprobs: protocol.StepLogprobs | None = None,
     ) -> None:
         new, ends = self._new[w], self._ends[w]
         if not (len(rids) or new or ends):
@@ -248,6 +260,7 @@ class SchedulerClient:
             b"" if counts is None else counts.astype("<u4", copy=False).tobytes(),
             tokens.astype("<u4", copy=False).tobytes(),
             ends,
+            logprobs,
         )
         self._send(w, self._encoder.encode(batch))
 
