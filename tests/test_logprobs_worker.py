@@ -112,6 +112,28 @@ def test_token_strings_match_vllm_decode_of_one_id(source: str, qwen, spm) -> No
     assert strings.gather(np.array([tok.vocab_size, -1, 2**31], dtype=np.int64))[0] == b""  # outside: ""
 
 
+def test_compiled_and_numpy_gathers_give_the_same_bytes(qwen) -> None:
+    strings = TokenStrings(qwen)
+    if not strings.compiled:
+        pytest.skip("the compiled gather is not built")
+    rng = np.random.default_rng(1)
+    for n in (0, 1, 7, 5000):
+        ids = rng.integers(-5, qwen.vocab_size + 5, n).astype(np.int64)
+        compiled = strings.gather(ids)
+        strings.compiled = False
+        assert strings.gather(ids) == compiled
+        strings.compiled = True
+    from detok.worker._tokenstrings import gather
+
+    table = np.zeros(3, dtype=np.int64)
+    with pytest.raises(ValueError):
+        gather(np.array([3], dtype=np.int64), table, table, b"")  # id outside the table
+    with pytest.raises(ValueError):
+        gather(np.array([1], dtype=np.int64), table, np.array([0, 9, 0], dtype=np.int64), b"abc")  # past the buffer
+    with pytest.raises(TypeError):
+        gather(np.array([0], dtype=np.int32), table, table, b"")
+
+
 # ---- which tokens get entries -----------------------------------------------------------------
 @pytest.mark.parametrize("per_step", [1, 3])
 def test_every_token_gets_its_entry_split_characters_included(qwen, core_of, per_step: int) -> None:

@@ -29,6 +29,11 @@ from detok.protocol import MAX_TOP_LOGPROBS, DeltaLogprobs, StepLogprobs
 from detok.stream.strategy import prepare_decoding
 from detok.tokenizer.base import Tokenizer
 
+try:  # the compiled gather (optional extension); the numpy one gives the same bytes
+    from detok.worker._tokenstrings import gather as _compiled_gather
+except ImportError:  # pragma: no cover - depends on the build
+    _compiled_gather = None
+
 _ATTR = "_detok_token_strings"
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -43,8 +48,9 @@ def openai_token(data: bytes) -> tuple[str, bool]:
 
 
 class TokenStrings:
-    """The OpenAI string of every id of one tokenizer, as UTF-8 bytes, filled lazily (index
-    `vocab_size`: any id outside the vocabulary, whose string is empty, as vLLM's decode gives)."""
+    """The OpenAI string of every id of one tokenizer, as UTF-8 in one growing buffer, filled the
+    first time an id is seen (index `vocab_size`: any id outside the vocabulary, whose string is
+    empty, as vLLM's decode gives)."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         plan = prepare_decoding(tokenizer)
@@ -53,9 +59,13 @@ class TokenStrings:
         n = self.vocab_size = tokenizer.vocab_size
         self._filled = np.zeros(n + 1, dtype=bool)
         self._filled[n] = True
-        self._utf8 = np.full(n + 1, b"", dtype=object)  # a gather of objects + one join: no per-byte work
+        self._offset = np.zeros(n + 1, dtype=np.int64)
+        self._nbytes = np.zeros(n + 1, dtype=np.int64)
         self._nchars = np.zeros(n + 1, dtype=np.uint32)
         self._raw = np.zeros(n + 1, dtype=bool)
+        self._buf = np.zeros(1 << 16, dtype=np.uint8)
+        self._used = 0
+        self.compiled = _compiled_gather is not None  # False: the numpy gather (tests set it)
 
     @classmethod
     def of(cls, tokenizer: Tokenizer) -> TokenStrings:
@@ -75,23 +85,35 @@ class TokenStrings:
         return self._tokenizer.decode([token_id], skip_special_tokens=False), False
 
     def gather(self, ids: np.ndarray) -> tuple[bytes, bytes, bytes]:
-        """The strings of `ids` in order: (UTF-8 blob, uint32 char lengths, uint32 indices of
-        the `bytes:` strings), packed."""
+        """The strings of `ids` (int64) in order: (UTF-8 blob, uint32 char lengths, uint32
+        indices of the `bytes:` strings), packed."""
         idx = ids
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
             idx = np.where((ids >= 0) & (ids < self.vocab_size), ids, self.vocab_size)
         missing = ~self._filled[idx]
         if missing.any():
             self._fill(np.unique(idx[missing]).tolist())
+        if self.compiled:
+            blob = _compiled_gather(idx, self._offset, self._nbytes, self._buf)
+        else:
+            # each string's bytes, back to back: a position per output byte, one numpy gather
+            nbytes = self._nbytes[idx]
+            shift = self._offset[idx] - (np.cumsum(nbytes) - nbytes)
+            blob = self._buf[np.repeat(shift, nbytes) + np.arange(int(nbytes.sum()))].tobytes()
         raw = np.flatnonzero(self._raw[idx])
-        blob = b"".join(self._utf8[idx].tolist())
         return blob, self._nchars[idx].astype("<u4").tobytes(), raw.astype("<u4").tobytes()
 
     def _fill(self, ids: list[int]) -> None:
         for i in ids:
             text, raw = self.string(i)
-            self._utf8[i], self._nchars[i], self._raw[i] = text.encode(), len(text), raw
+            data = text.encode()
+            end = self._used + len(data)
+            if end > len(self._buf):
+                self._buf = np.concatenate([self._buf, np.zeros(max(end, len(self._buf)), dtype=np.uint8)])
+            self._buf[self._used : end] = np.frombuffer(data, dtype=np.uint8)
+            self._offset[i], self._nbytes[i], self._nchars[i], self._raw[i] = self._used, len(data), len(text), raw
             self._filled[i] = True
+            self._used = end
 
 
 def check_step_logprobs(lp: StepLogprobs, n_rows: int, counts: bytes) -> str | None:
@@ -148,29 +170,43 @@ def step_entries(
     rows = np.frombuffer(lp.rows, dtype="<u4").astype(np.int64)
     if not len(rows):
         return []
-    n_rows = len(rids) // 8
-    per_row = np.frombuffer(counts, dtype="<u4").astype(np.int64) if counts else np.ones(n_rows, dtype=np.int64)
-    cnt = per_row[rows]
     row_rids = np.frombuffer(rids, dtype="<u8")[rows]
-    start = np.frombuffer(starts, dtype="<u4").astype(np.int64)[rows]
+    start = np.frombuffer(starts, dtype="<u4")[rows].astype(np.int64)
     tag = np.frombuffer(tags, dtype="<u4")[rows]
     k = wishes(wanted, row_rids.tolist())
     # entries: the row's tokens up to the request's count after the step (replayed ones included:
     # the receiver drops what it has), none for unknown / finished / unwilling requests
-    n_entries = np.clip(np.frombuffer(num_tokens, dtype="<u4").astype(np.int64)[rows] - start, 0, cnt)
-    n_entries[(k < 0) | (tag == 0)] = 0
-    if not n_entries.any():
-        return []
-    within = _within(cnt)
-    keep = within < np.repeat(n_entries, cnt)  # per token of the listed rows
-    token_ids = np.frombuffer(tokens, dtype="<u4")[(np.repeat(_starts(per_row)[rows], cnt) + within)[keep]]
-    sampled = np.frombuffer(lp.sampled, dtype="<f4")[keep]
+    consumed = np.frombuffer(num_tokens, dtype="<u4")[rows].astype(np.int64) - start
     top_counts = np.frombuffer(lp.top_counts, dtype="<u4").astype(np.int64)
-    cap = np.where(keep, np.minimum(top_counts, np.repeat(k, cnt)), 0)
-    top_keep = _within(top_counts) < np.repeat(cap, top_counts)
-    top_ids = np.frombuffer(lp.top_ids, dtype="<u4")[top_keep]
-    top_lps = np.frombuffer(lp.top_logprobs, dtype="<f4")[top_keep]
-    cap = cap[keep]
+    if counts:  # several tokens per row (speculative decoding)
+        per_row = np.frombuffer(counts, dtype="<u4").astype(np.int64)
+        cnt = per_row[rows]
+        n_entries = np.clip(consumed, 0, cnt)
+        n_entries[(k < 0) | (tag == 0)] = 0
+        within = _within(cnt)
+        keep = within < np.repeat(n_entries, cnt)  # per token of the listed rows
+        token_at = (np.repeat(_starts(per_row)[rows], cnt) + within)[keep]
+        cap = np.minimum(top_counts, np.repeat(k, cnt))
+    else:  # one token per row: a token is a row
+        n_entries = ((consumed > 0) & (k >= 0) & (tag != 0)).astype(np.int64)
+        keep = n_entries > 0
+        token_at = rows[keep]
+        cap = np.minimum(top_counts, k)
+    if not keep.any():
+        return []
+    every = bool(keep.all())
+    token_ids = np.frombuffer(tokens, dtype="<u4")[token_at]
+    sampled = np.frombuffer(lp.sampled, dtype="<f4")
+    top_ids = np.frombuffer(lp.top_ids, dtype="<u4")
+    top_lps = np.frombuffer(lp.top_logprobs, dtype="<f4")
+    if not every:
+        sampled = sampled[keep]
+        cap = np.where(keep, cap, 0)
+    if not bool((cap == top_counts).all()):  # alternatives beyond a request's k, or of dropped tokens
+        top_keep = _within(top_counts) < np.repeat(cap, top_counts)
+        top_ids, top_lps = top_ids[top_keep], top_lps[top_keep]
+    if not every:
+        cap = cap[keep]
     has = n_entries > 0
     row_rids, start, tag, n_entries = row_rids[has], start[has], tag[has], n_entries[has]
     if bool((tag == tag[0]).all()):
