@@ -1,8 +1,10 @@
-"""Logprob entries on the worker: token ids -> OpenAI token strings, with numpy, no decode per token.
+"""Logprob entries on the worker: token ids -> OpenAI token strings, no decode per token.
 
 In vLLM and SGLang the API server turns every sampled and top-k id into its string, k+1 decodes
 per token on the busiest process. Here the worker does it, from a per-tokenizer table filled the
-first time an id is seen, and sends the strings packed next to the deltas (`DeltaLogprobs`).
+first time an id is seen, and sends the strings packed next to the deltas (`DeltaLogprobs`): per
+batch a few numpy passes over the logprob columns and one gather of the strings' bytes (compiled
+in `_tokenstrings.c` when built, numpy otherwise).
 
 A token's string (`openai_token`) is its bytes as text when they are whole UTF-8 characters (what
 vLLM's `decode([id])` gives, special tokens by their content, a SentencePiece piece with its
@@ -104,16 +106,22 @@ class TokenStrings:
         return blob, self._nchars[idx].astype("<u4").tobytes(), raw.astype("<u4").tobytes()
 
     def _fill(self, ids: list[int]) -> None:
-        for i in ids:
-            text, raw = self.string(i)
-            data = text.encode()
-            end = self._used + len(data)
-            if end > len(self._buf):
-                self._buf = np.concatenate([self._buf, np.zeros(max(end, len(self._buf)), dtype=np.uint8)])
-            self._buf[self._used : end] = np.frombuffer(data, dtype=np.uint8)
-            self._offset[i], self._nbytes[i], self._nchars[i], self._raw[i] = self._used, len(data), len(text), raw
-            self._filled[i] = True
-            self._used = end
+        """The strings of ids seen for the first time, written in one go (a batch can bring
+        thousands: alternatives spread over the vocabulary)."""
+        made = [self.string(i) for i in ids]
+        data = [text.encode() for text, _ in made]
+        nbytes = np.fromiter(map(len, data), dtype=np.int64, count=len(data))
+        end = self._used + int(nbytes.sum())
+        if end > len(self._buf):
+            self._buf = np.concatenate([self._buf, np.zeros(max(end, len(self._buf)), dtype=np.uint8)])
+        self._buf[self._used : end] = np.frombuffer(b"".join(data), dtype=np.uint8)
+        where = np.array(ids, dtype=np.int64)
+        self._offset[where] = self._used + np.cumsum(nbytes) - nbytes
+        self._nbytes[where] = nbytes
+        self._nchars[where] = [len(text) for text, _ in made]
+        self._raw[where] = [raw for _, raw in made]
+        self._filled[where] = True
+        self._used = end
 
 
 def check_step_logprobs(lp: StepLogprobs, n_rows: int, counts: bytes) -> str | None:
