@@ -63,6 +63,14 @@ def emit(record: dict[str, Any]) -> None:
     print(json.dumps(record, ensure_ascii=False), flush=True)
 
 
+def report(as_json: bool, record: dict[str, Any]) -> None:
+    """One result: a JSON line on stdout with --json, else `key=value` pairs."""
+    if as_json:
+        emit(record)
+    else:
+        print("  ".join(f"{k}={v}" for k, v in record.items()), flush=True)
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 

@@ -16,7 +16,8 @@ the end. The stub scheduler's step interval sets one request's token rate (20 ms
 the ideal output rate is concurrency x 50 tokens/s; what matters is how close the stack stays to
 it and what latency it adds. Requests set `ignore_eos` so every output has --max-tokens tokens.
 The client (bench/_sse_client.py, asyncio streams on uvloop) costs a few us per chunk; --procs
-spreads the users over several processes on machines with cores to spare.
+spreads the users over several processes on machines with cores to spare. --logprobs N asks
+every request for logprobs with N alternatives (chat: `logprobs: true, top_logprobs: N`).
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class LoadConfig:
     duration_s: float = 10.0
     grace_s: float = 60.0
     ignore_eos: bool = True  # fixed-length outputs, comparable across points
+    logprobs: int | None = None  # top alternatives per token (chat: logprobs + top_logprobs)
 
 
 def _body(cfg: LoadConfig, index: int) -> dict[str, Any]:
@@ -120,8 +122,13 @@ def _body(cfg: LoadConfig, index: int) -> dict[str, Any]:
     prompt = f"Request {index}: tell me a story."
     if cfg.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
+        if cfg.logprobs is not None:
+            body["logprobs"] = True
+            body["top_logprobs"] = cfg.logprobs
     else:
         body["prompt"] = prompt
+        if cfg.logprobs is not None:
+            body["logprobs"] = cfg.logprobs
     return body
 
 
@@ -403,6 +410,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--procs", type=int, default=1,
                    help="client processes sharing the concurrency (one Python client saturates a core near "
                         "10k chunks/s; use more on a machine with cores to spare)")
+    p.add_argument("--logprobs", type=int, default=None, metavar="N",
+                   help="every request asks for logprobs with N alternatives (chat: top_logprobs=N; completions 0-5)")
     p.add_argument("--json", action="store_true", help="one JSON line per level on stdout")
     p.add_argument("--plot", default=None, metavar="PNG", help="write a plot of the sweep")
     p.add_argument("--no-progress", action="store_true")
@@ -414,7 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
     server = SpawnedServer(args.serve_arg) if args.spawn else None
     url = server.url if server is not None else args.url.rstrip("/")
-    cfg = LoadConfig(url, args.model, args.api_key, args.endpoint, args.max_tokens, args.duration, args.grace)
+    cfg = LoadConfig(url, args.model, args.api_key, args.endpoint, args.max_tokens, args.duration, args.grace,
+                     logprobs=args.logprobs)
     results: list[PointResult] = []
     try:
         for level in levels:

@@ -2,7 +2,8 @@
 processes and sockets; the same workload through detok's pool and through the baseline pipelines.
 
     python bench/pool.py [--tokenizer SRC] [--workers 1] [--concurrency 1024] [--tokens 256]
-                         [--rounds 10] [--step-interval-ms MS] [--pipelines detok,sglang,hf] [--json]
+                         [--rounds 10] [--step-interval-ms MS] [--pipelines detok,sglang,hf]
+                         [--logprobs K] [--json]
 
 Processes (the machine's cores are shared by all three, as in a real deployment):
   scheduler  (spawned) runs `rounds x concurrency` requests of `tokens` output ids, one token per
@@ -20,7 +21,11 @@ Figures per run (one JSON line each with --json):
   *_cpu_ns_per_token   CPU time of each stage per token (workers summed), from /proc
 
 Without --step-interval-ms, each pipeline runs twice: as fast as its queues take it (max
-throughput), then paced at a quarter of that throughput (the latency figure). A `shard_balance`
+throughput), then paced at a quarter of that throughput (the latency figure). With --logprobs K,
+detok runs a second time with every request asking for the sampled logprob and K alternatives
+per token (pipeline `detok+logprobsK`: the workers make K+1 token strings per token), so worker
+CPU per token with and without logprobs come from the same run; `logprob_entries_missing` counts
+tokens whose entry did not arrive. A `shard_balance`
 line gives max/mean requests per worker over 8 workers for 10K rids.
 """
 
@@ -40,7 +45,7 @@ from typing import Any
 import _common
 import numpy as np
 import zmq
-from pool_drivers import Workload, run_baseline_scheduler, run_detok_scheduler
+from pool_drivers import LogprobTable, Workload, run_baseline_scheduler, run_detok_scheduler
 
 import detok
 from detok.client import shard_array
@@ -70,16 +75,22 @@ def main() -> int:
     base = {"bench": "pool", "tokenizer": label, "workers": args.workers, "concurrency": args.concurrency,
             "tokens": args.tokens, "rounds": args.rounds, "arrival": args.arrival}
     _report(args, {**base, "metric": "shard_balance", **_shard_balance()})
+    variants = []
     for pipeline in args.pipelines.split(","):
+        variants.append((pipeline, None))
+        if pipeline == "detok" and args.logprobs is not None:
+            variants.append((pipeline, LogprobTable.make(outputs, args.logprobs, tok.vocab_size, args.seed)))
+    for pipeline, logprobs in variants:
+        name = pipeline if logprobs is None else f"{pipeline}+logprobs{logprobs.k}"
         runs = [args.step_interval_ms] if args.step_interval_ms is not None else [0.0, None]
         max_tps = None
         for interval_ms in runs:
             if interval_ms is None:  # a quarter of the measured maximum
                 interval_ms = args.concurrency / (max_tps / 4) * 1000
-            result = _run(pipeline, source, workload, expected, interval_ms / 1000, args)
+            result = _run(pipeline, source, workload, expected, interval_ms / 1000, args, logprobs)
             max_tps = max_tps or result["tokens_per_s"]
             mode = "max" if interval_ms == 0 else "paced"
-            _report(args, {**base, "pipeline": pipeline, "mode": mode, "step_interval_ms": round(interval_ms, 3), **result})
+            _report(args, {**base, "pipeline": name, "mode": mode, "step_interval_ms": round(interval_ms, 3), **result})
     return 0
 
 
@@ -98,6 +109,8 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--pipelines", default=",".join(PIPELINES), help=f"comma-separated subset of {PIPELINES}")
     p.add_argument("--kinds", default="corpus,multilingual", help="token stream kinds (bench/_common.py)")
     p.add_argument("--hwm", type=int, default=64, help="scheduler-side queue bound, in messages")
+    p.add_argument("--logprobs", type=int, default=None, metavar="K",
+                   help="also run detok with every request asking for logprobs with K alternatives (0-20)")
     p.add_argument("--profile", metavar="DIR", default=None,
                    help="run detok's workers under cProfile, stats in DIR (slows them down)")
     return p.parse_args()
@@ -111,15 +124,17 @@ def _report(args: argparse.Namespace, record: dict[str, Any]) -> None:
 
 
 # ---- one run -----------------------------------------------------------------------------------------
-def _run(pipeline: str, source: str, workload: Workload, expected: list[str], interval_s: float, args: argparse.Namespace) -> dict[str, Any]:
+def _run(pipeline: str, source: str, workload: Workload, expected: list[str], interval_s: float,
+         args: argparse.Namespace, logprobs: LogprobTable | None = None) -> dict[str, Any]:
     if pipeline == "detok":
-        return _run_detok(source, workload, expected, interval_s, args)
+        return _run_detok(source, workload, expected, interval_s, args, logprobs)
     if pipeline in ("sglang", "hf"):
         return _run_baseline(pipeline, source, workload, expected, interval_s, args)
     raise SystemExit(f"unknown pipeline {pipeline!r}; choose from {PIPELINES}")
 
 
-def _run_detok(source: str, workload: Workload, expected: list[str], interval_s: float, args: argparse.Namespace) -> dict[str, Any]:
+def _run_detok(source: str, workload: Workload, expected: list[str], interval_s: float, args: argparse.Namespace,
+               logprobs: LogprobTable | None) -> dict[str, Any]:
     from detok.pool import DetokPool
     from detok.receiver import DeltaReceiver
 
@@ -135,7 +150,7 @@ def _run_detok(source: str, workload: Workload, expected: list[str], interval_s:
         rx = DeltaReceiver(on_batch=on_batch)
         parent, child = mp.Pipe()
         sched = mp.Process(target=run_detok_scheduler, args=(child, workload, pool.endpoints, pool.notify_endpoint,
-                                                             rx.endpoint, interval_s, args.hwm))
+                                                             rx.endpoint, interval_s, args.hwm, logprobs))
         sched.start()
         _, sched_pid = parent.recv()
         workers = [p for p in pool.pids() if p]
@@ -156,7 +171,11 @@ def _run_detok(source: str, workload: Workload, expected: list[str], interval_s:
     n = workload.concurrency
     mismatches = sum("".join(texts.get(rid, ())) != expected[rid % n] for rid in range(total)) + gaps
     latencies = [t - b.sent_at for t, b in received if b.rids]
-    return _figures(stats, latencies, received[-1][0], mismatches, workload, args)
+    figures = _figures(stats, latencies, received[-1][0], mismatches, workload, args)
+    if logprobs is not None:
+        entries = sum(int(np.frombuffer(b.logprobs.counts, "<u4").sum()) for _, b in received if b.logprobs is not None)
+        figures["logprob_entries_missing"] = workload.requests * workload.tokens - entries
+    return figures
 
 
 def _run_baseline(pipeline: str, source: str, workload: Workload, expected: list[str], interval_s: float, args: argparse.Namespace) -> dict[str, Any]:

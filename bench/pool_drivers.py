@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 import zmq
@@ -53,6 +54,36 @@ class Workload:
         if self.staggered:
             return (k * self.tokens) // self.concurrency
         return (k // self.concurrency) * self.tokens
+
+
+@dataclass
+class LogprobTable:
+    """Made-up top-k logprobs of every request's every token (the sampled id first, sorted), as a
+    sampler hands them to the scheduler; gathered per step like the token ids."""
+
+    k: int
+    sampled: np.ndarray  # (tokens, concurrency) float32
+    top_ids: np.ndarray  # (tokens, concurrency, k) uint32
+    top_logprobs: np.ndarray  # (tokens, concurrency, k) float32
+
+    @classmethod
+    def make(cls, outputs: np.ndarray, k: int, vocab_size: int, seed: int = 0) -> LogprobTable:
+        rng = np.random.default_rng(seed)
+        first = -rng.uniform(0.0, 0.5, size=outputs.shape)
+        gaps = rng.uniform(0.25, 2.25, size=(*outputs.shape, max(k, 1)))
+        gaps[..., 0] = 0.0
+        top_lps = (first[..., None] - np.cumsum(gaps, axis=-1)).astype(np.float32)
+        top_ids = rng.integers(0, vocab_size, size=(*outputs.shape, max(k, 1)), dtype=np.uint32)
+        top_ids[..., 0] = outputs
+        return cls(k, top_lps[..., 0].copy(), top_ids[..., :k].copy(), top_lps[..., :k].copy())
+
+    def columns(self, step: Step, concurrency: int) -> Any:
+        from detok.step_logprobs import LogprobColumns
+
+        where = (step.positions, step.ks % concurrency)
+        n = len(step.ks)
+        return LogprobColumns(np.arange(n), self.sampled[where], np.full(n, self.k, dtype=np.uint32),
+                              self.top_ids[where].reshape(-1), self.top_logprobs[where].reshape(-1))
 
 
 @dataclass
@@ -122,6 +153,7 @@ def run_detok_scheduler(
     reply_to: str,
     interval_s: float,
     hwm: int,
+    logprobs: LogprobTable | None = None,
 ) -> None:
     from detok.client import SchedulerClient
     from detok.protocol import Registration
@@ -135,11 +167,13 @@ def run_detok_scheduler(
     cpu0 = _cpu_seconds()
     pacer = _Pacer(interval_s)
     full_waits = 0
+    want = None if logprobs is None else logprobs.k
     for step in plan:
         for k in step.new.tolist():
-            client.add_request(Registration(k, reply_to, workload.contexts[k % n], params))
+            client.add_request(Registration(k, reply_to, workload.contexts[k % n], params, logprobs=want))
         ends = [(k, "length") for k in step.ending.tolist()]
-        full = client.send_step(step.ks, step.tokens, starts=step.positions, ends=ends)
+        columns = None if logprobs is None else logprobs.columns(step, n)
+        full = client.send_step(step.ks, step.tokens, starts=step.positions, ends=ends, logprobs=columns)
         while full:
             full_waits += 1
             time.sleep(_RETRY_S)

@@ -1,7 +1,7 @@
 """Worker hot-loop benchmark: one worker's message handling in-process, no sockets.
 
     python bench/worker.py [--tokenizer SRC] [--concurrency 1024] [--tokens 256] [--rounds 3]
-                           [--frontends 4] [--repeats 3] [--json]
+                           [--frontends 4] [--repeats 3] [--logprobs K] [--json]
 
 The pool benchmark's workload (staggered continuous batching, bench/pool_drivers.py) is encoded
 into `DetokBatch` messages up front; each configuration then decodes every message, runs
@@ -10,6 +10,8 @@ between its recv and send. Configurations, interleaved over the repetitions (med
   compiled     the compiled step, every request owned by one frontend
   compiled-Nfe the same with requests spread over N frontends (per-frontend split of each step)
   numpy        the numpy/Python path (no extension), one frontend
+  compiled+logprobsK  (with --logprobs K) every request asks for logprobs with K alternatives:
+               the worker also makes K+1 token strings per token (bench/pool_drivers.LogprobTable)
 One JSON line per configuration with --json: ns per token, ratio to `compiled`, output bytes per token.
 """
 
@@ -24,25 +26,31 @@ from typing import Any
 import _common
 import msgspec
 import numpy as np
-from pool_drivers import Workload, steps
+from pool_drivers import LogprobTable, Workload, steps
 
 import detok
 from detok import protocol
 from detok.protocol import DetokBatch, EndRequest, Registration
+from detok.step_logprobs import LogprobArrays
 from detok.worker.core import WorkerCore, warmed_table
 
 
-def encode_workload(w: Workload, frontends: int) -> list[bytes]:
+def encode_workload(w: Workload, frontends: int, logprobs: LogprobTable | None = None) -> list[bytes]:
     encoder = msgspec.msgpack.Encoder()
     params = detok.DecodeParams()
+    want = None if logprobs is None else logprobs.k
     messages = []
     for i, step in enumerate(steps(w)):
-        new = [Registration(k, f"ipc:///frontend-{k % frontends}", w.contexts[k % w.concurrency], params)
+        new = [Registration(k, f"ipc:///frontend-{k % frontends}", w.contexts[k % w.concurrency], params, logprobs=want)
                for k in step.new.tolist()]
         ends = [EndRequest(k, "length") for k in step.ending.tolist()]
+        lp = None
+        if logprobs is not None:
+            arrays = LogprobArrays.checked(logprobs.columns(step, w.concurrency), len(step.ks), None)
+            lp = arrays.packed(arrays.rows)
         messages.append(encoder.encode(DetokBatch(
             i, 0.0, new, step.ks.astype("<u8").tobytes(), step.positions.astype("<u4").tobytes(), b"",
-            step.tokens.astype("<u4").tobytes(), ends,
+            step.tokens.astype("<u4").tobytes(), ends, lp,
         )))
     return messages
 
@@ -70,6 +78,7 @@ def main() -> int:
     p.add_argument("--frontends", type=int, default=4, help="frontends of the multi-frontend configuration")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--kinds", default="corpus,multilingual", help="token stream kinds (bench/_common.py)")
+    p.add_argument("--logprobs", type=int, default=None, metavar="K", help="add a configuration with top-K logprobs")
     args = p.parse_args()
     source = args.tokenizer[0] if args.tokenizer else _common.default_tokenizer_sources()[0][1]
     tok = detok.load_tokenizer(source)
@@ -80,6 +89,10 @@ def main() -> int:
     multi = f"compiled-{args.frontends}fe"
     configs = {"compiled": (1, True), multi: (args.frontends, True), "numpy": (1, False)}
     messages = {name: encode_workload(workload, fe) for name, (fe, _) in configs.items()}
+    if args.logprobs is not None:
+        name = f"compiled+logprobs{args.logprobs}"
+        configs[name] = (1, True)
+        messages[name] = encode_workload(workload, 1, LogprobTable.make(outputs, args.logprobs, tok.vocab_size, args.seed))
     times: dict[str, list[float]] = {name: [] for name in configs}
     sent: dict[str, int] = {}
     bar = _common.progress(args.repeats * len(configs), "worker loop", args.no_progress)
@@ -94,10 +107,7 @@ def main() -> int:
         t = statistics.median(times[name])
         record = {"bench": "worker", "config": name, "tokens": tokens, "ns_per_token": round(t / tokens * 1e9, 1),
                   "ratio_vs_compiled": round(t / base, 2), "out_bytes_per_token": round(sent[name] / tokens, 2)}
-        if args.json:
-            _common.emit(record)
-        else:
-            print("  ".join(f"{k}={v}" for k, v in record.items()))
+        _common.report(args.json, record)
     return 0
 
 

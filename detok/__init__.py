@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     # pool
     "DetokPool": "detok.pool",
     "SchedulerClient": "detok.client",
+    "LogprobColumns": "detok.step_logprobs",
     "DeltaReceiver": "detok.receiver",
 }
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from detok.client import SchedulerClient
     from detok.pool import DetokPool
     from detok.receiver import DeltaReceiver
+    from detok.step_logprobs import LogprobColumns
     from detok.stream.decode_stream import DecodeStream
     from detok.stream.params import DecodeParams, Delta, Finish
     from detok.tokenizer.base import SpecialTokens, Tokenizer, TokenizerInfo, TokenizerLoadError

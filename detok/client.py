@@ -3,8 +3,13 @@
     client = pool.client()                       # or SchedulerClient(endpoints, notify_endpoint)
     client.add_request(generate_request)         # registration, sent with the next step
     full = client.send_step(rids, tokens)        # one message per worker, never blocks
+    client.send_step(rids, tokens, logprobs=LogprobColumns(rows, sampled, top_counts, top_ids, top_lps))
     for stopped in client.poll():                # rids finished by the workers (stop strings, errors)
         scheduler.stop(stopped.rid)
+
+Logprobs (`LogprobColumns`, optional): for the rows of requests that asked, the sampled token's
+logprob and its top-k alternatives per token, as packed columns; the workers turn the ids into
+strings. A step without them costs nothing extra; sharding splits them with numpy, per worker.
 
 Sharding: worker = the rid's Fibonacci hash scaled to N (`shard_of`), stable across processes and
 restarts; consecutive rids spread evenly (three-distance theorem), random rids like a random hash.
@@ -45,6 +50,7 @@ from detok import protocol
 from detok.endpoints import make_socket
 from detok.protocol import EndRequest, GenerateRequest, Registration
 from detok.replay_journal import Columns, ShardJournal
+from detok.step_logprobs import LogprobArrays, LogprobColumns
 from detok.stream.params import Finish
 
 log = logging.getLogger("detok.client")
@@ -233,12 +239,14 @@ class SchedulerClient:
         *,
         starts: Sequence[int] | np.ndarray | None = None,
         ends: Iterable[EndLike] = (),
+        logprobs: LogprobColumns | None = None,
     ) -> list[int]:
         """Send one scheduler step: `rids[i]` got `counts[i]` tokens (1 each when None), flattened
         in `tokens`. `starts[i]` is the index of rid i's first token here within its output; pass
         it if the scheduler knows it (cheaper), else the client counts. `ends` end requests after
-        their tokens. Returns the workers whose queue is full (their message is kept and retried
-        first on the next call)."""
+        their tokens. `logprobs`: the sampled and top-k logprobs of the rows of requests that
+        asked (`LogprobColumns`). Returns the workers whose queue is full (their message is kept
+        and retried first on the next call)."""
         self._take_notices_soon()
         rid_arr = np.asarray(rids, dtype=np.uint64)
         tok_arr = np.asarray(tokens, dtype=np.uint32)
@@ -247,6 +255,7 @@ class SchedulerClient:
             raise ValueError("rids, starts and counts must have one entry per rid")
         if len(tok_arr) != (len(rid_arr) if cnt_arr is None else int(cnt_arr.sum())):
             raise ValueError("tokens do not match the counts")
+        lp = None if logprobs is None else LogprobArrays.checked(logprobs, len(rid_arr), cnt_arr)
         if starts is None:
             start_arr = self._count_starts(rids, counts)
         else:
@@ -257,7 +266,8 @@ class SchedulerClient:
             self._stage_end(end if isinstance(end, EndRequest) else EndRequest(*end))  # type: ignore[arg-type]
         now = time.time()
         if self._n == 1:
-            self._send_batch(0, now, rid_arr, start_arr, cnt_arr, tok_arr)
+            lp_w = None if lp is None or not len(lp.rows) else lp.packed(lp.rows)
+            self._send_batch(0, now, rid_arr, start_arr, cnt_arr, tok_arr, lp_w)
         else:
             shards = shard_array(rid_arr, self._n)
             tok_shards = shards if cnt_arr is None else np.repeat(shards, cnt_arr)
@@ -265,7 +275,8 @@ class SchedulerClient:
                 mask = shards == w
                 tmask = tok_shards == w
                 self._send_batch(
-                    w, now, rid_arr[mask], start_arr[mask], None if cnt_arr is None else cnt_arr[mask], tok_arr[tmask]
+                    w, now, rid_arr[mask], start_arr[mask], None if cnt_arr is None else cnt_arr[mask], tok_arr[tmask],
+                    None if lp is None else lp.shard(mask),
                 )
         return self._full_workers()
 
@@ -305,7 +316,8 @@ class SchedulerClient:
         return out
 
     def _send_batch(
-        self, w: int, now: float, rids: np.ndarray, starts: np.ndarray, counts: np.ndarray | None, tokens: np.ndarray
+        self, w: int, now: float, rids: np.ndarray, starts: np.ndarray, counts: np.ndarray | None, tokens: np.ndarray,
+        logprobs: protocol.StepLogprobs | None = None,
     ) -> None:
         new, ends = self._new[w], self._ends[w]
         if not (len(rids) or new or ends):
@@ -319,6 +331,7 @@ class SchedulerClient:
             starts.astype("<u4", copy=False).tobytes(),
             b"" if counts is None else counts.astype("<u4", copy=False).tobytes(),
             tokens.astype("<u4", copy=False).tobytes(),
+            logprobs,
         )
         journal = self._journals[w]
         if columns.rids:
@@ -330,7 +343,7 @@ class SchedulerClient:
             if len(unacked) > UNACKED_ENDS_MAX:
                 self._forget_unacked(w)
         journal.trim(self._kept, self._kept_lists[w])
-        batch = protocol.DetokBatch(seq, now, new, *columns, ends)
+        batch = protocol.DetokBatch(seq, now, new, *columns[:4], ends, logprobs)
         self._send(w, self._encoder.encode(batch))
 
     def _send(self, w: int, message: bytes) -> None:
@@ -507,8 +520,9 @@ class SchedulerClient:
         seq = self._seq[w]
         for end in ends:
             self._unacked[w].append((seq, end.rid))
-        rids, starts, counts, tokens = columns or Columns(b"", b"", b"", b"")
-        batch = protocol.DetokBatch(seq, time.time(), registrations, rids, starts, counts, tokens, ends)
+        c = columns or Columns(b"", b"", b"", b"")
+        batch = protocol.DetokBatch(seq, time.time(), registrations, c.rids, c.starts, c.counts, c.tokens, ends, c.logprobs)
+        tokens = c.tokens
         self._send(w, self._encoder.encode(protocol.Replay(instance, batch, reason)))
         if instance:
             self.replays_sent += 1

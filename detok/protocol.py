@@ -56,6 +56,9 @@ pack_tokens = pack_u32
 unpack_tokens = unpack_u32
 
 SchedulerEndReason = Literal["stop", "length", "abort", "error"]
+# Alternatives per token a worker turns into strings (OpenAI's chat top_logprobs allows 0-20,
+# completions' logprobs 0-5; vLLM's default max_logprobs is 20). A batch with more is malformed.
+MAX_TOP_LOGPROBS = 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,6 +101,9 @@ class Registration(msgspec.Struct, array_like=True, gc=False, frozen=True):
     context: list[int]
     params: DecodeParams
     ignore_eos: bool = False
+    # None: no logprobs; k >= 0: the sampled token's logprob and up to k alternatives per token
+    # (the worker keeps at most MAX_TOP_LOGPROBS; a negative k counts as None)
+    logprobs: int | None = None
 
 
 class EndRequest(msgspec.Struct, array_like=True, gc=False, frozen=True):
@@ -109,6 +115,19 @@ class EndRequest(msgspec.Struct, array_like=True, gc=False, frozen=True):
     reason: SchedulerEndReason
     matched: int | None = None
     message: str | None = None
+
+
+class StepLogprobs(msgspec.Struct, array_like=True, gc=False):
+    """The logprobs of some rows of a DetokBatch (those of requests that asked), packed: float32
+    and uint32 little-endian columns. The tokens of the listed rows, in batch order, each have a
+    sampled logprob and `top_counts[t]` alternatives, taken in order from the flattened `top_ids`
+    / `top_logprobs` (the scheduler's top-k, most likely first)."""
+
+    rows: bytes  # uint32 per listed row: its index among the batch's rows, ascending
+    sampled: bytes  # float32 per token of the listed rows: the sampled token's logprob
+    top_counts: bytes  # uint32 per token of the listed rows
+    top_ids: bytes  # uint32, flattened
+    top_logprobs: bytes  # float32, flattened
 
 
 class DetokBatch(msgspec.Struct, tag="batch", array_like=True, gc=False):
@@ -128,6 +147,7 @@ class DetokBatch(msgspec.Struct, tag="batch", array_like=True, gc=False):
     counts: bytes  # uint32 per rid, or empty: one token each
     tokens: bytes  # uint32 token ids, flattened
     ends: list[EndRequest]
+    logprobs: StepLogprobs | None = None  # None: no row of this step carries logprobs
 
 
 class FailRequests(msgspec.Struct, tag="fail", array_like=True, gc=False):
@@ -166,6 +186,29 @@ class RequestFinished(msgspec.Struct, array_like=True, gc=False, frozen=True):
     num_tokens: int
 
 
+class DeltaLogprobs(msgspec.Struct, array_like=True, gc=False):
+    """Logprob entries of one worker batch for one frontend, packed. An entry-row is a run of
+    consecutive output tokens of one request: `counts[r]` entries from token number `firsts[r]`
+    (a receiver that already has some of them drops those: replay de-duplication). Per entry, in
+    row order: the sampled id and logprob and `top_counts[e]` alternatives (ids and logprobs
+    flattened). `text` holds the OpenAI token strings in UTF-8, every entry's first, then every
+    alternative's, with `lengths` in chars; `raw` lists (uint32, ascending) the strings that name
+    bytes which are not whole UTF-8 characters (`bytes:\\xe5\\x8c`, OpenAI's form).
+    `detok.token_logprobs.split_logprobs` gives the per-request entries."""
+
+    rids: bytes  # uint64 per entry-row
+    firsts: bytes  # uint32 per entry-row: output token index of its first entry
+    counts: bytes  # uint32 per entry-row
+    token_ids: bytes  # uint32 per entry
+    logprobs: bytes  # float32 per entry
+    top_counts: bytes  # uint32 per entry
+    top_ids: bytes  # uint32, flattened
+    top_logprobs: bytes  # float32, flattened
+    text: bytes  # UTF-8 token strings
+    lengths: bytes  # uint32 per string: chars
+    raw: bytes = b""  # uint32 string indices
+
+
 class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
     """Text deltas of one worker batch for one frontend, columnar. `rids` (uint64), `lengths` and
     `offsets` (uint32) are packed little-endian arrays, and `text` is every row's text in UTF-8,
@@ -187,6 +230,7 @@ class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
     lengths: bytes  # uint32 per row: chars of the row's text
     offsets: bytes  # uint32 per row
     finished: list[RequestFinished]
+    logprobs: DeltaLogprobs | None = None  # entries of requests that asked; applied before `finished`
 
     @classmethod
     def from_rows(
@@ -350,6 +394,7 @@ def registration_for(request: GenerateRequest) -> Registration:
         context=request.prompt_ids[-CONTEXT_TOKENS:],
         params=request.params,
         ignore_eos=request.ignore_eos,
+        logprobs=request.logprobs,
     )
 
 
@@ -358,7 +403,9 @@ __all__ = [
     "Abort",
     "AssignSlot",
     "DecodeParams",
+    "MAX_TOP_LOGPROBS",
     "DeltaBatch",
+    "DeltaLogprobs",
     "DetokBatch",
     "EndRequest",
     "FailRequests",
@@ -371,6 +418,7 @@ __all__ = [
     "RequestFinished",
     "SchedulerNotice",
     "SchedulerRequest",
+    "StepLogprobs",
     "StopNotice",
     "StopWorker",
     "SupervisorCommand",

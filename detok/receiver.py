@@ -3,7 +3,7 @@
     receiver = DeltaReceiver()                  # binds a PULL socket; send receiver.endpoint as
     await receiver.start()                      # GenerateRequest.reply_to
     stream = receiver.open(rid)                 # before the request goes to the scheduler
-    async for delta in stream:                  # RequestDelta(text, finish, num_tokens)
+    async for delta in stream:                  # RequestDelta(text, finish, num_tokens, logprobs)
         ...
 
 Two ways to consume:
@@ -14,6 +14,7 @@ Two ways to consume:
 
 Replays are de-duplicated by char offset: a delta that starts before what a request already has
 is cut, one that would leave a gap is kept and counted (`gaps`). The first finish of a rid wins.
+Logprob entries (requests that asked for them) are de-duplicated the same way, by token index.
 Without asyncio (benchmarks, tests), `poll_blocking` receives and dispatches on the calling thread.
 """
 
@@ -33,6 +34,7 @@ from detok import protocol
 from detok.endpoints import IpcDir, bound_endpoint, connectable, make_socket
 from detok.protocol import DeltaBatch
 from detok.stream.params import Finish
+from detok.token_logprobs import TokenLogprobs, split_logprobs
 
 log = logging.getLogger("detok.receiver")
 
@@ -40,22 +42,29 @@ _DRAIN_MAX = 256  # messages dispatched per wake-up before yielding to the event
 
 
 class RequestDelta(NamedTuple):
-    """New text of one request; `finish` and `num_tokens` (output tokens) are set on the last."""
+    """New text of one request; `finish` and `num_tokens` (output tokens) are set on the last.
+    `logprobs`: the entries of the output tokens that arrived since the last delta, if the request
+    asked for logprobs (entries may come with no text: a token held as part of a character)."""
 
     text: str
     finish: Finish | None = None
     num_tokens: int | None = None
+    logprobs: TokenLogprobs | None = None
 
 
 class RequestStream:
     """Async iterator over one request's deltas; ends after the delta carrying the finish."""
 
-    __slots__ = ("_chunks", "_done", "_received", "_receiver", "_waiter", "finish", "num_tokens", "rid")
+    __slots__ = (
+        "_chunks", "_done", "_logprobs", "_next_token", "_received", "_receiver", "_waiter", "finish", "num_tokens", "rid",
+    )
 
     def __init__(self, rid: int, receiver: DeltaReceiver) -> None:
         self.rid = rid
         self._chunks: list[str] = []
         self._received = 0  # chars received so far: the offset the next delta should have
+        self._logprobs: list[TokenLogprobs] = []
+        self._next_token = 0  # logprob entries received so far: the token index the next should have
         self.finish: Finish | None = None
         self.num_tokens: int | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -78,6 +87,19 @@ class RequestStream:
         self._received += len(text)
         self._wake()
 
+    def _feed_logprobs(self, entries: TokenLogprobs) -> None:
+        if entries.end <= self._next_token:
+            return  # replayed entries
+        if entries.first != self._next_token:
+            if entries.first < self._next_token:
+                entries = entries.tail(self._next_token)
+            else:
+                self._receiver.logprob_gaps += 1
+                log.warning("rid %d: logprob gap (have %d tokens, entries start at %d)", self.rid, self._next_token, entries.first)
+        self._logprobs.append(entries)
+        self._next_token = entries.end
+        self._wake()
+
     def _end(self, finish: Finish, num_tokens: int) -> None:
         if self.finish is None:
             self.finish = finish
@@ -91,15 +113,19 @@ class RequestStream:
 
     def take(self) -> RequestDelta | None:
         """What arrived since the last take, or None if nothing did (non-async consumers)."""
-        if self._done or not (self._chunks or self.finish is not None):
+        if self._done or not (self._chunks or self.finish is not None or self._logprobs):
             return None
         text = "".join(self._chunks)
         self._chunks.clear()
+        logprobs = None
+        if self._logprobs:
+            logprobs = TokenLogprobs.concat(self._logprobs)
+            self._logprobs = []
         if self.finish is not None:
             self._done = True
             self._receiver._streams.pop(self.rid, None)
-            return RequestDelta(text, self.finish, self.num_tokens)
-        return RequestDelta(text)
+            return RequestDelta(text, self.finish, self.num_tokens, logprobs)
+        return RequestDelta(text, logprobs=logprobs)
 
     @property
     def done(self) -> bool:
@@ -151,6 +177,7 @@ class DeltaReceiver:
         self.batches = 0
         self.malformed = 0
         self.gaps = 0
+        self.logprob_gaps = 0
 
     # ---- requests -------------------------------------------------------------------------------
     def open(self, rid: int) -> RequestStream:
@@ -230,6 +257,7 @@ class DeltaReceiver:
             return
         try:
             rows = batch.rows()
+            entries = split_logprobs(batch.logprobs) if batch.logprobs is not None else ()
         except ValueError as e:
             self.malformed += 1
             log.warning("dropped a delta message whose columns do not fit together: %s", e)
@@ -239,6 +267,10 @@ class DeltaReceiver:
             stream = get(rid)
             if stream is not None:
                 stream._feed(text, offset)
+        for rid, run in entries:
+            stream = get(rid)
+            if stream is not None:
+                stream._feed_logprobs(run)
         for done in batch.finished:
             stream = get(done.rid)
             if stream is not None:

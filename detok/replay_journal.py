@@ -29,22 +29,30 @@ from typing import Final, NamedTuple
 
 import numpy as np
 
+from detok.protocol import StepLogprobs
+
 COMPACT_MIN_ROWS: Final = 1 << 20  # per worker: a journal of fewer rows is never compacted
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 class Columns(NamedTuple):
-    """A step's packed columns, as `DetokBatch` carries them (`counts` empty: one id per row)."""
+    """A step's packed columns, as `DetokBatch` carries them (`counts` empty: one id per row), and
+    the logprobs of the rows of requests that asked for them."""
 
     rids: bytes  # uint64 per row
     starts: bytes  # uint32 per row
     counts: bytes  # uint32 per row, or b""
     tokens: bytes  # uint32 ids, flattened
+    logprobs: StepLogprobs | None = None
 
     @property
     def nbytes(self) -> int:
-        return len(self.rids) + len(self.starts) + len(self.counts) + len(self.tokens)
+        n = len(self.rids) + len(self.starts) + len(self.counts) + len(self.tokens)
+        lp = self.logprobs
+        if lp is not None:
+            n += len(lp.rows) + len(lp.sampled) + len(lp.top_counts) + len(lp.top_ids) + len(lp.top_logprobs)
+        return n
 
 
 EMPTY: Final = Columns(b"", b"", b"", b"")
@@ -156,9 +164,10 @@ def _group(chunks: Iterable[tuple[int, Columns]], wanted: np.ndarray) -> Columns
     parts = [c for _, c in chunks]
     rids = np.frombuffer(b"".join(c.rids for c in parts), dtype="<u8")
     starts = np.frombuffer(b"".join(c.starts for c in parts), dtype="<u4").astype(np.int64)
-    counts = np.concatenate(
-        [np.frombuffer(c.counts, dtype="<u4") if c.counts else np.ones(len(c.rids) // 8, dtype="<u4") for c in parts]
-    ).astype(np.int64) if parts else np.empty(0, np.int64)
+    part_counts = [
+        np.frombuffer(c.counts, dtype="<u4") if c.counts else np.ones(len(c.rids) // 8, dtype="<u4") for c in parts
+    ]
+    counts = np.concatenate(part_counts).astype(np.int64) if parts else np.empty(0, np.int64)
     tokens = np.frombuffer(b"".join(c.tokens for c in parts), dtype="<u4")
     hit, where = _member(rids, wanted)
     rows = np.flatnonzero(hit)
@@ -167,16 +176,83 @@ def _group(chunks: Iterable[tuple[int, Columns]], wanted: np.ndarray) -> Columns
     firsts = (np.cumsum(counts) - counts)[rows]
     n = counts[rows]
     # the ids of the selected rows, in that order
-    take = np.repeat(firsts - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+    take = _segments(firsts, n)
     out_tokens = tokens[take]
     # merge each request's consecutive rows (next start == previous start + count) into one
     r, s = rids[rows], starts[rows]
     joins = (r[1:] == r[:-1]) & (s[1:] == s[:-1] + n[:-1])
     heads = np.flatnonzero(np.concatenate([[True], ~joins])) if len(rows) else np.empty(0, np.intp)
     merged_counts = np.add.reduceat(n, heads) if len(heads) else np.empty(0, np.int64)
+    per_token = _token_logprobs(parts, part_counts)
     return Columns(
         r[heads].astype("<u8").tobytes(),
         s[heads].astype("<u4").tobytes(),
         merged_counts.astype("<u4").tobytes(),
         out_tokens.astype("<u4", copy=False).tobytes(),
+        None if per_token is None else per_token.regrouped(take, merged_counts),
+    )
+
+
+def _segments(firsts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Indices of consecutive segments [firsts[i], firsts[i] + lengths[i]), one after the other."""
+    return np.repeat(firsts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+
+
+class _TokenLogprobs(NamedTuple):
+    """Logprob columns spread over every token of a journal (NaN and no alternatives for tokens
+    whose row carried none), so they can follow the tokens when rows are regrouped."""
+
+    has: np.ndarray  # bool per token
+    sampled: np.ndarray  # float32 per token
+    top_counts: np.ndarray  # int64 per token
+    top_ids: np.ndarray  # uint32, flattened in token order
+    top_logprobs: np.ndarray  # float32, flattened
+
+    def regrouped(self, take: np.ndarray, row_counts: np.ndarray) -> StepLogprobs | None:
+        """The StepLogprobs of rows made of the tokens `take` (`row_counts` tokens each): a row is
+        listed if any of its tokens had logprobs."""
+        has = self.has[take]
+        if not has.any():
+            return None
+        bounds = np.cumsum(row_counts) - row_counts
+        listed = np.add.reduceat(has.astype(np.int64), bounds) > 0
+        keep = take[np.repeat(listed, row_counts)]
+        counts = self.top_counts[keep]
+        tops = _segments((np.cumsum(self.top_counts) - self.top_counts)[keep], counts)
+        return StepLogprobs(
+            np.flatnonzero(listed).astype("<u4").tobytes(),
+            self.sampled[keep].astype("<f4", copy=False).tobytes(),
+            counts.astype("<u4").tobytes(),
+            self.top_ids[tops].astype("<u4", copy=False).tobytes(),
+            self.top_logprobs[tops].astype("<f4", copy=False).tobytes(),
+        )
+
+
+def _token_logprobs(parts: list[Columns], part_counts: list[np.ndarray]) -> _TokenLogprobs | None:
+    if all(c.logprobs is None for c in parts):
+        return None
+    has, sampled, top_counts, top_ids, top_lps = [], [], [], [], []
+    for c, row_counts in zip(parts, part_counts):
+        n_tok = len(c.tokens) // 4
+        mask = np.zeros(n_tok, dtype=bool)
+        values = np.full(n_tok, np.nan, dtype=np.float32)
+        counts = np.zeros(n_tok, dtype=np.int64)
+        lp = c.logprobs
+        if lp is not None:
+            listed = np.zeros(len(row_counts), dtype=bool)
+            listed[np.frombuffer(lp.rows, dtype="<u4")] = True
+            mask = np.repeat(listed, row_counts)
+            values[mask] = np.frombuffer(lp.sampled, dtype="<f4")
+            counts[mask] = np.frombuffer(lp.top_counts, dtype="<u4")
+            top_ids.append(np.frombuffer(lp.top_ids, dtype="<u4"))
+            top_lps.append(np.frombuffer(lp.top_logprobs, dtype="<f4"))
+        has.append(mask)
+        sampled.append(values)
+        top_counts.append(counts)
+    return _TokenLogprobs(
+        np.concatenate(has),
+        np.concatenate(sampled),
+        np.concatenate(top_counts),
+        np.concatenate(top_ids) if top_ids else np.empty(0, np.uint32),
+        np.concatenate(top_lps) if top_lps else np.empty(0, np.float32),
     )

@@ -23,6 +23,7 @@ from detok import protocol
 from detok.client import SchedulerClient
 from detok.protocol import Abort, EndRequest, GenerateRequest
 from scheduler_stub.generation import RequestGeneration
+from scheduler_stub.logprobs import step_logprobs
 from scheduler_stub.workload import Workload
 
 log = logging.getLogger("scheduler_stub")
@@ -71,6 +72,7 @@ class SchedulerStub:
         self.waiting: collections.deque[GenerateRequest] = collections.deque()
         self._waiting_rids: set[int] = set()
         self.running: dict[int, RequestGeneration] = {}
+        self._logprobs: dict[int, tuple[int, int]] = {}  # running rids that asked: (seed, k)
         self.stats = StubStats()
         self._full_workers: list[int] = []
 
@@ -83,6 +85,7 @@ class SchedulerStub:
         self._waiting_rids.add(request.rid)
 
     def abort(self, rid: int) -> None:
+        self._logprobs.pop(rid, None)
         if self.running.pop(rid, None) is not None:
             self.client.abort(rid)  # tells the worker now, so it frees the request
             self._count_finished(aborted=True)
@@ -106,6 +109,7 @@ class SchedulerStub:
     def step(self) -> int:
         """One scheduler step; returns how many requests got tokens."""
         for stopped in self.client.poll():
+            self._logprobs.pop(stopped.rid, None)
             if self.running.pop(stopped.rid, None) is not None:
                 self.stats.stopped_by_workers += 1
                 self._count_finished()
@@ -129,11 +133,15 @@ class SchedulerStub:
                 tokens.extend(got)
             if end is not None:
                 ends.append(end)
+        logprobs = None
+        if self._logprobs:  # requests that asked for logprobs get them with their tokens
+            logprobs = step_logprobs(rids, starts, counts, tokens, self._logprobs, self.workload.vocab_size)
         for end in ends:
             del self.running[end.rid]
+            self._logprobs.pop(end.rid, None)
             self._count_finished()
         self._full_workers = self.client.send_step(
-            rids, tokens, None if per_step == 1 else counts, starts=starts, ends=ends
+            rids, tokens, None if per_step == 1 else counts, starts=starts, ends=ends, logprobs=logprobs
         )
         self.stats.steps += 1
         self.stats.tokens += len(tokens)
@@ -149,6 +157,8 @@ class SchedulerStub:
             self._waiting_rids.discard(request.rid)
             self.client.add_request(request)
             self.running[request.rid] = RequestGeneration(request, self.workload, self.eos_ids)
+            if request.logprobs is not None and request.logprobs >= 0:
+                self._logprobs[request.rid] = (request.seed or 0, request.logprobs)
             self.stats.admitted += 1
             room -= 1
 

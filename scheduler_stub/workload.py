@@ -39,6 +39,7 @@ def request_hash(prompt_ids: Sequence[int], seed: int) -> int:
 
 class Workload(ABC):
     name: str
+    vocab_size: int  # of the served tokenizer (the stub's logprobs draw alternatives from it)
 
     @abstractmethod
     def tokens(self, prompt_ids: Sequence[int], seed: int) -> Iterator[int]:
@@ -59,6 +60,7 @@ class CorpusWorkload(Workload):
         if max_paragraphs_per_answer < 1:
             raise ValueError("max_paragraphs_per_answer must be >= 1")
         self._paragraphs = tokenizer.encode_batch(paragraphs)
+        self.vocab_size = tokenizer.vocab_size
         self._separator = tokenizer.encode("\n\n")
         self._per_answer = max_paragraphs_per_answer
 
@@ -87,7 +89,7 @@ class RandomIdsWorkload(Workload):
     def __init__(self, tokenizer: Tokenizer, end_probability: float = 0.0) -> None:
         if not 0.0 <= end_probability < 1.0:
             raise ValueError("end_probability must be in [0, 1)")
-        self._vocab_size = tokenizer.vocab_size
+        self._vocab_size = self.vocab_size = tokenizer.vocab_size
         self._special = tokenizer.special_ids
         if len(self._special) >= self._vocab_size:
             raise ValueError("the vocabulary holds no ordinary token")
@@ -117,6 +119,7 @@ class TraceWorkload(Workload):
 
     def __init__(self, path: str | Path, vocab_size: int) -> None:
         self._traces = _read_trace(Path(path), vocab_size)
+        self.vocab_size = vocab_size
 
     def tokens(self, prompt_ids: Sequence[int], seed: int) -> Iterator[int]:
         trace = self._traces[request_hash(prompt_ids, seed) % len(self._traces)]

@@ -18,8 +18,11 @@ from detok import protocol as p
 from detok.client import SchedulerClient
 from detok.endpoints import IpcDir
 from detok.stream import DecodeStream
+from detok.step_logprobs import LogprobColumns
 from detok.stream.params import DecodeParams, Finish
+from detok.token_logprobs import split_logprobs
 from detok.worker.core import Outputs, WorkerCore
+from scheduler_stub.logprobs import token_logprobs
 from tests.fake_workers import FakeWorkers
 from tests.tokenizers_available import hf_qwen2_dir
 
@@ -41,6 +44,7 @@ class Req:
     tokens: list[int]
     params: DecodeParams
     end: str = "length"
+    logprobs: int | None = None  # alternatives per token the request asked for
 
 
 def oracle(tok, r: Req) -> tuple[str, Finish]:
@@ -57,13 +61,25 @@ def oracle(tok, r: Req) -> tuple[str, Finish]:
 
 @dataclass
 class Receiver:
-    """What a DeltaReceiver keeps per request: text cut by offset, the first finish."""
+    """What a DeltaReceiver keeps per request: text cut by offset, logprob entries by token index
+    (a replayed entry must equal the first), the first finish."""
 
     text: dict[int, str] = field(default_factory=dict)
     finish: dict[int, Finish] = field(default_factory=dict)
+    entries: dict[int, dict[int, tuple]] = field(default_factory=dict)
 
     def take(self, out: Outputs) -> None:
         for _, batch in out.deltas:
+            if batch.logprobs is not None:
+                for rid, run in split_logprobs(batch.logprobs):
+                    if rid in self.finish:
+                        continue
+                    got = self.entries.setdefault(rid, {})
+                    j = 0
+                    for i, (tid, lp, k) in enumerate(zip(run.token_ids, run.logprobs, run.top_counts)):
+                        entry = (tid, run.tokens[i], lp, tuple(run.top_ids[j : j + k]), tuple(run.top_logprobs[j : j + k]))
+                        j += k
+                        assert got.setdefault(run.first + i, entry) == entry, f"rid {rid}: a different entry {run.first + i}"
             for rid, text, offset in batch.rows():
                 if not text or rid in self.finish:
                     continue
@@ -85,8 +101,25 @@ def make_requests(tok, n: int, rng: random.Random) -> list[Req]:
             min_tokens=rng.choice([0, 0, 3, 12]),
             include_stop_str_in_output=rng.random() < 0.3,
         )
-        out.append(Req(1000 + i, ids[start : start + 5], ids[start + 5 : start + 5 + length], params, rng.choice(["length", "stop"])))
+        out.append(Req(1000 + i, ids[start : start + 5], ids[start + 5 : start + 5 + length], params,
+                       rng.choice(["length", "stop"]), rng.choice([None, None, 0, 3])))
     return out
+
+
+def _logprob_columns(by_rid: dict[int, Req], rids: list[int], starts: list[int], counts: list[int], tokens: list[int],
+                     vocab: int) -> LogprobColumns | None:
+    """The stub's deterministic logprobs for the rows of requests that asked."""
+    rows, sampled, top_counts, top_ids, top_lps = [], [], [], [], []
+    at = 0
+    for row, (rid, start, count) in enumerate(zip(rids, starts, counts)):
+        k = by_rid[rid].logprobs
+        if k is not None:
+            rows.append(row)
+            for j in range(count):
+                lp, ids, lps = token_logprobs(rid, start + j, tokens[at + j], k, vocab)
+                sampled.append(lp), top_counts.append(len(ids)), top_ids.extend(ids), top_lps.extend(lps)
+        at += count
+    return LogprobColumns(rows, sampled, top_counts, top_ids, top_lps) if rows else None
 
 
 def run_with_kills(tok, requests: list[Req], rng: random.Random, kills: int, workers: int = 2) -> Receiver:
@@ -103,11 +136,11 @@ def run_with_kills(tok, requests: list[Req], rng: random.Random, kills: int, wor
     try:
         for w in range(workers):
             cores[w].instance = 100 + w
-        kill_at = sorted(rng.sample(range(1, 60), kills))
+        kill_at = sorted(rng.sample(range(1, 60), kills)) if kills else []
         pos = {r.rid: 0 for r in requests}
         by_rid = {r.rid: r for r in requests}
         for r in requests:
-            client.add_request(p.Registration(r.rid, FE, r.context, r.params))
+            client.add_request(p.Registration(r.rid, FE, r.context, r.params, logprobs=r.logprobs))
         step = 0
 
         def pump(w: int) -> None:
@@ -144,7 +177,8 @@ def run_with_kills(tok, requests: list[Req], rng: random.Random, kills: int, wor
                     if pos[rid] == len(r.tokens):
                         ends.append((rid, r.end))
                         del pos[rid]
-                client.send_step(rids, tokens, counts, starts=starts, ends=ends)
+                lp = _logprob_columns(by_rid, rids, starts, counts, tokens, tok.vocab_size)
+                client.send_step(rids, tokens, counts, starts=starts, ends=ends, logprobs=lp)
             for w in range(workers):
                 pump(w)
             step += 1
@@ -190,6 +224,13 @@ def test_replay_after_random_kills_gives_every_request_its_exact_text(tok, seed:
         assert rx.finish[r.rid].reason != "error", rx.finish[r.rid]
         assert rx.text.get(r.rid, "") == want_text, r.rid
         assert (rx.finish[r.rid].reason, rx.finish[r.rid].matched) == (want_finish.reason, want_finish.matched)
+    # logprobs survive the kills too: one entry per token the request consumed, none repeated
+    # differently, the same as an unkilled run gives
+    calm = run_with_kills(tok, requests, random.Random(seed), 0)
+    for r in requests:
+        if r.logprobs is not None:
+            got = rx.entries.get(r.rid, {})
+            assert sorted(got) == list(range(len(got))) and got == calm.entries.get(r.rid, {}), r.rid
 
 
 def test_a_waiting_core_drops_batches_and_ignores_replays_for_other_processes(tok) -> None:

@@ -157,3 +157,61 @@ def test_membership_by_hash_agrees_with_isin_with_colliding_buckets() -> None:
     hit, where = replay_journal._member(rows, wanted)
     assert (hit == np.isin(rows, wanted)).all()
     assert (wanted[where[hit]] == rows[hit]).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_logprob_columns_follow_their_tokens_when_rows_are_regrouped(seed: int) -> None:
+    from detok.protocol import StepLogprobs
+
+    rng = random.Random(seed)
+    journal = ShardJournal()
+    kept = Kept(journal)
+    wants = {rid: rng.choice([None, 0, 2]) for rid in range(1, 9)}
+    for rid in wants:
+        kept.add(rid)
+    sent: dict[int, list[tuple[int, float, tuple]]] = {rid: [] for rid in wants}
+    for _ in range(rng.randint(1, 30)):
+        rows, lp_rows, sampled, top_counts, top_ids, top_lps = [], [], [], [], [], []
+        for rid in [r for r in wants if rng.random() < 0.7]:
+            n = rng.choice([1, 1, 3])
+            ids = [rng.randrange(1000) for _ in range(n)]
+            if wants[rid] is not None:
+                lp_rows.append(len(rows))
+                for t in ids:
+                    k = rng.randint(0, wants[rid])
+                    alts = tuple((rng.randrange(1000), -rng.random()) for _ in range(k))
+                    lp = -rng.random()
+                    sampled.append(lp), top_counts.append(k)
+                    top_ids.extend(a for a, _ in alts), top_lps.extend(b for _, b in alts)
+                    sent[rid].append((t, lp, alts))
+            else:
+                sent[rid] += [(t, None, ()) for t in ids]
+            rows.append((rid, len(sent[rid]) - n, ids))
+        if not rows:
+            continue
+        columns = _columns(rows)
+        lp = StepLogprobs(pack_u32(lp_rows), np.array(sampled, "<f4").tobytes(), pack_u32(top_counts),
+                          pack_u32(top_ids), np.array(top_lps, "<f4").tobytes()) if lp_rows else None
+        journal.append(columns._replace(logprobs=lp))
+        kept.trim()
+    out = journal.columns(kept)
+    rebuilt = _rebuilt(out)
+    listed = set(unpack_u32(out.logprobs.rows).tolist()) if out.logprobs is not None else set()
+    order = unpack_rids(out.rids).tolist()
+    at = top_at = 0
+    lps = np.frombuffer(out.logprobs.sampled, "<f4") if out.logprobs is not None else []
+    tcs = unpack_u32(out.logprobs.top_counts).tolist() if out.logprobs is not None else []
+    tids = unpack_u32(out.logprobs.top_ids).tolist() if out.logprobs is not None else []
+    tlps = np.frombuffer(out.logprobs.top_logprobs, "<f4") if out.logprobs is not None else []
+    for row, rid in enumerate(order):
+        assert rebuilt[rid][1] == [t for t, _, _ in sent[rid]]
+        assert (row in listed) == (wants[rid] is not None)
+        if row not in listed:
+            continue
+        for t, lp, alts in sent[rid]:
+            assert np.isclose(lps[at], lp) and tcs[at] == len(alts)
+            assert tids[top_at : top_at + len(alts)] == [a for a, _ in alts]
+            assert np.allclose(tlps[top_at : top_at + len(alts)], [b for _, b in alts])
+            at, top_at = at + 1, top_at + len(alts)
+    assert at == len(lps) and top_at == len(tids)

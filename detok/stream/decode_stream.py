@@ -113,13 +113,17 @@ class DecodeStream:
             bad = next(k for k, i in enumerate(token_ids) if not 0 <= i < self._vocab)
             bad_id = token_ids[bad]
             token_ids = token_ids[:bad]
-        # Tokens go one by one only where a stop id or the min_tokens boundary needs it; a run of
-        # ordinary tokens is decoded and matched in one piece (same text: earliest-ending match).
+        # Tokens go one by one where a stop id, the min_tokens boundary or stop strings need it:
+        # a stop string then ends the request at the very token that completes it, so the count
+        # of tokens consumed (usage, logprob entries) does not depend on how the scheduler
+        # grouped tokens into steps - nor on a replay, which sends them all in one row. Otherwise
+        # a run of ordinary tokens is decoded in one piece.
         out: list[str] = []
         start = 0
         n = len(token_ids)
+        one_by_one = self._stop is not None
         while start < n:
-            if self.num_tokens < self._min_tokens or token_ids[start] in self._stop_ids:
+            if one_by_one or self.num_tokens < self._min_tokens or token_ids[start] in self._stop_ids:
                 end = start + 1
             else:
                 end = start

@@ -39,6 +39,7 @@ from detok.metrics import WorkerCounts
 from detok.packing import group_rows, unpack_u32
 from detok.protocol import (
     DeltaBatch,
+    DeltaLogprobs,
     DetokBatch,
     FailRequests,
     Registration,
@@ -50,6 +51,7 @@ from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
 from detok.stream.table import PackedStep, StreamTable
 from detok.tokenizer.base import Tokenizer
+from detok.worker import logprobs as lp_entries
 
 log = logging.getLogger("detok.worker")
 
@@ -86,6 +88,7 @@ class _Columns:
     lengths: list[bytes] = field(default_factory=list)
     offsets: list[bytes] = field(default_factory=list)
     finished: list[RequestFinished] = field(default_factory=list)
+    logprobs: list[DeltaLogprobs] = field(default_factory=list)
     live: int = 0  # live requests of this frontend in the table
 
     def add(self, rid: int, text: str, offset: int) -> None:
@@ -99,14 +102,17 @@ class _Columns:
 
     @property
     def pending(self) -> bool:
-        return bool(self.rids or self.finished)
+        return bool(self.rids or self.finished or self.logprobs)
 
     def take(self, worker: int, sent_at: float) -> DeltaBatch | None:
         if not self.pending:
             return None
         join = b"".join
-        batch = DeltaBatch(worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished)
-        self.rids, self.text, self.lengths, self.offsets, self.finished = [], [], [], [], []
+        lp = lp_entries.join_parts(self.logprobs) if self.logprobs else None
+        batch = DeltaBatch(
+            worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished, lp
+        )
+        self.rids, self.text, self.lengths, self.offsets, self.finished, self.logprobs = [], [], [], [], [], []
         return batch
 
 
@@ -148,6 +154,8 @@ class WorkerCore:
         self.instance = 0  # this process, as the scheduler client's replays name it
         self.awaiting_replay = False  # drop token batches until a Replay for `instance` arrives
         self.last_seq = 0  # DetokBatch.seq of the last batch handled (acknowledged to the client)
+        self._token_strings: lp_entries.TokenStrings | None = None  # built at the first logprobs
+        self._logprobs_wanted: dict[int, int] = {}  # live rids that asked for logprobs: k
 
     # ---- messages ------------------------------------------------------------------------------
     def handle_batch(self, batch: DetokBatch, now: float | None = None) -> Outputs:
@@ -163,7 +171,7 @@ class WorkerCore:
             self.counts.stale_replays += 1  # meant for an earlier process of this slot
             return Outputs([], None)
         batch = msg.batch
-        _check_columns(batch)
+        _check_batch(batch)  # before anything changes
         self.awaiting_replay = False
         named = {reg.rid for reg in batch.new}
         why = f"the scheduler client no longer holds this request ({msg.reason or 'replay'})"
@@ -179,7 +187,7 @@ class WorkerCore:
 
     def _apply(self, batch: DetokBatch, new: list[Registration], now: float | None) -> Outputs:
         now = time.monotonic() if now is None else now
-        _check_columns(batch)
+        _check_batch(batch)
         for reg in new:
             self._register(reg, now)
         if batch.rids:
@@ -249,6 +257,8 @@ class WorkerCore:
             return
         self.live[reg.rid] = _Live(stream, reg, out, now)
         out.live += 1
+        if reg.logprobs is not None and reg.logprobs >= 0:
+            self._logprobs_wanted[reg.rid] = reg.logprobs
 
     # ---- stepping -------------------------------------------------------------------------------
     def _step(self, batch: DetokBatch) -> None:
@@ -264,6 +274,8 @@ class WorkerCore:
             owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets)
         else:
             self._route(batch.rids, result)
+        if batch.logprobs is not None:
+            self._step_logprobs(batch, result)
         if result.finished:
             num_tokens = unpack_u32(result.num_tokens)
             counts = unpack_u32(batch.counts) if batch.counts else None
@@ -280,6 +292,19 @@ class WorkerCore:
             out = by_tag.get(tag)
             if out is not None:
                 out.add_packed(own_rids, text, lengths, offsets)
+
+    def _step_logprobs(self, batch: DetokBatch, result: PackedStep) -> None:
+        """Token strings of the rows that carry logprobs, to their frontends (before the rows'
+        finishes are handled: finished requests are still live here)."""
+        if self._token_strings is None:
+            self._token_strings = lp_entries.TokenStrings.of(self.tokenizer)
+        for tag, part in lp_entries.step_entries(
+            self._token_strings, batch.logprobs, batch.rids, batch.starts, batch.counts, batch.tokens,  # type: ignore[arg-type]
+            result.num_tokens, result.tags, self._logprobs_wanted,
+        ):
+            out = self._by_tag.get(tag)
+            if out is not None:
+                out.logprobs.append(part)
 
     def _row_finished(self, rid: int, finish: Finish, num_tokens: int, count: int) -> None:
         entry = self.live.get(rid)
@@ -365,6 +390,8 @@ class WorkerCore:
     def _forget(self, rid: int, entry: _Live, *, closed: bool = False) -> None:
         del self.live[rid]
         entry.out.live -= 1
+        if self._logprobs_wanted:
+            self._logprobs_wanted.pop(rid, None)
         if not closed:
             self.table.close(rid)  # type: ignore[arg-type]
 
@@ -412,6 +439,13 @@ def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> St
     return table
 
 
+def _check_batch(batch: DetokBatch) -> None:
+    """MalformedBatch unless the batch's columns (and logprob columns) fit together."""
+    _check_columns(batch)
+    if batch.logprobs is not None:
+        _check_logprobs(batch)
+
+
 def _check_columns(batch: DetokBatch) -> None:
     """MalformedBatch unless the batch's packed columns fit together (checked before any state
     changes; the table checks again as it steps)."""
@@ -430,3 +464,9 @@ def _check_columns(batch: DetokBatch) -> None:
     total = int(np.frombuffer(batch.counts, dtype="<u4").sum(dtype=np.int64))
     if total != n_tokens:
         raise MalformedBatch(f"counts add up to {total} but there are {n_tokens} tokens")
+
+
+def _check_logprobs(batch: DetokBatch) -> None:
+    problem = lp_entries.check_step_logprobs(batch.logprobs, len(batch.rids) // 8, batch.counts)  # type: ignore[arg-type]
+    if problem is not None:
+        raise MalformedBatch(problem)
