@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,7 +132,8 @@ class WorkerCore:
         self.counts = counts if counts is not None else WorkerCounts()
         self.table = table if table is not None else warmed_table(tokenizer)
         self.live: dict[int, _Live] = {}
-        self._recently_finished: dict[int, float] = {}
+        # rid -> when it finished, oldest first: evicted and pruned from the front in O(1)
+        self._recently_finished: OrderedDict[int, float] = OrderedDict()
         self._frontends: dict[str, _Columns] = {}
         self._by_tag: dict[int, _Columns] = {}
         self._next_tag = 1  # tag 0: rows of unknown rids
@@ -332,17 +334,18 @@ class WorkerCore:
     def _remember_finished(self, rid: int) -> None:
         memory = self._recently_finished
         memory[rid] = time.monotonic()
+        memory.move_to_end(rid)  # a rid finished again is the newest, keeping the order by time
         if len(memory) > _FINISHED_MEMORY_MAX:
-            del memory[next(iter(memory))]
+            memory.popitem(last=False)
 
     def _prune_finished(self, now: float) -> None:
         memory = self._recently_finished
         horizon = now - _FINISHED_MEMORY_S
         while memory:
-            rid = next(iter(memory))
-            if memory[rid] > horizon:
+            finished_at = next(iter(memory.values()))
+            if finished_at > horizon:
                 break
-            del memory[rid]
+            memory.popitem(last=False)
         # Frontends with nothing live and nothing pending are dropped (their socket too, by the caller).
         for reply_to in [k for k, c in self._frontends.items() if c.live == 0 and not c.pending]:
             del self._by_tag[self._frontends.pop(reply_to).tag]
