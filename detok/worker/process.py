@@ -42,6 +42,7 @@ log = logging.getLogger("detok.worker")
 _POLL_MS = 100  # how soon a stop request or an idle sweep is noticed when no message comes
 _DRAIN_MAX = 256  # messages handled per poll wake-up before checking timers again
 _LOG_EVERY_S = 5.0  # rate limit for repeated warnings (malformed input, full peer queues)
+_PARENT_EXIT_WAIT_S = 2.0  # after a SIGTERM: how long to wait for the pipe to say whether the pool died
 PROFILE_ENV = "DETOK_WORKER_PROFILE_DIR"  # set: each worker runs under cProfile and dumps its stats there
 
 
@@ -110,6 +111,11 @@ def pool_child_main(cfg: WorkerConfig, conn: Connection) -> None:
     report(protocol.WorkerReady(assignment.worker, pid, runner.endpoint))
     watch = watch_parent_pipe(conn, stop)
     code = runner.run()
+    if cfg.orphan_cleanup_dir and not watch.pool_closing:
+        # The kernel's parent-death SIGTERM comes as the pool's spawning thread exits, a moment
+        # before the pool process is gone (its pipe closes, this process is re-parented): wait for
+        # that verdict, else a dying pool would leave its ipc directory behind.
+        watch.wait_verdict(_PARENT_EXIT_WAIT_S)
     if cfg.orphan_cleanup_dir and not watch.pool_closing and (watch.parent_gone or orphaned(cfg.parent_pid)):
         # The pool died without closing: the last of its workers out removes its ipc files.
         shutil.rmtree(cfg.orphan_cleanup_dir, ignore_errors=True)
