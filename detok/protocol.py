@@ -11,6 +11,7 @@ Sockets and their unions (DESIGN.md §1, §2):
     worker    -> frontend    FrontendInbound  = DeltaBatch
     worker, supervisor -> scheduler client    SchedulerNotice = StopNotice | WorkerEvent
     worker    -> supervisor  SupervisorInbound = WorkerLoaded | WorkerReady | WorkerStartFailed
+                                                 | WorkerHeartbeat
     supervisor -> worker     SupervisorCommand = AssignSlot | StopWorker
                              (both directions over each worker process's private pipe)
 
@@ -265,7 +266,14 @@ class WorkerStartFailed(msgspec.Struct, tag="start_failed", array_like=True, gc=
     error: str
 
 
-SupervisorInbound = WorkerLoaded | WorkerReady | WorkerStartFailed
+class WorkerHeartbeat(msgspec.Struct, tag="heartbeat", array_like=True, gc=False, frozen=True):
+    """A serving worker's main loop is running (sent every `HEARTBEAT_INTERVAL_S`): a process that
+    is alive but stuck (SIGSTOP, a hung call) stops sending it and the supervisor replaces it."""
+
+    pid: int
+
+
+SupervisorInbound = WorkerLoaded | WorkerReady | WorkerStartFailed | WorkerHeartbeat
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,7 +300,9 @@ def scheduler_notice_decoder() -> msgspec.msgpack.Decoder[StopNotice | WorkerEve
     return msgspec.msgpack.Decoder(SchedulerNotice)
 
 
-def supervisor_inbound_decoder() -> msgspec.msgpack.Decoder[WorkerLoaded | WorkerReady | WorkerStartFailed]:
+def supervisor_inbound_decoder() -> msgspec.msgpack.Decoder[
+    WorkerLoaded | WorkerReady | WorkerStartFailed | WorkerHeartbeat
+]:
     return msgspec.msgpack.Decoder(SupervisorInbound)
 
 
@@ -333,6 +343,7 @@ __all__ = [
     "SupervisorCommand",
     "SupervisorInbound",
     "WorkerEvent",
+    "WorkerHeartbeat",
     "WorkerInbound",
     "WorkerLoaded",
     "WorkerReady",

@@ -26,6 +26,7 @@ import logging
 import struct
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,8 +126,12 @@ class WorkerCore:
         idle_timeout_s: float = 300.0,
         counts: WorkerCounts | None = None,
         table: StreamTable | None = None,
+        admit_reply_to: Callable[[str], str | None] | None = None,
     ) -> None:
+        """`admit_reply_to(endpoint)`: None if a new registration's frontend can be served, else
+        why not (the request then finishes with that error, told to the scheduler only)."""
         self.tokenizer = tokenizer
+        self.admit_reply_to = admit_reply_to
         self.worker = worker
         self.idle_timeout_s = idle_timeout_s
         self.counts = counts if counts is not None else WorkerCounts()
@@ -201,6 +206,12 @@ class WorkerCore:
             self._finish_live(reg.rid, Finish("error", None, "conflicting duplicate registration of this rid"), notify=True)
             return
         self._recently_finished.pop(reg.rid, None)
+        refused = self.admit_reply_to(reg.reply_to) if self.admit_reply_to is not None else None
+        if refused is not None:
+            log.warning("worker %d: cannot serve rid %d: %s", self.worker, reg.rid, refused)
+            self._remember_finished(reg.rid)
+            self._notify(reg.rid, Finish("error", None, refused))
+            return
         out = self._columns_for(reg.reply_to)
         try:
             stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag)  # type: ignore[arg-type]
@@ -364,6 +375,11 @@ class WorkerCore:
 
     def frontends(self) -> list[str]:
         return list(self._frontends)
+
+    def live_requests_of(self, reply_to: str) -> int:
+        """Live requests whose deltas go to this frontend endpoint."""
+        out = self._frontends.get(reply_to)
+        return out.live if out is not None else 0
 
 
 def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> StreamTable:
