@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 import zmq
@@ -122,12 +123,13 @@ def run_detok_scheduler(
     reply_to: str,
     interval_s: float,
     hwm: int,
+    keys: Any = None,
 ) -> None:
     from detok.client import SchedulerClient
     from detok.protocol import Registration
     from detok.stream.params import DecodeParams
 
-    client = SchedulerClient(worker_endpoints, notify_endpoint, hwm=hwm)
+    client = SchedulerClient(worker_endpoints, notify_endpoint, hwm=hwm, keys=keys)
     params = DecodeParams()
     n = workload.concurrency
     plan = list(steps(workload))  # built before "go": the scheduler's own bookkeeping is not timed

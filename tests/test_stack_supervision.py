@@ -16,14 +16,13 @@ from detok.protocol import GenerateRequest, new_encoder
 from detok.receiver import DeltaReceiver
 from detok.stream.params import DecodeParams, Finish
 from scheduler_stub.stub import StepPolicy
-from tests.tokenizers_available import hf_qwen2_dir
 
 pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(scope="module")
 def stack():
-    s = Stack(StackConfig(str(hf_qwen2_dir()), workers=1, spare=False, policy=StepPolicy(0.002, 64)))
+    s = Stack(StackConfig("mock", workers=1, spare=False, policy=StepPolicy(0.002, 64)))
     s.start()
     yield s
     s.close()
