@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "DetokPool": "detok.pool",
     "SchedulerClient": "detok.client",
     "DeltaReceiver": "detok.receiver",
+    "CurveKeys": "detok.security",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from detok.client import SchedulerClient
     from detok.pool import DetokPool
     from detok.receiver import DeltaReceiver
+    from detok.security import CurveKeys
     from detok.stream.decode_stream import DecodeStream
     from detok.stream.params import DecodeParams, Delta, Finish
     from detok.tokenizer.base import SpecialTokens, Tokenizer, TokenizerInfo, TokenizerLoadError

@@ -140,7 +140,7 @@ def _run_worker(args: argparse.Namespace) -> int:
         metrics_dir=args.metrics_dir,
         log_level=args.log_level.upper(),
         handle_sigint=True,
-        curve=keys,
+        keys=keys,
         insecure=args.insecure,
     )
     return serve(cfg, args.index, args.bind)

@@ -109,7 +109,7 @@ class DetokPool:
                 log_level=log_level,
                 parent_pid=os.getpid(),
                 orphan_cleanup_dir=str(self._dir.path),
-                curve=self.keys,
+                keys=self.keys,
                 insecure=insecure,
             )
             self._supervisor = Supervisor(

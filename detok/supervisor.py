@@ -141,7 +141,7 @@ class Supervisor:
         self._events: zmq.Socket | None = None
         self._encoder = protocol.new_encoder()
         self._decoder = protocol.supervisor_inbound_decoder()
-        self._security = SocketSecurity(cfg.curve, cfg.insecure)
+        self._security = SocketSecurity(cfg.keys, cfg.insecure)
         self._metrics = PoolMetrics.if_enabled(len(endpoints))
 
     # ---- control (any thread) -----------------------------------------------------------------

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"scheduler stub: {e}", file=sys.stderr)
             return 2
         cfg = StubConfig(_tokenizer(args.tokenizer), args.requests_endpoint, args.workload, policy,
-                         curve=keys, insecure=args.insecure)
+                         keys=keys, insecure=args.insecure)
         return run_standalone(cfg, PoolEndpoints(args.workers_endpoints.split(","), args.notify_endpoint))
     from scheduler_stub.headless import HeadlessConfig, run_headless
 

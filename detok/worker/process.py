@@ -77,7 +77,7 @@ class WorkerConfig:
     parent_pid: int = 0  # 0: standalone, no parent to die with
     orphan_cleanup_dir: str | None = None  # the pool's ipc dir, removed if the pool died first
     handle_sigint: bool = False
-    curve: CurveKeys | None = None  # deployment keys for tcp sockets (detok.security)
+    keys: CurveKeys | None = None  # deployment keys for tcp sockets (detok.security)
     insecure: bool = False  # tcp without keys, explicitly
 
 
@@ -90,7 +90,7 @@ def serve(cfg: WorkerConfig, worker: int, endpoint: str) -> int:
     log.warning("worker %d: tokenizer %s loaded in %.2f s", worker, cfg.tokenizer, seconds)
     runner = _Runner(cfg, tokenizer, worker, endpoint, stop)
     _freeze_heap()
-    security = "CURVE" if cfg.curve is not None and runner.bound.startswith("tcp://") else (
+    security = "CURVE" if cfg.keys is not None and runner.bound.startswith("tcp://") else (
         "INSECURE: no keys" if runner.bound.startswith("tcp://") else "ipc")
     print(f"detok worker {worker} listening on {runner.bound} ({security})", flush=True)
     return runner.run()
@@ -213,7 +213,7 @@ class _Runner:
         self.worker = worker
         self.stop = stop
         self.heartbeat = heartbeat
-        self.security = SocketSecurity(cfg.curve, cfg.insecure)
+        self.security = SocketSecurity(cfg.keys, cfg.insecure)
         self.metrics = WorkerMetrics(worker) if cfg.metrics_dir else None
         if self.metrics is not None and assignment is not None and assignment.generation > 1:
             self.metrics.restarted()
