@@ -28,11 +28,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import zmq
-import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
+
+if TYPE_CHECKING:  # imported when used: zmq.auth pulls in asyncio, which workers without keys never need
+    from zmq.auth.thread import ThreadAuthenticator
 
 log = logging.getLogger("detok.security")
 
@@ -74,6 +75,8 @@ class CurveKeys:
             raise KeyFileError(f"no CURVE secret key at {path} ({e.strerror}): run `detok keygen {directory}`") from None
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise KeyFileError(f"{path} is accessible by other users (mode {stat.S_IMODE(mode):o}): chmod 600 it")
+        import zmq.auth
+
         try:
             public, secret = zmq.auth.load_certificate(path)
         except (OSError, ValueError) as e:
@@ -95,6 +98,8 @@ class CurveKeys:
 def generate_keys(directory: str | os.PathLike[str], *, overwrite: bool = False) -> tuple[Path, Path]:
     """Write a new deployment keypair into `directory` (created 0700 if missing): the public key
     file and the secret key file (mode 0600, created so before any key is written into it)."""
+    import zmq.auth
+
     target = Path(directory)
     target.mkdir(mode=0o700, parents=True, exist_ok=True)
     public, secret = target / f"{KEY_NAME}.key", target / f"{KEY_NAME}.key_secret"
@@ -189,6 +194,8 @@ _authenticators: dict[int, tuple[ThreadAuthenticator, int]] = {}
 
 
 def _acquire_authenticator(ctx: zmq.Context, public: bytes) -> None:
+    from zmq.auth.thread import ThreadAuthenticator
+
     with _lock:
         found = _authenticators.get(ctx.underlying)
         if found is not None:
