@@ -98,8 +98,10 @@ def serve(cfg: WorkerConfig, worker: int, endpoint: str) -> int:
 
 def pool_child_main(cfg: WorkerConfig, conn: Connection) -> None:
     """Entry point of a pool's worker process (multiprocessing spawn target)."""
-    _setup_process(cfg)
+    # First: a process spawned just as the pool died must exit before it creates anything (the
+    # metrics directory) inside the pool's ipc directory, which a sibling may be removing.
     die_with_parent(cfg.parent_pid)
+    _setup_process(cfg)
     stop = StopFlag()
     # Until it serves, the process holds nothing: SIGTERM keeps its default action (exit now, even
     # in the middle of a tokenizer load). Ctrl-C is the parent's to handle.
