@@ -3,7 +3,11 @@ processes and sockets; the same workload through detok's pool and through the ba
 
     python bench/pool.py [--tokenizer SRC] [--workers 1] [--concurrency 1024] [--tokens 256]
                          [--rounds 10] [--step-interval-ms MS] [--pipelines detok,sglang,hf]
-                         [--logprobs K] [--json]
+                         [--logprobs K] [--keys DIR] [--json]
+
+Pipeline `detok-tcp` (not in the default set) is detok's over tcp on 127.0.0.1 with CURVE (the keys
+in --keys DIR, else a fresh keypair): `--pipelines detok,detok-tcp` measures CURVE-on-tcp against
+ipc in the same run.
 
 Processes (the machine's cores are shared by all three, as in a real deployment):
   scheduler  (spawned) runs `rounds x concurrency` requests of `tokens` output ids, one token per
@@ -52,6 +56,7 @@ from detok.client import shard_array
 from detok.endpoints import IpcDir
 
 PIPELINES = ("detok", "sglang", "hf")
+EXTRA_PIPELINES = ("detok-tcp",)  # detok over tcp with CURVE
 _TICKS = os.sysconf("SC_CLK_TCK")
 _RECEIVE_TIMEOUT_S = 600.0
 
@@ -106,7 +111,10 @@ def _parse() -> argparse.Namespace:
                         "step); waves: `concurrency` requests start together, wave after wave")
     p.add_argument("--step-interval-ms", type=float, default=None,
                    help="pace steps (default: max throughput, then a quarter of it)")
-    p.add_argument("--pipelines", default=",".join(PIPELINES), help=f"comma-separated subset of {PIPELINES}")
+    p.add_argument("--pipelines", default=",".join(PIPELINES),
+                   help=f"comma-separated subset of {PIPELINES + EXTRA_PIPELINES}")
+    p.add_argument("--keys", metavar="DIR", default=None,
+                   help="CURVE keys for detok-tcp (detok keygen DIR; default: a fresh keypair)")
     p.add_argument("--kinds", default="corpus,multilingual", help="token stream kinds (bench/_common.py)")
     p.add_argument("--hwm", type=int, default=64, help="scheduler-side queue bound, in messages")
     p.add_argument("--logprobs", type=int, default=None, metavar="K",
@@ -126,17 +134,21 @@ def _report(args: argparse.Namespace, record: dict[str, Any]) -> None:
 # ---- one run -----------------------------------------------------------------------------------------
 def _run(pipeline: str, source: str, workload: Workload, expected: list[str], interval_s: float,
          args: argparse.Namespace, logprobs: LogprobTable | None = None) -> dict[str, Any]:
-    if pipeline == "detok":
-        return _run_detok(source, workload, expected, interval_s, args, logprobs)
+    if pipeline in ("detok", "detok-tcp"):
+        return _run_detok(source, workload, expected, interval_s, args, logprobs, tcp=pipeline == "detok-tcp")
     if pipeline in ("sglang", "hf"):
         return _run_baseline(pipeline, source, workload, expected, interval_s, args)
-    raise SystemExit(f"unknown pipeline {pipeline!r}; choose from {PIPELINES}")
+    raise SystemExit(f"unknown pipeline {pipeline!r}; choose from {PIPELINES + EXTRA_PIPELINES}")
 
 
 def _run_detok(source: str, workload: Workload, expected: list[str], interval_s: float, args: argparse.Namespace,
-               logprobs: LogprobTable | None) -> dict[str, Any]:
+               logprobs: LogprobTable | None, tcp: bool = False) -> dict[str, Any]:
     from detok.pool import DetokPool
     from detok.receiver import DeltaReceiver
+    from detok.security import CurveKeys
+
+    keys = (CurveKeys.load(args.keys) if args.keys else CurveKeys.generate()) if tcp else None
+    transport = {"transport": "tcp", "keys": keys} if tcp else {}
 
     received: list[tuple[float, Any]] = []
     finished = [0]
@@ -146,11 +158,11 @@ def _run_detok(source: str, workload: Workload, expected: list[str], interval_s:
         finished[0] += len(batch.finished)
 
     mp = multiprocessing.get_context("spawn")
-    with DetokPool(source, workers=args.workers, spare=False, idle_timeout_s=3600) as pool:
-        rx = DeltaReceiver(on_batch=on_batch)
+    with DetokPool(source, workers=args.workers, spare=False, idle_timeout_s=3600, **transport) as pool:  # type: ignore[arg-type]
+        rx = DeltaReceiver("tcp://127.0.0.1:*" if tcp else None, on_batch=on_batch, keys=keys)
         parent, child = mp.Pipe()
         sched = mp.Process(target=run_detok_scheduler, args=(child, workload, pool.endpoints, pool.notify_endpoint,
-                                                             rx.endpoint, interval_s, args.hwm, logprobs))
+                                                             rx.endpoint, interval_s, args.hwm, logprobs, keys))
         sched.start()
         _, sched_pid = parent.recv()
         workers = [p for p in pool.pids() if p]

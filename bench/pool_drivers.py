@@ -154,12 +154,13 @@ def run_detok_scheduler(
     interval_s: float,
     hwm: int,
     logprobs: LogprobTable | None = None,
+    keys: Any = None,
 ) -> None:
     from detok.client import SchedulerClient
     from detok.protocol import Registration
     from detok.stream.params import DecodeParams
 
-    client = SchedulerClient(worker_endpoints, notify_endpoint, hwm=hwm)
+    client = SchedulerClient(worker_endpoints, notify_endpoint, hwm=hwm, keys=keys)
     params = DecodeParams()
     n = workload.concurrency
     plan = list(steps(workload))  # built before "go": the scheduler's own bookkeeping is not timed

@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "SchedulerClient": "detok.client",
     "LogprobColumns": "detok.step_logprobs",
     "DeltaReceiver": "detok.receiver",
+    "CurveKeys": "detok.security",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from detok.client import SchedulerClient
     from detok.pool import DetokPool
     from detok.receiver import DeltaReceiver
+    from detok.security import CurveKeys
     from detok.step_logprobs import LogprobColumns
     from detok.stream.decode_stream import DecodeStream
     from detok.stream.params import DecodeParams, Delta, Finish

@@ -1,8 +1,10 @@
 """The `detok` command.
 
-    detok worker --tokenizer SRC --bind tcp://0.0.0.0:5555 --notify tcp://scheduler:5556
+    detok keygen DIR
+        the deployment's CURVE keypair for tcp (DIR/detok.key, DIR/detok.key_secret mode 0600)
+    detok worker --tokenizer SRC --bind tcp://0.0.0.0:5555 --notify tcp://scheduler:5556 --keys DIR
         one standalone worker (e.g. on another host), until SIGTERM / Ctrl-C
-    detok pool --tokenizer SRC --workers N [--transport tcp --host H]
+    detok pool --tokenizer SRC --workers N [--transport tcp --host H --keys DIR]
         N workers under a supervisor for an external scheduler and frontend; prints its endpoints
     detok serve ...
         the whole stack (registered by detok.frontend.serve_cli when the frontend is installed)
@@ -33,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"detok {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_keygen(subparsers)
     _add_worker(subparsers)
     _add_pool(subparsers)
     for module in _PLUGGED_SUBCOMMANDS:
@@ -49,6 +52,48 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
+
+
+def _add_security_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--keys", default=None, metavar="DIR",
+                   help="the deployment's CURVE keys (made by `detok keygen DIR`): tcp sockets authenticate and "
+                        "encrypt with them")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow tcp without keys: anyone who reaches the ports can read and inject text")
+
+
+def _load_keys(args: argparse.Namespace) -> Any:
+    from detok.security import CurveKeys
+
+    return CurveKeys.load(args.keys) if args.keys else None
+
+
+# ---- detok keygen --------------------------------------------------------------------------------
+def _add_keygen(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "keygen",
+        help="write the deployment's CURVE keypair for tcp sockets",
+        description=(
+            "Writes DIR/detok.key (public) and DIR/detok.key_secret (secret, mode 0600). Copy DIR to every host "
+            "of the deployment and pass --keys DIR (keys=DIR in Python) to workers, pools, scheduler clients and "
+            "frontends: a peer without the secret key cannot connect to any detok tcp socket."
+        ),
+    )
+    p.add_argument("dir", metavar="DIR", help="directory for the keys (created with mode 0700 if missing)")
+    p.add_argument("--force", action="store_true", help="replace existing keys")
+    p.set_defaults(func=_run_keygen)
+
+
+def _run_keygen(args: argparse.Namespace) -> int:
+    from detok.security import generate_keys
+
+    try:
+        public, secret = generate_keys(args.dir, overwrite=args.force)
+    except (FileExistsError, OSError) as e:
+        print(f"detok keygen: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps({"public": str(public), "secret": str(secret)}), flush=True)
+    return 0
 
 
 # ---- detok worker --------------------------------------------------------------------------------
@@ -71,13 +116,23 @@ def _add_worker(subparsers: Any) -> None:
     p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="finish a request with an error after this long without tokens")
     p.add_argument("--metrics-dir", default=None, help="prometheus multiprocess directory (default: none)")
+    _add_security_args(p)
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_run_worker)
 
 
 def _run_worker(args: argparse.Namespace) -> int:
+    from detok.security import InsecureTransportError, KeyFileError, SocketSecurity
     from detok.worker.process import WorkerConfig, serve
 
+    try:
+        keys = _load_keys(args)
+        security = SocketSecurity(keys, args.insecure)
+        for endpoint in (args.bind, args.notify or ""):
+            security.check(endpoint)
+    except (InsecureTransportError, KeyFileError) as e:
+        print(f"detok worker: {e}", file=sys.stderr)
+        return 2
     cfg = WorkerConfig(
         tokenizer=args.tokenizer,
         notify_endpoint=args.notify,
@@ -85,6 +140,8 @@ def _run_worker(args: argparse.Namespace) -> int:
         metrics_dir=args.metrics_dir,
         log_level=args.log_level.upper(),
         handle_sigint=True,
+        keys=keys,
+        insecure=args.insecure,
     )
     return serve(cfg, args.index, args.bind)
 
@@ -112,12 +169,23 @@ def _add_pool(subparsers: Any) -> None:
     p.add_argument("--no-spare", action="store_true", help="do not keep a loaded spare process (slower restarts)")
     p.add_argument("--metrics-dir", default=None, help="prometheus multiprocess directory "
                    "(default: $PROMETHEUS_MULTIPROC_DIR or a private one)")
+    _add_security_args(p)
+    p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
+                   help="a worker whose loop sends no heartbeat for this long is stalled (default: 10)")
+    p.add_argument("--no-replace-stalled", action="store_true",
+                   help="only report stalled workers (/metrics, slots), do not kill and replace them")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_run_pool)
 
 
 def _run_pool(args: argparse.Namespace) -> int:
+    if args.metrics_dir:  # before prometheus_client is imported: the supervisor's own metrics go there too
+        from detok.metrics import use_metrics_dir
+
+        use_metrics_dir(args.metrics_dir)
     from detok.pool import DetokPool, PoolStartError
+    from detok.security import KeyFileError
+    from detok.supervisor import STALL_TIMEOUT_S
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()
@@ -136,13 +204,18 @@ def _run_pool(args: argparse.Namespace) -> int:
             spare=not args.no_spare,
             metrics_dir=args.metrics_dir,
             log_level=args.log_level.upper(),
+            keys=_load_keys(args),
+            insecure=args.insecure,
+            stall_timeout_s=args.stall_timeout if args.stall_timeout is not None else STALL_TIMEOUT_S,
+            replace_stalled=not args.no_replace_stalled,
         )
-    except (PoolStartError, ValueError) as e:
+    except (PoolStartError, ValueError, KeyFileError) as e:
         print(f"detok pool: {e}", file=sys.stderr)
         return 1
     with pool:
         info = {
             "workers": pool.endpoints,
+            "listening": [slot.listening for slot in pool.slots()],
             "notify": pool.notify_endpoint,
             "metrics_dir": str(pool.metrics_dir),
             "pids": pool.pids(),

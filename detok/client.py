@@ -39,6 +39,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import os
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Self
@@ -50,6 +51,7 @@ from detok import protocol
 from detok.endpoints import make_socket
 from detok.protocol import EndRequest, GenerateRequest, Registration
 from detok.replay_journal import Columns, ShardJournal
+from detok.security import CurveKeys, SocketSecurity
 from detok.step_logprobs import LogprobArrays, LogprobColumns
 from detok.stream.params import Finish
 
@@ -144,21 +146,28 @@ class SchedulerClient:
         *,
         hwm: int = 10_000,
         context: zmq.Context | None = None,
+        keys: CurveKeys | str | os.PathLike[str] | None = None,
+        insecure: bool = False,
     ) -> None:
+        """`keys`: the deployment's CURVE keys (or their directory) for tcp endpoints; a tcp
+        endpoint without keys raises InsecureTransportError unless `insecure` (see detok.security)."""
         if not worker_endpoints:
             raise ValueError("at least one worker endpoint is needed")
+        self._security = SocketSecurity(keys, insecure)
+        for endpoint in (*worker_endpoints, *([notify_endpoint] if notify_endpoint else [])):
+            self._security.check(endpoint)  # before any socket exists
         self._ctx = context or zmq.Context()
         self._own_ctx = context is None
         self._n = len(worker_endpoints)
         self._sockets: list[zmq.Socket] = []
         for endpoint in worker_endpoints:
             sock = make_socket(self._ctx, zmq.PUSH, hwm=hwm)
-            sock.connect(endpoint)
+            self._security.connect(sock, endpoint)
             self._sockets.append(sock)
         self._notify: zmq.Socket | None = None
         if notify_endpoint:
             self._notify = make_socket(self._ctx, zmq.PULL, hwm=hwm)
-            self._notify.bind(notify_endpoint)
+            self._security.bind(self._notify, notify_endpoint)
         self._encoder = protocol.new_encoder()
         self._decoder = protocol.scheduler_notice_decoder()
         self._live: dict[int, _Tracked] = {}
@@ -538,6 +547,7 @@ class SchedulerClient:
             sock.close()
         if self._notify is not None:
             self._notify.close()
+        self._security.close()
         if self._own_ctx:
             self._ctx.term()
 

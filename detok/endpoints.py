@@ -21,6 +21,9 @@ LINGER_MS: Final = 1000
 # AF_UNIX paths are limited to 108 bytes on Linux (104 on macOS), terminating NUL included.
 _MAX_IPC_PATH: Final = 103
 _V4_MAPPED: Final = re.compile(r"^tcp://\[::ffff:(\d+\.\d+\.\d+\.\d+)\]:(\d+)$")
+# Longest endpoint a peer may name (e.g. a registration's reply_to): an ipc path is at most
+# _MAX_IPC_PATH bytes, a tcp host name at most 253 chars plus a port.
+MAX_ENDPOINT_CHARS: Final = 300
 
 
 class IpcDir:
@@ -70,18 +73,44 @@ def bound_endpoint(socket: zmq.Socket) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def unmapped(endpoint: str) -> str:
+    """An IPv4-mapped IPv6 tcp address, as IPv6-enabled sockets report IPv4 binds, as plain IPv4
+    (`tcp://[::ffff:0.0.0.0]:5555` -> `tcp://0.0.0.0:5555`)."""
+    mapped = _V4_MAPPED.match(endpoint)
+    return f"tcp://{mapped.group(1)}:{mapped.group(2)}" if mapped else endpoint
+
+
 def connectable(endpoint: str) -> str:
     """A bound endpoint rewritten so peers can connect to it (wildcard host -> loopback, an
-    IPv4-mapped IPv6 address, as IPv6-enabled sockets report IPv4 binds, -> plain IPv4)."""
-    mapped = _V4_MAPPED.match(endpoint)
-    if mapped:
-        endpoint = f"tcp://{mapped.group(1)}:{mapped.group(2)}"
+    IPv4-mapped IPv6 address -> plain IPv4)."""
+    endpoint = unmapped(endpoint)
     for wildcard in ("tcp://0.0.0.0:", "tcp://*:"):
         if endpoint.startswith(wildcard):
             return "tcp://127.0.0.1:" + endpoint[len(wildcard) :]
     if endpoint.startswith("tcp://[::]:"):
         return "tcp://[::1]:" + endpoint[len("tcp://[::]:") :]
     return endpoint
+
+
+def endpoint_error(endpoint: str) -> str | None:
+    """Why a peer-supplied endpoint cannot be connected to (None if its form is fine): only
+    `ipc://PATH` and `tcp://HOST:PORT`, bounded in length, no NUL."""
+    if not isinstance(endpoint, str) or not endpoint:
+        return "an empty endpoint"
+    if len(endpoint) > MAX_ENDPOINT_CHARS:
+        return f"an endpoint longer than {MAX_ENDPOINT_CHARS} chars"
+    if "\0" in endpoint:
+        return "an endpoint containing NUL"
+    if endpoint.startswith("ipc://"):
+        if not 0 < len(endpoint.encode()) - len("ipc://") <= _MAX_IPC_PATH:
+            return f"an ipc path that is empty or longer than {_MAX_IPC_PATH} bytes"
+        return None
+    if endpoint.startswith("tcp://"):
+        host, sep, port = endpoint[len("tcp://") :].rpartition(":")
+        if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+            return f"{endpoint!r} is not tcp://HOST:PORT"
+        return None
+    return f"{endpoint[:40]!r} is neither ipc:// nor tcp://"
 
 
 def make_socket(ctx: zmq.Context, kind: int, *, hwm: int | None = None) -> zmq.Socket:

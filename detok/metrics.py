@@ -237,6 +237,44 @@ class WorkerMetrics:
         self._live.set(live)
 
 
+class PoolMetrics:
+    """The pool supervisor's view of its slots (label `worker`), written by the pool's own process.
+
+    Recorded only when that process writes multiprocess metrics (`use_metrics_dir` before
+    prometheus_client was imported, as `detok serve` does); `if_enabled` gives None otherwise."""
+
+    def __init__(self, workers: int) -> None:
+        from prometheus_client import Counter, Gauge
+
+        self._stalled = Gauge(
+            "detok_worker_stalled", "1 while the worker's process misses its heartbeats (stuck loop, SIGSTOP)",
+            ["worker"], registry=None, multiprocess_mode="livemax",
+        )
+        self._replaced = Counter(
+            "detok_worker_stall_replacements_total", "Stalled worker processes killed and replaced", ["worker"],
+            registry=None,
+        )
+        for w in range(workers):  # every slot's series exists from the start, at 0
+            self._stalled.labels(str(w)).set(0)
+            self._replaced.labels(str(w))
+
+    @classmethod
+    def if_enabled(cls, workers: int) -> PoolMetrics | None:
+        if not os.environ.get(ENV):
+            return None
+        from prometheus_client import values
+
+        if not getattr(values.ValueClass, "_multiprocess", False):
+            return None  # prometheus_client was imported before the directory was set: in-memory only
+        return cls(workers)
+
+    def stalled(self, worker: int, stalled: bool) -> None:
+        self._stalled.labels(str(worker)).set(1 if stalled else 0)
+
+    def replaced(self, worker: int) -> None:
+        self._replaced.labels(str(worker)).inc()
+
+
 # ---------------------------------------------------------------------------------------------
 # frontend side (recorded by the frontend, defined here so names stay in one place)
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@
 
 Endpoints: each worker binds one input endpoint (`pool.endpoints`, ipc files in a private 0700
 directory, or tcp ports); the scheduler client binds `pool.notify_endpoint`, where workers send
-StopNotices and the supervisor sends WorkerEvents. Metrics go to `pool.metrics_dir`
+StopNotices and the supervisor sends WorkerEvents. tcp needs the deployment's CURVE keys
+(`keys=`, see detok.security; `pool.client()` uses them too) or an explicit `insecure=True`. Metrics go to `pool.metrics_dir`
 (`PROMETHEUS_MULTIPROC_DIR` if set, else a private directory; serve it with
 `detok.metrics.render_metrics`).
 
@@ -29,7 +30,8 @@ from typing import TYPE_CHECKING, Literal, Self
 
 from detok.endpoints import IpcDir, tcp_endpoint
 from detok.metrics import ENV as METRICS_ENV
-from detok.supervisor import PoolStartError, SlotInfo, Supervisor
+from detok.security import CurveKeys, SocketSecurity
+from detok.supervisor import STALL_TIMEOUT_S, PoolStartError, SlotInfo, Supervisor
 from detok.worker.process import WorkerConfig
 
 if TYPE_CHECKING:
@@ -58,6 +60,10 @@ class DetokPool:
         shutdown_timeout_s: float = 5.0,
         hwm: int = 10_000,
         log_level: str = "WARNING",
+        keys: CurveKeys | str | os.PathLike[str] | None = None,
+        insecure: bool = False,
+        stall_timeout_s: float = STALL_TIMEOUT_S,
+        replace_stalled: bool = True,
     ) -> None:
         """Start `workers` processes and return once all serve (PoolStartError otherwise).
 
@@ -65,7 +71,10 @@ class DetokPool:
         Tokenizer, whose `source` is used. tcp: workers bind `host` on `ports` (free ports if
         None). `notify_endpoint`: where the scheduler client will bind its notice socket (default:
         an ipc file, or a free tcp port). `spare`: keep one loaded process ready to replace a dead
-        worker within milliseconds.
+        worker within milliseconds. `keys`: CURVE keys (a `CurveKeys` or the directory `detok
+        keygen` wrote) for tcp; tcp without them raises InsecureTransportError unless `insecure`.
+        `stall_timeout_s`: a worker whose loop sends no heartbeat for this long is reported stalled
+        and, if `replace_stalled`, killed and replaced.
         """
         if workers < 1:
             raise ValueError("workers must be >= 1")
@@ -73,6 +82,10 @@ class DetokPool:
             raise ValueError(f"{len(ports)} ports given for {workers} workers")
         source = str(getattr(tokenizer, "source", tokenizer))
         self.workers = workers
+        security = SocketSecurity(keys, insecure)
+        self.keys, self.insecure = security.keys, insecure
+        if transport == "tcp":
+            security.check(tcp_endpoint(host, 0))  # no keys and not insecure: refuse before starting anything
         self._dir = IpcDir(prefix="detok-pool-")
         try:
             if transport == "ipc":
@@ -83,6 +96,7 @@ class DetokPool:
                 self.notify_endpoint = notify_endpoint or tcp_endpoint(host, _free_port(host))
             else:
                 raise ValueError(f"transport must be 'ipc' or 'tcp', got {transport!r}")
+            security.check(self.notify_endpoint)
             metrics = metrics_dir or os.environ.get(METRICS_ENV) or self._dir.path / "metrics"
             self.metrics_dir = Path(metrics)
             self.metrics_dir.mkdir(parents=True, exist_ok=True)
@@ -95,9 +109,12 @@ class DetokPool:
                 log_level=log_level,
                 parent_pid=os.getpid(),
                 orphan_cleanup_dir=str(self._dir.path),
+                keys=self.keys,
+                insecure=insecure,
             )
             self._supervisor = Supervisor(
-                cfg, endpoints, notify_endpoint=self.notify_endpoint, spare=spare, shutdown_timeout_s=shutdown_timeout_s
+                cfg, endpoints, notify_endpoint=self.notify_endpoint, spare=spare, shutdown_timeout_s=shutdown_timeout_s,
+                stall_timeout_s=stall_timeout_s, replace_stalled=replace_stalled,
             )
             self._finalizer = weakref.finalize(self, _close, self._supervisor, self._dir)
             self._supervisor.start(start_timeout_s)
@@ -116,9 +133,11 @@ class DetokPool:
         return self._dir.path
 
     def client(self, **options: object) -> SchedulerClient:
-        """A SchedulerClient connected to the workers and bound on `notify_endpoint` (one per pool)."""
+        """A SchedulerClient connected to the workers and bound on `notify_endpoint` (one per pool),
+        with the pool's keys."""
         from detok.client import SchedulerClient
 
+        options = {"keys": self.keys, "insecure": self.insecure, **options}
         return SchedulerClient(self.endpoints, self.notify_endpoint, **options)  # type: ignore[arg-type]
 
     def receiver_endpoint(self, name: str = "frontend") -> str:
@@ -139,6 +158,11 @@ class DetokPool:
     @property
     def restarts(self) -> int:
         return self._supervisor.restarts
+
+    @property
+    def stall_replacements(self) -> int:
+        """Stalled worker processes killed and replaced so far."""
+        return self._supervisor.stall_replacements
 
     @property
     def restart_seconds(self) -> list[float]:

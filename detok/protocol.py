@@ -11,6 +11,7 @@ Sockets and their unions (DESIGN.md §1, §2):
     worker    -> frontend    FrontendInbound  = DeltaBatch
     worker, supervisor -> scheduler client    SchedulerNotice = StopNotice | WorkerEvent | WorkerStatus
     worker    -> supervisor  SupervisorInbound = WorkerLoaded | WorkerReady | WorkerStartFailed
+                                                 | WorkerHeartbeat
     supervisor -> worker     SupervisorCommand = AssignSlot | StopWorker
                              (both directions over each worker process's private pipe)
 
@@ -351,7 +352,14 @@ class WorkerStartFailed(msgspec.Struct, tag="start_failed", array_like=True, gc=
     error: str
 
 
-SupervisorInbound = WorkerLoaded | WorkerReady | WorkerStartFailed
+class WorkerHeartbeat(msgspec.Struct, tag="heartbeat", array_like=True, gc=False, frozen=True):
+    """A serving worker's main loop is running (sent every `HEARTBEAT_INTERVAL_S`): a process that
+    is alive but stuck (SIGSTOP, a hung call) stops sending it and the supervisor replaces it."""
+
+    pid: int
+
+
+SupervisorInbound = WorkerLoaded | WorkerReady | WorkerStartFailed | WorkerHeartbeat
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,7 +386,9 @@ def scheduler_notice_decoder() -> msgspec.msgpack.Decoder[StopNotice | WorkerEve
     return msgspec.msgpack.Decoder(SchedulerNotice)
 
 
-def supervisor_inbound_decoder() -> msgspec.msgpack.Decoder[WorkerLoaded | WorkerReady | WorkerStartFailed]:
+def supervisor_inbound_decoder() -> msgspec.msgpack.Decoder[
+    WorkerLoaded | WorkerReady | WorkerStartFailed | WorkerHeartbeat
+]:
     return msgspec.msgpack.Decoder(SupervisorInbound)
 
 
@@ -424,6 +434,7 @@ __all__ = [
     "SupervisorCommand",
     "SupervisorInbound",
     "WorkerEvent",
+    "WorkerHeartbeat",
     "WorkerInbound",
     "WorkerLoaded",
     "WorkerReady",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import weakref
 from collections.abc import Callable
 from typing import NamedTuple, Self
@@ -33,6 +34,7 @@ import zmq.asyncio
 from detok import protocol
 from detok.endpoints import IpcDir, bound_endpoint, connectable, make_socket
 from detok.protocol import DeltaBatch
+from detok.security import CurveKeys, SocketSecurity
 from detok.stream.params import Finish
 from detok.token_logprobs import TokenLogprobs, split_logprobs
 
@@ -155,15 +157,22 @@ class DeltaReceiver:
         *,
         on_batch: Callable[[DeltaBatch], None] | None = None,
         hwm: int = 100_000,
+        keys: CurveKeys | str | os.PathLike[str] | None = None,
+        insecure: bool = False,
     ) -> None:
-        """Bind `endpoint` (default: an ipc file in a private temp dir, removed on close)."""
+        """Bind `endpoint` (default: an ipc file in a private temp dir, removed on close). A tcp
+        endpoint needs the deployment's CURVE `keys` (workers must hold them to deliver), or an
+        explicit `insecure=True` (see detok.security)."""
+        self._security = SocketSecurity(keys, insecure)
+        if endpoint is not None:
+            self._security.check(endpoint)
         self._dir = IpcDir(prefix="detok-rx-") if endpoint is None else None
         if self._dir is not None:  # removed at close, or at interpreter exit if never closed
             self._dir_finalizer = weakref.finalize(self, self._dir.remove)
         self._ctx = zmq.asyncio.Context()
         self._sock: zmq.asyncio.Socket = make_socket(self._ctx, zmq.PULL, hwm=hwm)  # type: ignore[assignment]
         try:
-            self._sock.bind(endpoint or self._dir.endpoint("deltas"))  # type: ignore[union-attr]
+            self._security.bind(self._sock, endpoint or self._dir.endpoint("deltas"))  # type: ignore[union-attr]
         except zmq.ZMQError:
             self.close()
             raise
@@ -282,6 +291,7 @@ class DeltaReceiver:
             self._task.cancel()
             self._task = None
         self._sock.close(linger=0)
+        self._security.close()
         self._ctx.term()
         if self._dir is not None:
             self._dir_finalizer()

@@ -12,6 +12,13 @@ dead worker's requests with an error (see detok/client.py).
 
 All processes are spawned (not forked: tokenizers' threads) from this thread, so the kernel's
 parent-death signal, tied to the spawning thread on Linux, fires exactly when the pool goes away.
+
+Stalls: a serving worker's main loop sends a heartbeat on its pipe every 0.5 s
+(`detok.worker.process.HEARTBEAT_INTERVAL_S`). A process holding a slot that shows no sign of life
+for `stall_timeout_s` (default `STALL_TIMEOUT_S`) is reported stalled (`slots()`, the
+`detok_worker_stalled` gauge) and, unless `replace_stalled=False`, killed with SIGKILL: then the
+usual death path runs (the spare takes the slot, the scheduler client gets a WorkerEvent "died"
+naming the stall).
 """
 
 from __future__ import annotations
@@ -27,17 +34,23 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Literal
 
+from typing import Final
+
 import zmq
 
 from detok import protocol
-from detok.endpoints import connectable, make_socket
-from detok.metrics import mark_process_dead
+from detok.endpoints import connectable, make_socket, unmapped
+from detok.metrics import PoolMetrics, mark_process_dead
+from detok.security import SocketSecurity
 from detok.worker.process import WorkerConfig, pool_child_main
 
 log = logging.getLogger("detok.pool")
 
 _WAKE_S = 0.5  # the loop also wakes this often to retry spawns held back by the crash backoff
 _CRASH_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0)  # delay before the n-th consecutive failed start
+# A slot's process that sends nothing (heartbeats come every 0.5 s) for this long is stalled. Far
+# above any batch's processing time (a 400K-rid batch takes ~1 s), so load never looks like a stall.
+STALL_TIMEOUT_S: Final = 10.0
 
 
 class PoolStartError(RuntimeError):
@@ -50,6 +63,9 @@ class _Proc:
     conn: Connection | None
     state: Literal["loading", "spare", "assigned", "serving"] = "loading"
     slot: int | None = None
+    last_seen: float = 0.0  # monotonic time of its last message (heartbeats included) or assignment
+    stalled: bool = False
+    kill_cause: str = ""  # set when the supervisor kills it (a stall)
 
     @property
     def pid(self) -> int:
@@ -65,6 +81,7 @@ class _Slot:
     cause: str = ""  # why the previous process died
     died_at: float = 0.0
     died_wall: float = 0.0  # time.time() of the same moment, for the replacement's recovery time
+    listening: str = ""  # the address the worker's socket is bound to (a wildcard host stays one)
 
 
 @dataclass
@@ -76,6 +93,9 @@ class SlotInfo:
     pid: int | None
     serving: bool
     generation: int
+    stalled: bool = False  # its process missed heartbeats for the stall bound
+    state: str = "serving"  # serving | starting (empty, or the replacement not ready yet) | stalled
+    listening: str = ""  # the address the worker's socket is bound to (`endpoint` is where to connect)
 
 
 @dataclass
@@ -83,6 +103,7 @@ class _Status:
     failure: str = ""
     restarts: int = 0
     restart_seconds: list[float] = field(default_factory=list)  # death seen -> replacement ready
+    stall_replacements: int = 0
 
 
 class Supervisor:
@@ -94,8 +115,15 @@ class Supervisor:
         notify_endpoint: str | None,
         spare: bool = True,
         shutdown_timeout_s: float = 5.0,
+        stall_timeout_s: float = STALL_TIMEOUT_S,
+        replace_stalled: bool = True,
     ) -> None:
+        if not stall_timeout_s > 0:
+            raise ValueError("stall_timeout_s must be > 0")
         self._cfg = cfg
+        self._stall_timeout_s = stall_timeout_s
+        self._replace_stalled = replace_stalled
+        self._wake_s = min(_WAKE_S, stall_timeout_s / 4)
         self._slots = [_Slot(i, e) for i, e in enumerate(endpoints)]
         self._want_spare = spare
         self._notify_endpoint = notify_endpoint
@@ -114,6 +142,8 @@ class Supervisor:
         self._events: zmq.Socket | None = None
         self._encoder = protocol.new_encoder()
         self._decoder = protocol.supervisor_inbound_decoder()
+        self._security = SocketSecurity(cfg.keys, cfg.insecure)
+        self._metrics = PoolMetrics.if_enabled(len(endpoints))
 
     # ---- control (any thread) -----------------------------------------------------------------
     def start(self, timeout_s: float) -> None:
@@ -156,10 +186,7 @@ class Supervisor:
 
     def slots(self) -> list[SlotInfo]:
         with self._lock:
-            return [
-                SlotInfo(s.index, s.endpoint, s.proc.pid if s.proc else None, bool(s.proc and s.proc.state == "serving"), s.generation)
-                for s in self._slots
-            ]
+            return [_slot_info(s) for s in self._slots]
 
     def all_pids(self) -> list[int]:
         with self._lock:
@@ -174,6 +201,10 @@ class Supervisor:
         return list(self._status.restart_seconds)
 
     @property
+    def stall_replacements(self) -> int:
+        return self._status.stall_replacements
+
+    @property
     def endpoints(self) -> list[str]:
         with self._lock:
             return [s.endpoint for s in self._slots]
@@ -183,7 +214,7 @@ class Supervisor:
         self._ctx = zmq.Context()
         if self._notify_endpoint:
             self._events = make_socket(self._ctx, zmq.PUSH, hwm=1000)
-            self._events.connect(self._notify_endpoint)
+            self._security.connect(self._events, self._notify_endpoint)
         try:
             self._balance()
             while not self._closing:
@@ -192,7 +223,7 @@ class Supervisor:
                     waitables.append(p.process.sentinel)
                     if p.conn is not None:
                         waitables.append(p.conn)
-                ready = wait(waitables, timeout=_WAKE_S)  # type: ignore[arg-type]
+                ready = wait(waitables, timeout=self._wake_s)  # type: ignore[arg-type]
                 if self._closing:
                     break
                 for p in list(self._procs):
@@ -201,6 +232,7 @@ class Supervisor:
                 for p in list(self._procs):
                     if p.process.sentinel in ready:
                         self._on_exit(p)
+                self._check_stalls()
                 self._balance()
         except Exception:
             log.exception("detok pool supervisor crashed; stopping the pool")
@@ -211,6 +243,7 @@ class Supervisor:
             self._terminate_all()
             if self._events is not None:
                 self._events.close(linger=100)  # news nobody took by now is dropped, not waited on
+            self._security.close()
             self._ctx.term()
 
     def _on_message(self, p: _Proc) -> None:
@@ -221,6 +254,12 @@ class Supervisor:
             p.conn.close()
             p.conn = None  # the process is gone or going: its sentinel tells the rest
             return
+        p.last_seen = time.monotonic()
+        if p.stalled:
+            self._set_stalled(p, False)
+            log.warning("worker process %d shows life again after a stall", p.pid)
+        if isinstance(msg, protocol.WorkerHeartbeat):
+            return
         if isinstance(msg, protocol.WorkerLoaded):
             log.info("worker process %d loaded the tokenizer in %.2f s (%s)", msg.pid, msg.load_seconds, msg.strategy)
             p.state = "spare"
@@ -229,6 +268,7 @@ class Supervisor:
             with self._lock:
                 slot = self._slots[msg.worker]
                 p.state = "serving"
+                slot.listening = unmapped(msg.endpoint)
                 slot.endpoint = connectable(msg.endpoint)  # a tcp wildcard port is now fixed
                 if slot.died_at:
                     self._status.restart_seconds.append(time.monotonic() - slot.died_at)
@@ -248,7 +288,9 @@ class Supervisor:
 
     def _on_exit(self, p: _Proc) -> None:
         p.process.join(1.0)  # the sentinel fires as the process exits, a moment before it is reapable
-        cause = _exit_cause(p.process.exitcode)
+        cause = p.kill_cause or _exit_cause(p.process.exitcode)
+        if p.stalled:
+            self._set_stalled(p, False)
         self._procs.remove(p)
         if p.conn is not None:
             p.conn.close()
@@ -274,6 +316,37 @@ class Supervisor:
             self._lock.notify_all()
         self._event(protocol.WorkerEvent(slot.index, "died", p.pid, slot.generation, message))
 
+    def _check_stalls(self) -> None:
+        """Report (and, if configured, kill) slot processes silent for longer than the bound."""
+        now = time.monotonic()
+        for p in self._procs:
+            if p.slot is None or p.stalled or p.state not in ("assigned", "serving"):
+                continue
+            silent = now - p.last_seen
+            if silent <= self._stall_timeout_s:
+                continue
+            self._set_stalled(p, True)
+            if not self._replace_stalled:
+                log.error("detok worker %d (pid %d) stalled: no heartbeat for %.1f s", p.slot, p.pid, silent)
+                continue
+            p.kill_cause = f"stalled (no heartbeat for {silent:.1f} s) and was killed with SIGKILL"
+            log.error("detok worker %d (pid %d) %s", p.slot, p.pid, p.kill_cause)
+            with self._lock:
+                self._status.stall_replacements += 1
+            if self._metrics is not None:
+                self._metrics.replaced(p.slot)
+            try:
+                os.kill(p.pid, signal.SIGKILL)  # its sentinel then takes the usual death path
+            except ProcessLookupError:
+                pass
+
+    def _set_stalled(self, p: _Proc, stalled: bool) -> None:
+        with self._lock:
+            p.stalled = stalled
+            self._lock.notify_all()
+        if self._metrics is not None and p.slot is not None:
+            self._metrics.stalled(p.slot, stalled)
+
     def _balance(self) -> None:
         """Give every empty slot a loaded spare, and keep enough processes loading."""
         spares = [p for p in self._procs if p.state == "spare"]
@@ -297,6 +370,7 @@ class Supervisor:
             slot.proc = p
             p.slot = slot.index
             p.state = "assigned"
+            p.last_seen = time.monotonic()
         msg = protocol.AssignSlot(slot.index, slot.endpoint, slot.generation, slot.cause, slot.died_wall)
         try:
             p.conn.send_bytes(self._encoder.encode(msg))
@@ -353,6 +427,15 @@ class Supervisor:
             for s in self._slots:
                 s.proc = None
             self._lock.notify_all()
+
+
+def _slot_info(s: _Slot) -> SlotInfo:
+    p = s.proc
+    serving = bool(p and p.state == "serving")
+    stalled = bool(p and p.stalled)
+    state = "stalled" if stalled else "serving" if serving else "starting"
+    return SlotInfo(s.index, s.endpoint, p.pid if p else None, serving and not stalled, s.generation, stalled, state,
+                    s.listening)
 
 
 def _exit_cause(exitcode: int | None) -> str:

@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--workers-endpoints", required=True, help="comma-separated worker endpoints, in shard order")
     run.add_argument("--notify-endpoint", required=True, help="where workers send stop notices (the stub binds it)")
     run.add_argument("--requests-endpoint", required=True, help="where frontends send requests (the stub binds it)")
+    run.add_argument("--keys", default=None, metavar="DIR",
+                     help="the deployment's CURVE keys (detok keygen DIR), needed for tcp endpoints")
+    run.add_argument("--insecure", action="store_true", help="allow tcp endpoints without keys")
     headless = sub.add_parser("headless", help="drive a new pool with synthetic requests and report throughput")
     _policy_args(headless, 0.0)
     headless.add_argument("--workers", type=int, default=2, help="detok worker processes")
@@ -56,9 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     policy = StepPolicy(args.step_ms / 1000.0, args.max_batch, args.tokens_per_step)
     if args.command == "run":
+        from detok.security import CurveKeys, InsecureTransportError, KeyFileError, SocketSecurity
         from scheduler_stub.process import PoolEndpoints, StubConfig, run_standalone
 
-        cfg = StubConfig(_tokenizer(args.tokenizer), args.requests_endpoint, args.workload, policy)
+        try:
+            keys = CurveKeys.load(args.keys) if args.keys else None
+            security = SocketSecurity(keys, args.insecure)
+            for endpoint in (args.requests_endpoint, args.notify_endpoint, *args.workers_endpoints.split(",")):
+                security.check(endpoint)
+        except (InsecureTransportError, KeyFileError) as e:
+            print(f"scheduler stub: {e}", file=sys.stderr)
+            return 2
+        cfg = StubConfig(_tokenizer(args.tokenizer), args.requests_endpoint, args.workload, policy,
+                         keys=keys, insecure=args.insecure)
         return run_standalone(cfg, PoolEndpoints(args.workers_endpoints.split(","), args.notify_endpoint))
     from scheduler_stub.headless import HeadlessConfig, run_headless
 

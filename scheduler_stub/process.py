@@ -18,6 +18,7 @@ import msgspec
 import zmq
 
 from detok.client import SchedulerClient
+from detok.security import CurveKeys, SocketSecurity
 from detok.worker.lifecycle import StopFlag, die_with_parent, install_signal_handlers
 from scheduler_stub.stub import RequestInbox, SchedulerStub, StepPolicy, run_loop
 from scheduler_stub.workload import Workload, make_workload
@@ -34,6 +35,8 @@ class StubConfig:
     end_probability: float = 0.0  # random workload: chance of EOS per token
     log_level: str = "WARNING"
     parent_pid: int = 0
+    keys: CurveKeys | None = None  # deployment keys for tcp endpoints (detok.security)
+    insecure: bool = False  # tcp without keys, explicitly
 
 
 class PoolEndpoints(msgspec.Struct):
@@ -82,10 +85,11 @@ def child_main(cfg: StubConfig, conn: Connection) -> None:
     except (EOFError, OSError):
         return  # the parent gave up before the pool was ready
     ctx = zmq.Context()
-    client = SchedulerClient(endpoints.workers, endpoints.notify, context=ctx)
+    client = SchedulerClient(endpoints.workers, endpoints.notify, context=ctx, keys=cfg.keys, insecure=cfg.insecure)
     try:
-        inbox = RequestInbox(ctx, endpoints.requests or cfg.requests_endpoint)
-    except zmq.ZMQError as e:
+        inbox = RequestInbox(ctx, endpoints.requests or cfg.requests_endpoint,
+                             security=SocketSecurity(cfg.keys, cfg.insecure))
+    except (zmq.ZMQError, ValueError) as e:
         conn.send_bytes(encode(StubFailed(f"cannot bind {endpoints.requests or cfg.requests_endpoint}: {e}")))
         client.close()
         ctx.term()
@@ -123,8 +127,8 @@ def run_standalone(cfg: StubConfig, endpoints: PoolEndpoints) -> int:
     install_signal_handlers(stop, handle_sigint=True)
     workload, eos_ids = load_workload(cfg)
     ctx = zmq.Context()
-    client = SchedulerClient(endpoints.workers, endpoints.notify, context=ctx)
-    inbox = RequestInbox(ctx, cfg.requests_endpoint)
+    client = SchedulerClient(endpoints.workers, endpoints.notify, context=ctx, keys=cfg.keys, insecure=cfg.insecure)
+    inbox = RequestInbox(ctx, cfg.requests_endpoint, security=SocketSecurity(cfg.keys, cfg.insecure))
     print(f"scheduler stub: frontends send requests to {inbox.endpoint}", flush=True)
     stub = SchedulerStub(client, workload, eos_ids, cfg.policy)
     try:

@@ -6,6 +6,10 @@ Each step: take frontend messages (GenerateRequest, Abort), take the client's st
 registration goes with this step), draw `tokens_per_step` tokens for every running request, end
 those that hit EOS / a stop token / max_tokens, send the step. Requests are served first come,
 first served; a worker whose queue is full holds admission back until it drains.
+
+Nothing a frontend sends stops the loop: a request the stub cannot run (`validation.py`) is
+finished with an error at its frontend, and an unexpected error while handling one message or one
+request's tokens fails that request only (and is logged).
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ import zmq
 from detok import protocol
 from detok.client import SchedulerClient
 from detok.protocol import Abort, EndRequest, GenerateRequest
+from detok.security import SocketSecurity
 from scheduler_stub.generation import RequestGeneration
 from scheduler_stub.logprobs import step_logprobs
+from scheduler_stub.validation import request_error, rid_error
 from scheduler_stub.workload import Workload
 
 log = logging.getLogger("scheduler_stub")
@@ -55,6 +61,7 @@ class StubStats:
     aborted: int = 0
     stopped_by_workers: int = 0
     held_back_steps: int = 0  # steps that admitted nothing because a worker queue was full
+    rejected: int = 0  # requests finished with an error by the stub (invalid, or failed while running)
 
 
 class SchedulerStub:
@@ -78,6 +85,10 @@ class SchedulerStub:
 
     # ---- requests in ------------------------------------------------------------------------------
     def submit(self, request: GenerateRequest) -> None:
+        error = request_error(request)
+        if error is not None:
+            self.reject(request.rid, request.reply_to, f"the scheduler rejected the request: {error}")
+            return
         if request.rid in self.running or request.rid in self._waiting_rids:
             log.warning("ignoring a second request with rid %d", request.rid)
             return
@@ -96,10 +107,26 @@ class SchedulerStub:
             self._count_finished(aborted=True)  # never registered: nothing to tell the worker
 
     def handle(self, message: GenerateRequest | Abort) -> None:
-        if isinstance(message, GenerateRequest):
-            self.submit(message)
-        else:
-            self.abort(message.rid)
+        try:
+            if isinstance(message, GenerateRequest):
+                self.submit(message)
+            elif rid_error(message.rid) is None:
+                self.abort(message.rid)
+        except Exception as e:  # noqa: BLE001 - one message must never stop the scheduler
+            log.exception("scheduler stub: handling a %s failed", type(message).__name__)
+            if isinstance(message, GenerateRequest):
+                self._waiting_rids.discard(message.rid)
+                self.reject(message.rid, message.reply_to, f"the scheduler failed the request: {type(e).__name__}: {e}")
+
+    def reject(self, rid: int, reply_to: str, message: str) -> None:
+        """Finish a request with an error at its frontend (best effort: a rid or endpoint that
+        cannot even travel on the wire is only logged)."""
+        self.stats.rejected += 1
+        log.warning("rid %s: %s", rid, message)
+        try:
+            self.client.fail(rid, message, reply_to)
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not tell the frontend of rid %s: %s", rid, e)
 
     @property
     def idle(self) -> bool:
@@ -124,8 +151,13 @@ class SchedulerStub:
         tokens: list[int] = []
         ends: list[EndRequest] = []
         per_step = self.policy.tokens_per_step
+        failed: list[tuple[int, Exception]] = []
         for rid, gen in self.running.items():
-            got, end = gen.next_tokens(per_step)
+            try:
+                got, end = gen.next_tokens(per_step)
+            except Exception as e:  # noqa: BLE001 - this request's error, not the step's
+                failed.append((rid, e))
+                continue
             if got:
                 rids.append(rid)
                 starts.append(gen.generated - len(got))  # index of got[0] in the output
@@ -140,6 +172,10 @@ class SchedulerStub:
             del self.running[end.rid]
             self._logprobs.pop(end.rid, None)
             self._count_finished()
+        for rid, e in failed:
+            gen = self.running.pop(rid)
+            self._count_finished()
+            self.reject(rid, gen.request.reply_to, f"the scheduler failed the request: {type(e).__name__}: {e}")
         self._full_workers = self.client.send_step(
             rids, tokens, None if per_step == 1 else counts, starts=starts, ends=ends, logprobs=logprobs
         )
@@ -170,11 +206,19 @@ class SchedulerStub:
 class RequestInbox:
     """The PULL socket frontends send GenerateRequest / Abort to (bound by the scheduler)."""
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, hwm: int = 100_000) -> None:
+    def __init__(self, ctx: zmq.Context, endpoint: str, hwm: int = 100_000, security: SocketSecurity | None = None) -> None:
+        """`security`: CURVE keys for a tcp endpoint (a tcp endpoint without them is refused
+        unless it is explicitly insecure; see detok.security)."""
         from detok.endpoints import bound_endpoint, connectable, make_socket
 
+        self.security = security or SocketSecurity()
+        self.security.check(endpoint)
         self.socket = make_socket(ctx, zmq.PULL, hwm=hwm)
-        self.socket.bind(endpoint)
+        try:
+            self.security.bind(self.socket, endpoint)
+        except zmq.ZMQError:
+            self.close()
+            raise
         self.endpoint = connectable(bound_endpoint(self.socket))
         self._decoder = protocol.scheduler_request_decoder()
         self.malformed = 0
@@ -198,6 +242,7 @@ class RequestInbox:
 
     def close(self) -> None:
         self.socket.close()
+        self.security.close()
 
 
 def run_loop(stub: SchedulerStub, inbox: RequestInbox, should_stop: Callable[[], bool]) -> None:
@@ -216,6 +261,9 @@ def run_loop(stub: SchedulerStub, inbox: RequestInbox, should_stop: Callable[[],
             # wait for the step time, but take frontend messages (aborts) as they come
             inbox.socket.poll(max(1, int((next_step - now) * 1000)))
             continue
-        stub.step()
+        try:
+            stub.step()
+        except Exception:  # a step's own failure (e.g. a socket error) is logged; the loop goes on
+            log.exception("scheduler stub: a step failed")
         # a step that ran late does not make the next ones come faster (no catch-up bursts)
         next_step = max(next_step + interval, time.monotonic())

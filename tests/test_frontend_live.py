@@ -279,6 +279,50 @@ def test_n_choices_streamed_equal_non_streamed_and_fit_the_sdk_types(client, kin
     assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens  # counted once
 
 
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_logprobs_streamed_equal_non_streamed_and_fit_the_sdk_types(client, kind):
+    """Logprobs (made in the workers, formatted here) with n=2: every token of each choice has an
+    entry, the streamed chunks' entries concatenated equal the body's, the SDK's types accept
+    them, and the tokens' bytes rebuild the text."""
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    kw = {"n": 2, "seed": 9, "max_tokens": 30}
+    if kind == "chat":
+        kw |= {"logprobs": True, "top_logprobs": 3}
+        whole = _chat(client, **kw)
+        _, _, chunks = _stream_chat(client, stream_options={"include_usage": True}, **kw)
+        ChatCompletion.model_validate(whole.model_dump())
+        for c in chunks:
+            ChatCompletionChunk.model_validate(c.model_dump())
+        body = {c.index: [e.model_dump() for e in c.logprobs.content] for c in whole.choices}
+        streamed = {i: [e.model_dump() for c in chunks if c.choices and c.choices[0].index == i and c.choices[0].logprobs
+                        for e in c.choices[0].logprobs.content] for i in (0, 1)}
+        for c in whole.choices:
+            entries = body[c.index]
+            assert all(len(e["top_logprobs"]) == 3 and e["top_logprobs"][0]["token"] == e["token"] for e in entries)
+            # one entry per output token (a hidden end-of-sequence token's entry adds no text)
+            text = b"".join(bytes(e["bytes"]) for e in entries).decode("utf-8", "replace")
+            assert text.startswith(c.message.content)
+            if c.finish_reason == "length":
+                assert len(entries) == 30 and text == c.message.content
+    else:
+        kw |= {"logprobs": 2}
+        whole = _complete(client, **kw)
+        _, _, chunks = _stream_completion(client, stream_options={"include_usage": True}, **kw)
+        for c in [whole, *(c for c in chunks if not c.choices or c.choices[0].finish_reason)]:
+            Completion.model_validate(c.model_dump())
+        body = {c.index: c.logprobs.model_dump() for c in whole.choices}
+        streamed = {}
+        for i in (0, 1):
+            parts = [c.choices[0].logprobs for c in chunks if c.choices and c.choices[0].index == i and c.choices[0].logprobs]
+            streamed[i] = {key: [x for p in parts for x in getattr(p, key)] for key in body[i]}
+        for c in whole.choices:
+            assert len(c.logprobs.tokens) == len(c.logprobs.text_offset) == len(c.logprobs.top_logprobs)
+            assert all(len(top) <= 3 for top in c.logprobs.top_logprobs)
+    assert streamed == body and body[0] != body[1]
+
+
 def test_nulls_are_not_given(client):
     nulls = {k: None for k in ("n", "stream", "min_tokens", "ignore_eos", "logprobs", "echo", "stop", "seed",
                                "include_stop_str_in_output", "skip_special_tokens", "stop_token_ids", "user")}
@@ -347,7 +391,7 @@ def test_non_streaming_disconnect_aborts(server):
         ({"stop": [""]}, "stop"),
         ({"extra_body": {"min_tokens": 10}, "max_tokens": 5}, "min_tokens"),
         ({"extra_body": {"stop_token_ids": [10**9]}}, "stop_token_ids"),
-        ({"logprobs": 3}, "logprobs"),
+        ({"logprobs": 6}, "logprobs"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
     ],
 )

@@ -42,9 +42,9 @@ def _stop(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, err
 
 
-def _serve_some(tok, workers: list[str], notify: str | None, first_rid: int) -> None:
-    rx = DeltaReceiver("tcp://127.0.0.1:*")
-    client = SchedulerClient(workers, notify)
+def _serve_some(tok, workers: list[str], notify: str | None, first_rid: int, keys: Path) -> None:
+    rx = DeltaReceiver("tcp://127.0.0.1:*", keys=keys)
+    client = SchedulerClient(workers, notify, keys=keys)
     try:
         requests = workload(tok, 30, 10, seed=first_rid, first_rid=first_rid)
         got = Collected(rx, [r.rid for r in requests])
@@ -60,15 +60,48 @@ def test_parser_has_the_subcommands() -> None:
     parser = build_parser()
     assert parser.parse_args(["pool", "--tokenizer", "x"]).workers == 2
     assert parser.parse_args(["worker", "--tokenizer", "x", "--bind", "tcp://*:1"]).index == 0
+    assert parser.parse_args(["keygen", "d"]).dir == "d"
 
 
-def test_detok_pool_prints_endpoints_and_serves_an_external_scheduler() -> None:
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> Path:
+    """`detok keygen DIR`: the public key and the secret key (0600)."""
+    path = tmp_path_factory.mktemp("keys") / "deploy"
+    done = subprocess.run([sys.executable, "-m", "detok.cli", "keygen", str(path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (path / "detok.key_secret").stat().st_mode & 0o777 == 0o600
+    assert path.stat().st_mode & 0o777 == 0o700
+    again = subprocess.run([sys.executable, "-m", "detok.cli", "keygen", str(path)], cwd=REPO, capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 1 and "already exist" in again.stderr  # never overwritten silently
+    return path
+
+
+def test_tcp_without_keys_is_refused(keys: Path) -> None:
+    for args in (("pool", "--transport", "tcp"), ("worker", "--bind", "tcp://127.0.0.1:1")):
+        done = subprocess.run([sys.executable, "-m", "detok.cli", *args, "--tokenizer", str(hf_qwen2_dir())],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0 and "need CURVE keys" in done.stderr, done.stderr
+    leaked = keys.parent / "leaky"
+    leaked.mkdir()
+    (leaked / "detok.key_secret").write_bytes((keys / "detok.key_secret").read_bytes())
+    (leaked / "detok.key_secret").chmod(0o644)
+    done = subprocess.run([sys.executable, "-m", "detok.cli", "worker", "--bind", "tcp://127.0.0.1:1", "--keys",
+                           str(leaked), "--tokenizer", str(hf_qwen2_dir())], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode != 0 and "accessible by other users" in done.stderr
+
+
+def test_detok_pool_prints_endpoints_and_serves_an_external_scheduler(keys: Path) -> None:
     tok = detok.load_tokenizer(hf_qwen2_dir())
-    proc = _detok("pool", "--tokenizer", str(hf_qwen2_dir()), "--workers", "2", "--transport", "tcp", "--no-spare")
+    proc = _detok("pool", "--tokenizer", str(hf_qwen2_dir()), "--workers", "2", "--transport", "tcp", "--no-spare",
+                  "--keys", str(keys), "--host", "0.0.0.0")
     try:
         info = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
         assert len(info["workers"]) == 2 and all(e.startswith("tcp://127.0.0.1:") for e in info["workers"])
-        _serve_some(tok, info["workers"], info["notify"], 30_000)
+        assert [e.replace("0.0.0.0", "127.0.0.1") for e in info["listening"]] == info["workers"]
+        _serve_some(tok, info["workers"], info["notify"], 30_000, keys)
         pids = info["pids"]
     finally:
         code, err = _stop(proc)
@@ -79,15 +112,17 @@ def test_detok_pool_prints_endpoints_and_serves_an_external_scheduler() -> None:
             os.kill(pid, 0)
 
 
-def test_detok_worker_standalone_over_tcp() -> None:
+def test_detok_worker_standalone_over_tcp(keys: Path) -> None:
+    """The banner names the address the socket listens on (0.0.0.0 here, not 127.0.0.1)."""
     tok = detok.load_tokenizer(hf_qwen2_dir())
-    bind = tcp_endpoint("127.0.0.1", _free_port("127.0.0.1"))
+    port = _free_port("127.0.0.1")
     notify = tcp_endpoint("127.0.0.1", _free_port("127.0.0.1"))
-    proc = _detok("worker", "--tokenizer", str(hf_qwen2_dir()), "--bind", bind, "--notify", notify)
+    proc = _detok("worker", "--tokenizer", str(hf_qwen2_dir()), "--bind", f"tcp://0.0.0.0:{port}", "--notify", notify,
+                  "--keys", str(keys))
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
-        assert "serving" in line and bind in line
-        _serve_some(tok, [bind], notify, 31_000)
+        assert f"listening on tcp://0.0.0.0:{port} (CURVE)" in line, line
+        _serve_some(tok, [tcp_endpoint("127.0.0.1", port)], notify, 31_000, keys)
     finally:
         code, err = _stop(proc)
     assert code == 0, err

@@ -19,6 +19,7 @@ from detok import pool as pool_module
 from detok.endpoints import IpcDir
 from detok.pool import DetokPool, PoolStartError
 from detok.receiver import DeltaReceiver
+from detok.security import CurveKeys, InsecureTransportError
 from tests.pool_helpers import Collected, drive, reference, workload
 from tests.tokenizers_available import hf_qwen2_dir
 
@@ -102,11 +103,17 @@ def test_a_tokenizer_that_does_not_load_fails_the_start_cleanly(tmp_path: Path, 
 
 
 def test_tcp_endpoints() -> None:
+    """tcp takes the deployment's CURVE keys (or an explicit insecure=True)."""
     tok = detok.load_tokenizer(hf_qwen2_dir())
-    with DetokPool(hf_qwen2_dir(), workers=1, transport="tcp", spare=False) as pool:
+    with pytest.raises(InsecureTransportError):
+        DetokPool(hf_qwen2_dir(), workers=1, transport="tcp", spare=False)
+    keys = CurveKeys.generate()
+    with DetokPool(hf_qwen2_dir(), workers=1, transport="tcp", spare=False, keys=keys) as pool:
         assert pool.endpoints[0].startswith("tcp://127.0.0.1:") and not pool.endpoints[0].endswith("*")
         assert pool.notify_endpoint.startswith("tcp://127.0.0.1:")
-        rx = DeltaReceiver("tcp://127.0.0.1:*")
+        with pytest.raises(InsecureTransportError):
+            DeltaReceiver("tcp://127.0.0.1:*")
+        rx = DeltaReceiver("tcp://127.0.0.1:*", keys=keys)
         client = pool.client()
         try:
             assert rx.endpoint.startswith("tcp://127.0.0.1:")

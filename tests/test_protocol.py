@@ -43,6 +43,7 @@ def _batch() -> p.DetokBatch:
         (p.WorkerLoaded(10, "bytes", 0.5), p.supervisor_inbound_decoder),
         (p.WorkerReady(0, 10, "tcp://127.0.0.1:5555"), p.supervisor_inbound_decoder),
         (p.WorkerStartFailed(10, "TokenizerLoadError: nope"), p.supervisor_inbound_decoder),
+        (p.WorkerHeartbeat(10), p.supervisor_inbound_decoder),
         (p.AssignSlot(0, "ipc:///w0", 2, "killed"), p.supervisor_command_decoder),
         (p.StopWorker(), p.supervisor_command_decoder),
     ],

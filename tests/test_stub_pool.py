@@ -18,6 +18,7 @@ import zmq
 from detok.pool import DetokPool
 from detok.protocol import Abort, GenerateRequest, new_encoder
 from detok.receiver import DeltaReceiver
+from detok.security import SocketSecurity, generate_keys
 from detok.stream.params import DecodeParams
 from detok.tokenizer.factory import load_tokenizer
 from scheduler_stub.generation import RequestGeneration
@@ -53,7 +54,7 @@ class _Stack:
         self.ctx = zmq.Context()
         self.client = pool.client(context=self.ctx)
         self.stub = SchedulerStub(self.client, workload, tok.eos_token_ids, policy)
-        self.inbox = RequestInbox(self.ctx, "tcp://127.0.0.1:*")
+        self.inbox = RequestInbox(self.ctx, pool.receiver_endpoint("stub-inbox"))
         self.receiver = DeltaReceiver()
         self.push = self.ctx.socket(zmq.PUSH)
         self.push.connect(self.inbox.endpoint)
@@ -197,24 +198,28 @@ def test_corpus_end_marker_is_not_a_token(tok, workload):
     assert END not in _expected_ids(tok, workload, GenerateRequest(5, [5], DecodeParams(), 3000, "x", 0))
 
 
-def test_standalone_stub_process_next_to_a_pool(pool, tok, workload):
-    """`python -m scheduler_stub run`: frontends reach it over tcp; SIGTERM stops it cleanly."""
+def test_standalone_stub_process_next_to_a_pool(pool, tok, workload, tmp_path):
+    """`python -m scheduler_stub run`: frontends reach it over tcp (CURVE keys); SIGTERM stops it
+    cleanly. Without keys (and without --insecure) it refuses a tcp endpoint."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     endpoint = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "scheduler_stub", "run", "--tokenizer", GPT2, "--step-ms", "2",
-         "--workers-endpoints", ",".join(pool.endpoints), "--notify-endpoint", pool.notify_endpoint,
-         "--requests-endpoint", endpoint],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    args = [sys.executable, "-m", "scheduler_stub", "run", "--tokenizer", GPT2, "--step-ms", "2",
+            "--workers-endpoints", ",".join(pool.endpoints), "--notify-endpoint", pool.notify_endpoint,
+            "--requests-endpoint", endpoint]
+    refused = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "need CURVE keys" in refused.stderr
+    generate_keys(tmp_path / "keys")
+    proc = subprocess.Popen([*args, "--keys", str(tmp_path / "keys")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
     ctx = zmq.Context()
     receiver = DeltaReceiver()
     push = ctx.socket(zmq.PUSH)
+    security = SocketSecurity(tmp_path / "keys")
     try:
         assert "frontends send requests to" in proc.stdout.readline()
-        push.connect(endpoint)
+        security.connect(push, endpoint)
         request = GenerateRequest(9, [4, 2], DecodeParams(), 12, receiver.endpoint, 5)
         stream = receiver.open(9)
         push.send(new_encoder().encode(request))

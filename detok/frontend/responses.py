@@ -5,9 +5,10 @@ Both are built from the same deltas by the same per-choice state (`ChoiceState`)
 always equals non-streamed text, choice by choice. Latency (time to first token, inter-token
 latency, end-to-end) is timed here, where the frontend actually sees text arrive.
 
-Logprobs slot in per choice: `ChoiceState.logprobs(delta)` returns what a streamed chunk carries
-and `ChoiceState.body_logprobs()` what the non-streamed choice carries (both None until the lead
-wires `detok.frontend.logprobs_format` in).
+Logprobs, per choice: `ChoiceState.logprobs(delta)` formats the entries a delta carries (the
+workers made the token strings; `detok.frontend.logprobs_format` only shapes them) for a streamed
+chunk, and the non-streamed choice carries the same objects joined (`body_logprobs()`), so a body
+equals its chunks concatenated.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ import msgspec
 from detok.frontend import sse
 from detok.frontend.errors import RequestError, error_json
 from detok.frontend.latency import LatencyRecorder, RequestTimer
+from detok.frontend.logprobs_format import (
+    ChatLogprobs,
+    CompletionLogprobs,
+    CompletionOffsets,
+    chat_logprobs,
+    completion_logprobs,
+)
 from detok.frontend.openai_types import (
     ChatChoice,
     ChatChunkChoice,
@@ -58,13 +66,16 @@ class ResponseContext:
 
 
 class ChoiceState:
-    """One choice's progress: its text (non-streamed), finish, tokens and clock."""
+    """One choice's progress: its text (non-streamed), logprobs, finish, tokens and clock."""
 
-    __slots__ = ("finish", "index", "logprob_parts", "num_tokens", "parts", "timer")
+    __slots__ = ("chat", "finish", "index", "k", "logprob_parts", "num_tokens", "offsets", "parts", "timer")
 
     def __init__(self, index: int, ctx: ResponseContext, recorder: LatencyRecorder | None) -> None:
         self.index = index
         self.parts: list[str] = [ctx.echo] if ctx.echo else []
+        self.chat = ctx.kind == "chat"
+        self.k = ctx.logprobs  # None: no logprobs asked for
+        self.offsets = CompletionOffsets(len(ctx.echo))  # completions' text_offset, chunk to chunk
         self.logprob_parts: list[Any] = []  # non-streamed: each delta's logprobs, for body_logprobs()
         self.finish: Finish | None = None
         self.num_tokens = 0
@@ -74,13 +85,27 @@ class ChoiceState:
         self.timer.finish(finish.reason)
         self.finish, self.num_tokens = finish, num_tokens or 0
 
-    def logprobs(self, delta: RequestDelta) -> Any:
-        """The `logprobs` object of a streamed chunk carrying `delta` (None: not asked for)."""
-        return None
+    def logprobs(self, delta: RequestDelta) -> ChatLogprobs | CompletionLogprobs | None:
+        """The `logprobs` object of a streamed chunk carrying `delta` (None: none to carry). A
+        delta may carry entries and no text (part of a character, a held stop-string prefix, the
+        hidden end-of-sequence token): they are sent all the same."""
+        entries = delta.logprobs
+        if self.k is None or entries is None or not len(entries):
+            return None
+        if self.chat:
+            return chat_logprobs(entries, self.k)
+        return completion_logprobs(entries, self.k, self.offsets)
 
-    def body_logprobs(self) -> Any:
-        """The `logprobs` object of the non-streamed choice, from `logprob_parts` (None: not asked for)."""
-        return None
+    def body_logprobs(self) -> ChatLogprobs | CompletionLogprobs | None:
+        """The `logprobs` object of the non-streamed choice: its chunks' objects joined."""
+        if self.k is None:
+            return None
+        if self.chat:
+            return ChatLogprobs([item for part in self.logprob_parts for item in part.content])
+        body = CompletionLogprobs([], [], [], [])
+        for part in self.logprob_parts:
+            body.extend(part)
+        return body
 
 
 def _error(finish: Finish) -> RequestError:

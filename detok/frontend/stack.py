@@ -1,9 +1,17 @@
 """The process tree behind `detok serve`: a detok worker pool and the scheduler stub, started
-together (their tokenizer loads overlap) and stopped together, leaving nothing behind.
+together (their tokenizer loads overlap), both supervised, and stopped together, leaving nothing
+behind.
 
-    this process (frontend + pool supervisor thread)
+    this process (frontend + pool supervisor thread + stub watcher thread)
      ├── detok worker 0 … N-1 (+ one loaded spare)     DetokPool
      └── scheduler stub                                 scheduler_stub.process.child_main
+
+Supervision of the stub: a thread waits on its process; if it dies it is started again (after
+`STUB_RESTART_BACKOFF_S[n]`, n = consecutive deaths within `_STUB_STABLE_S` of a start, so a
+crash loop backs off up to 5 s) on the same endpoints, so the
+frontend's sockets reconnect by themselves. The requests it was running are gone with it: each
+restart increments `scheduler_generation`, which tells the frontend to fail what it had in flight
+(the workers free those requests by their idle timeout). Workers are supervised by the pool.
 """
 
 from __future__ import annotations
@@ -16,17 +24,24 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from typing import Final, Literal
 
 import msgspec
 
 from detok.pool import DetokPool
+from detok.supervisor import STALL_TIMEOUT_S
 from detok.tokenizer.base import Tokenizer
 from scheduler_stub.process import PoolEndpoints, StubConfig, StubFailed, StubLoaded, StubReady, StubStatus, child_main
 from scheduler_stub.stub import StepPolicy
 
 log = logging.getLogger("detok.serve")
 
-_STUB_STOP_TIMEOUT_S = 5.0
+_STUB_STOP_TIMEOUT_S: Final = 5.0
+STUB_RESTART_BACKOFF_S: Final = (0.0, 0.5, 1.0, 2.0, 5.0)  # before the n-th consecutive quick restart
+_STUB_STABLE_S: Final = 30.0  # a stub that served this long resets the backoff
+_STUB_POLL_S: Final = 0.2
+
+StubState = Literal["starting", "up", "restarting", "closed"]
 
 
 class StackStartError(RuntimeError):
@@ -44,6 +59,8 @@ class StackConfig:
     metrics_dir: str | None = None
     log_level: str = "WARNING"
     start_timeout_s: float = 120.0
+    stall_timeout_s: float = STALL_TIMEOUT_S  # a worker silent this long is stalled (detok.supervisor)
+    replace_stalled: bool = True
 
 
 class Stack:
@@ -53,10 +70,15 @@ class Stack:
         self.tokenizer: Tokenizer | None = None
         self.requests_endpoint = ""
         self.receiver_endpoint = ""
+        self.scheduler_generation = 0  # 1 once the stub serves, +1 at each restart
+        self.stub_restarts = 0
         self._stub: BaseProcess | None = None
         self._stub_conn: Connection | None = None
+        self._stub_state: StubState = "starting"
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
         self._closed = False
-        self.scheduler_generation = 1  # stand-in: B's Stack counts stub restarts here
 
     # ---- start ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -74,22 +96,24 @@ class Stack:
                 metrics_dir=self.cfg.metrics_dir,
                 log_level=self.cfg.log_level,
                 start_timeout_s=self.cfg.start_timeout_s,
+                stall_timeout_s=self.cfg.stall_timeout_s,
+                replace_stalled=self.cfg.replace_stalled,
             )
         except Exception as e:
             raise StackStartError(str(e)) from None
         self.requests_endpoint = self.pool.receiver_endpoint("scheduler")
         self.receiver_endpoint = self.pool.receiver_endpoint("frontend")
-        self._expect_stub(StubLoaded, deadline)
-        assert self._stub_conn is not None
-        self._stub_conn.send_bytes(
-            msgspec.json.encode(PoolEndpoints(self.pool.endpoints, self.pool.notify_endpoint, self.requests_endpoint))
-        )
-        self._expect_stub(StubReady, deadline)
+        self._handshake(deadline)
         loader.join(max(0.0, deadline - time.monotonic()))
         result = loaded.get("tokenizer")
         if isinstance(result, BaseException) or result is None:
             raise StackStartError(f"the frontend could not load the tokenizer: {result or 'timed out'}")
         self.tokenizer = result
+        with self._lock:
+            self.scheduler_generation = 1
+            self._stub_state = "up"
+        self._watcher = threading.Thread(target=self._watch_stub, name="detok-stub-watch", daemon=True)
+        self._watcher.start()
 
     def _load_tokenizer(self, out: dict[str, Tokenizer | BaseException]) -> None:
         from detok.tokenizer.factory import load_tokenizer
@@ -109,10 +133,25 @@ class Stack:
             log_level=self.cfg.log_level,
             parent_pid=os.getpid(),
         )
-        self._stub = ctx.Process(target=child_main, args=(cfg, child_conn), name="detok-scheduler-stub", daemon=True)
-        self._stub.start()
+        stub = ctx.Process(target=child_main, args=(cfg, child_conn), name="detok-scheduler-stub", daemon=True)
+        with self._lock:
+            if self._stopping.is_set():
+                parent_conn.close()
+                child_conn.close()
+                raise StackStartError("the stack is closing")
+            stub.start()
+            self._stub, self._stub_conn = stub, parent_conn
         child_conn.close()
-        self._stub_conn = parent_conn
+
+    def _handshake(self, deadline: float) -> None:
+        """The stub loaded: give it the pool's endpoints and wait until it serves."""
+        assert self.pool is not None
+        self._expect_stub(StubLoaded, deadline)
+        assert self._stub_conn is not None
+        self._stub_conn.send_bytes(
+            msgspec.json.encode(PoolEndpoints(self.pool.endpoints, self.pool.notify_endpoint, self.requests_endpoint))
+        )
+        self._expect_stub(StubReady, deadline)
 
     def _expect_stub(self, kind: type, deadline: float) -> None:
         assert self._stub is not None and self._stub_conn is not None
@@ -121,7 +160,9 @@ class Stack:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise StackStartError(f"the scheduler stub did not start within {self.cfg.start_timeout_s:g} s")
-            if self._stub_conn.poll(min(left, 0.2)):
+            if self._stopping.is_set():
+                raise StackStartError("the stack is closing")
+            if self._stub_conn.poll(min(left, _STUB_POLL_S)):
                 try:
                     status = decoder.decode(self._stub_conn.recv_bytes())
                 except EOFError:
@@ -133,6 +174,53 @@ class Stack:
             elif not self._stub.is_alive():
                 raise StackStartError(f"the scheduler stub exited with code {self._stub.exitcode} while starting")
 
+    # ---- stub supervision -------------------------------------------------------------------------
+    def _watch_stub(self) -> None:
+        quick_deaths = 0
+        up_since = time.monotonic()
+        while not self._stopping.is_set():
+            stub = self._stub
+            assert stub is not None
+            stub.join(_STUB_POLL_S)
+            if stub.exitcode is None or self._stopping.is_set():
+                continue
+            quick_deaths = 0 if time.monotonic() - up_since >= _STUB_STABLE_S else quick_deaths + 1
+            with self._lock:
+                self._stub_state = "restarting"
+            log.error("the scheduler stub (pid %s) exited with code %s; restarting it", stub.pid, stub.exitcode)
+            self._retire_stub()
+            delay = STUB_RESTART_BACKOFF_S[min(quick_deaths, len(STUB_RESTART_BACKOFF_S) - 1)]
+            if self._stopping.wait(delay):
+                return
+            try:
+                self._spawn_stub()
+                self._handshake(time.monotonic() + self.cfg.start_timeout_s)
+            except StackStartError as e:
+                if self._stopping.is_set():
+                    return
+                log.error("the scheduler stub did not come back: %s", e)
+                self._kill_stub()  # so the next round sees a dead process and retries
+                up_since = time.monotonic()
+                continue
+            up_since = time.monotonic()
+            with self._lock:
+                self.scheduler_generation += 1
+                self.stub_restarts += 1
+                self._stub_state = "up"
+            log.warning("the scheduler stub is back (pid %s, generation %d)", self._stub.pid, self.scheduler_generation)
+
+    def _retire_stub(self) -> None:
+        if self._stub_conn is not None:
+            self._stub_conn.close()
+            self._stub_conn = None
+        if self._stub is not None:
+            self._stub.join(1.0)
+
+    def _kill_stub(self) -> None:
+        if self._stub is not None and self._stub.exitcode is None:
+            self._stub.kill()
+            self._stub.join(1.0)
+
     # ---- running --------------------------------------------------------------------------------
     @property
     def stub_pid(self) -> int | None:
@@ -141,20 +229,34 @@ class Stack:
     def pids(self) -> list[int]:
         """Every child process of the stack (workers, spare, stub)."""
         pids = self.pool.all_pids() if self.pool is not None else []
-        if self._stub is not None and self._stub.pid:
+        if self._stub is not None and self._stub.pid and self._stub.exitcode is None:
             pids.append(self._stub.pid)
         return pids
 
     def health(self) -> dict[str, bool]:
+        """"pool": every slot has a serving, non-stalled process; "scheduler": the stub serves."""
         pool_up = self.pool is not None and not self.pool.closed and all(s.serving for s in self.pool.slots())
-        stub_up = self._stub is not None and self._stub.exitcode is None
+        stub = self._stub
+        with self._lock:
+            stub_up = self._stub_state == "up" and stub is not None and stub.exitcode is None
         return {"pool": pool_up, "scheduler": stub_up}
 
     def health_detail(self) -> dict[str, object]:
-        """Stand-in for B's: each worker slot's state and the scheduler's."""
-        slots = self.pool.slots() if self.pool is not None and not self.pool.closed else []
-        workers = ["serving" if s.serving else "restarting" for s in slots]
-        return {"workers": workers, "scheduler": "serving" if self.health()["scheduler"] else "down"}
+        """Per-part state for /health (JSON-able)."""
+        stub = self._stub
+        with self._lock:
+            state = self._stub_state
+            if state == "up" and (stub is None or stub.exitcode is not None):
+                state = "restarting"  # died a moment ago; the watcher is about to notice
+            scheduler = {"state": state, "pid": stub.pid if stub is not None else None,
+                         "generation": self.scheduler_generation, "restarts": self.stub_restarts}
+        workers: list[dict[str, object]] = []
+        pool: dict[str, object] = {"workers": workers}
+        if self.pool is not None and not self.pool.closed:
+            workers.extend({"index": s.index, "state": s.state, "pid": s.pid, "generation": s.generation}
+                           for s in self.pool.slots())
+            pool.update(restarts=self.pool.restarts, stall_replacements=self.pool.stall_replacements)
+        return {"scheduler": scheduler, "pool": pool}
 
     # ---- stop -----------------------------------------------------------------------------------
     def close(self) -> None:
@@ -162,6 +264,11 @@ class Stack:
         if self._closed:
             return
         self._closed = True
+        with self._lock:
+            self._stopping.set()
+            self._stub_state = "closed"
+        if self._watcher is not None:
+            self._watcher.join(_STUB_STOP_TIMEOUT_S)
         if self._stub_conn is not None:
             self._stub_conn.close()  # the stub's parent-pipe watch stops its loop too
         if self._stub is not None:

@@ -19,9 +19,6 @@ from detok.tokenizer.base import Tokenizer
 from detok.tokenizer.chat import ChatTemplateError, template_content_format, template_variables
 
 _COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-# Logprobs are validated and carried in the job, but answered with a 400 until the workers send
-# them (issue 10, helper C2); this is the one switch.
-LOGPROBS_AVAILABLE = False
 # keys a client may not pass through chat_template_kwargs (vLLM refuses the same two)
 _RESERVED_TEMPLATE_KWARGS = frozenset({"chat_template", "tokenize"})
 
@@ -158,8 +155,6 @@ def _job(
     if logprobs is not None and echo:
         raise RequestError("echo: with logprobs, echo needs prompt logprobs, which this server does not implement",
                            "echo")
-    if logprobs is not None and not LOGPROBS_AVAILABLE:
-        raise RequestError("logprobs: logprobs are not available on this server yet", "logprobs")
     stream = bool(req.stream)
     return GenerationJob(
         prompt_ids=prompt_ids,

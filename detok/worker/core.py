@@ -31,6 +31,8 @@ from __future__ import annotations
 import logging
 import struct
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,14 +139,19 @@ class WorkerCore:
         idle_timeout_s: float = 300.0,
         counts: WorkerCounts | None = None,
         table: StreamTable | None = None,
+        admit_reply_to: Callable[[str], str | None] | None = None,
     ) -> None:
+        """`admit_reply_to(endpoint)`: None if a new registration's frontend can be served, else
+        why not (the request then finishes with that error, told to the scheduler only)."""
         self.tokenizer = tokenizer
+        self.admit_reply_to = admit_reply_to
         self.worker = worker
         self.idle_timeout_s = idle_timeout_s
         self.counts = counts if counts is not None else WorkerCounts()
         self.table = table if table is not None else warmed_table(tokenizer)
         self.live: dict[int, _Live] = {}
-        self._recently_finished: dict[int, float] = {}
+        # rid -> when it finished, oldest first: evicted and pruned from the front in O(1)
+        self._recently_finished: OrderedDict[int, float] = OrderedDict()
         self._frontends: dict[str, _Columns] = {}
         self._by_tag: dict[int, _Columns] = {}
         self._next_tag = 1  # tag 0: rows of unknown rids
@@ -245,6 +252,12 @@ class WorkerCore:
             self._finish_live(reg.rid, Finish("error", None, "conflicting duplicate registration of this rid"), notify=True)
             return
         self._recently_finished.pop(reg.rid, None)
+        refused = self.admit_reply_to(reg.reply_to) if self.admit_reply_to is not None else None
+        if refused is not None:
+            log.warning("worker %d: cannot serve rid %d: %s", self.worker, reg.rid, refused)
+            self._remember_finished(reg.rid)
+            self._notify(reg.rid, Finish("error", None, refused))
+            return
         out = self._columns_for(reg.reply_to)
         try:
             stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag)  # type: ignore[arg-type]
@@ -398,17 +411,18 @@ class WorkerCore:
     def _remember_finished(self, rid: int) -> None:
         memory = self._recently_finished
         memory[rid] = time.monotonic()
+        memory.move_to_end(rid)  # a rid finished again is the newest, keeping the order by time
         if len(memory) > _FINISHED_MEMORY_MAX:
-            del memory[next(iter(memory))]
+            memory.popitem(last=False)
 
     def _prune_finished(self, now: float) -> None:
         memory = self._recently_finished
         horizon = now - _FINISHED_MEMORY_S
         while memory:
-            rid = next(iter(memory))
-            if memory[rid] > horizon:
+            finished_at = next(iter(memory.values()))
+            if finished_at > horizon:
                 break
-            del memory[rid]
+            memory.popitem(last=False)
         # Frontends with nothing live and nothing pending are dropped (their socket too, by the caller).
         for reply_to in [k for k, c in self._frontends.items() if c.live == 0 and not c.pending]:
             del self._by_tag[self._frontends.pop(reply_to).tag]
@@ -427,6 +441,11 @@ class WorkerCore:
 
     def frontends(self) -> list[str]:
         return list(self._frontends)
+
+    def live_requests_of(self, reply_to: str) -> int:
+        """Live requests whose deltas go to this frontend endpoint."""
+        out = self._frontends.get(reply_to)
+        return out.live if out is not None else 0
 
 
 def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> StreamTable:

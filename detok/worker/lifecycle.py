@@ -90,6 +90,10 @@ class PipeWatch:
             self.parent_gone = True
             self._stop.set("supervisor pipe broken")
 
+    def wait_verdict(self, timeout: float) -> None:
+        """Wait (bounded) until the pipe said whether the pool is closing or gone."""
+        self.thread.join(timeout)
+
 
 def watch_parent_pipe(conn: Connection, stop: StopFlag) -> PipeWatch:
     """Start watching the supervisor pipe (see PipeWatch)."""

@@ -3,7 +3,16 @@
 Sockets: one PULL bound on the worker's input endpoint (DetokBatch / FailRequests from the
 scheduler client), one PUSH per frontend connected on first use (`Registration.reply_to`), one
 PUSH connected to the scheduler client's notice endpoint. Sends never block: a full peer queue
-drops the message and counts it (a stuck frontend must not stall everyone else's requests).
+drops the message and counts it (a stuck frontend must not stall everyone else's requests). tcp
+sockets use CURVE with the deployment keys (`detok.security`).
+
+Frontend sockets are bounded: at most `MAX_FRONTENDS` open at once, least recently used first to
+go, never one whose frontend has live requests; a registration naming a new frontend beyond that
+(or an endpoint that is malformed or cannot be connected) finishes that request with an error,
+reported to the scheduler in the StopNotice (its frontend cannot be reached).
+
+Under a pool, the main loop sends a heartbeat on the supervisor pipe every `HEARTBEAT_INTERVAL_S`,
+so the supervisor sees a stuck loop, not just a live process.
 
 Under a pool (`pool_child_main`) the process loads the tokenizer, reports `WorkerLoaded`, waits
 for an `AssignSlot` (a spare waits here until a slot dies), binds, reports `WorkerReady`.
@@ -19,15 +28,18 @@ import secrets
 import shutil
 import signal
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import zmq
 
 from detok import protocol
-from detok.endpoints import bound_endpoint, connectable, make_socket
+from detok.endpoints import bound_endpoint, connectable, endpoint_error, make_socket, unmapped
+from detok.security import CurveKeys, InsecureTransportError, SocketSecurity
 from detok.stream.table import StreamTable
 from detok.worker.core import MalformedBatch, Outputs, WorkerCore, warmed_table
 from detok.worker.status import StatusReporter
@@ -45,6 +57,13 @@ _POLL_MS = 100  # how soon a stop request or an idle sweep is noticed when no me
 _DRAIN_MAX = 256  # messages handled per poll wake-up before checking timers again
 _LOG_EVERY_S = 5.0  # rate limit for repeated warnings (malformed input, full peer queues)
 PROFILE_ENV = "DETOK_WORKER_PROFILE_DIR"  # set: each worker runs under cProfile and dumps its stats there
+# Frontend sockets open at once (each holds file descriptors; 1,100 crashed a worker with EMFILE).
+MAX_FRONTENDS: Final = 256
+_PARENT_EXIT_WAIT_S: Final = 2.0  # after a SIGTERM: how long to wait for the pipe to say whether the pool died
+HEARTBEAT_INTERVAL_S: Final = 0.5  # how often a serving pool worker's loop tells the supervisor it runs
+# A batch's queue lag is clamped to this: a sender's clock (or a NaN / infinite sent_at) must not
+# poison the histogram's sum.
+MAX_QUEUE_LAG_S: Final = 3600.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +79,8 @@ class WorkerConfig:
     parent_pid: int = 0  # 0: standalone, no parent to die with
     orphan_cleanup_dir: str | None = None  # the pool's ipc dir, removed if the pool died first
     handle_sigint: bool = False
+    keys: CurveKeys | None = None  # deployment keys for tcp sockets (detok.security)
+    insecure: bool = False  # tcp without keys, explicitly
 
 
 def serve(cfg: WorkerConfig, worker: int, endpoint: str) -> int:
@@ -71,14 +92,18 @@ def serve(cfg: WorkerConfig, worker: int, endpoint: str) -> int:
     log.warning("worker %d: tokenizer %s loaded in %.2f s", worker, cfg.tokenizer, seconds)
     runner = _Runner(cfg, tokenizer, worker, endpoint, stop)
     _freeze_heap()
-    print(f"detok worker {worker} serving {runner.endpoint}", flush=True)
+    security = "CURVE" if cfg.keys is not None and runner.bound.startswith("tcp://") else (
+        "INSECURE: no keys" if runner.bound.startswith("tcp://") else "ipc")
+    print(f"detok worker {worker} listening on {runner.bound} ({security})", flush=True)
     return runner.run()
 
 
 def pool_child_main(cfg: WorkerConfig, conn: Connection) -> None:
     """Entry point of a pool's worker process (multiprocessing spawn target)."""
-    _setup_process(cfg)
+    # First: a process spawned just as the pool died must exit before it creates anything (the
+    # metrics directory) inside the pool's ipc directory, which a sibling may be removing.
     die_with_parent(cfg.parent_pid)
+    _setup_process(cfg)
     stop = StopFlag()
     # Until it serves, the process holds nothing: SIGTERM keeps its default action (exit now, even
     # in the middle of a tokenizer load). Ctrl-C is the parent's to handle.
@@ -105,17 +130,33 @@ def pool_child_main(cfg: WorkerConfig, conn: Connection) -> None:
         return  # the pool closed (or died) while this process was a spare
     install_signal_handlers(stop, handle_sigint=cfg.handle_sigint)  # from now on SIGTERM drains
     try:
-        runner = _Runner(cfg, tokenizer, assignment.worker, assignment.endpoint, stop, assignment, table)
+        runner = _Runner(cfg, tokenizer, assignment.worker, assignment.endpoint, stop, assignment, table,
+                         heartbeat=_heartbeat_sender(conn, encoder.encode(protocol.WorkerHeartbeat(pid))))
     except Exception as e:  # noqa: BLE001 - whatever it is, the supervisor must hear of it
         report(protocol.WorkerStartFailed(pid, f"{type(e).__name__}: {e}"))
         raise SystemExit(1) from None
-    report(protocol.WorkerReady(assignment.worker, pid, runner.endpoint))
+    report(protocol.WorkerReady(assignment.worker, pid, runner.bound))
     watch = watch_parent_pipe(conn, stop)
     code = runner.run()
+    if cfg.orphan_cleanup_dir and not watch.pool_closing:
+        # The kernel's parent-death SIGTERM comes as the pool's spawning thread exits, a moment
+        # before the pool process is gone (its pipe closes, this process is re-parented): wait for
+        # that verdict, else a dying pool would leave its ipc directory behind.
+        watch.wait_verdict(_PARENT_EXIT_WAIT_S)
     if cfg.orphan_cleanup_dir and not watch.pool_closing and (watch.parent_gone or orphaned(cfg.parent_pid)):
         # The pool died without closing: the last of its workers out removes its ipc files.
         shutil.rmtree(cfg.orphan_cleanup_dir, ignore_errors=True)
     raise SystemExit(code)
+
+
+def _heartbeat_sender(conn: Connection, beat: bytes) -> Callable[[], None]:
+    def send() -> None:
+        try:
+            conn.send_bytes(beat)
+        except OSError:
+            pass  # the pool is gone: the pipe watch stops the loop
+
+    return send
 
 
 def _wait_assignment(conn: Connection, stop: StopFlag) -> protocol.AssignSlot | None:
@@ -168,17 +209,21 @@ class _Runner:
         stop: StopFlag,
         assignment: protocol.AssignSlot | None = None,
         table: StreamTable | None = None,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         from detok.metrics import WorkerMetrics
 
         self.cfg = cfg
         self.worker = worker
         self.stop = stop
+        self.heartbeat = heartbeat
+        self.security = SocketSecurity(cfg.keys, cfg.insecure)
         self.metrics = WorkerMetrics(worker) if cfg.metrics_dir else None
         if self.metrics is not None and assignment is not None and assignment.generation > 1:
             self.metrics.restarted()
         counts = self.metrics.counts if self.metrics is not None else None
-        self.core = WorkerCore(tokenizer, worker, idle_timeout_s=cfg.idle_timeout_s, counts=counts, table=table)
+        self.core = WorkerCore(tokenizer, worker, idle_timeout_s=cfg.idle_timeout_s, counts=counts, table=table,
+                               admit_reply_to=self._admit_frontend)
         # A pool slot's first process starts with nothing to rebuild; a replacement, or a standalone
         # worker (which cannot know whether it replaces one), waits for its shard's replay.
         self.core.instance = secrets.randbits(63) or 1
@@ -187,20 +232,24 @@ class _Runner:
         self.status = StatusReporter(
             worker, self.core.instance, os.getpid(), assignment.generation if assignment else 0, self._died_at
         )
+        for needed in (endpoint, cfg.notify_endpoint or ""):
+            self.security.check(needed)  # refuse tcp without keys before binding anything
         self.ctx = zmq.Context()
         self.input = make_socket(self.ctx, zmq.PULL, hwm=cfg.hwm)
         try:
-            self.input.bind(endpoint)
+            self.security.bind(self.input, endpoint)
         except zmq.ZMQError:
             self.input.close(0)
+            self.security.close()
             self.ctx.term()
             raise
-        self.endpoint = connectable(bound_endpoint(self.input))
+        self.bound = unmapped(bound_endpoint(self.input))  # what it listens on (0.0.0.0 stays 0.0.0.0)
+        self.endpoint = connectable(self.bound)  # what peers on this host connect to
         self.notify: zmq.Socket | None = None
         if cfg.notify_endpoint:
             self.notify = make_socket(self.ctx, zmq.PUSH, hwm=cfg.hwm)
-            self.notify.connect(cfg.notify_endpoint)
-        self.frontends: dict[str, zmq.Socket] = {}
+            self.security.connect(self.notify, cfg.notify_endpoint)
+        self.frontends: OrderedDict[str, zmq.Socket] = OrderedDict()  # least recently used first
         self.encoder = protocol.new_encoder()
         self.decoder = protocol.worker_inbound_decoder()
         self._last_warning: dict[str, float] = {}
@@ -221,6 +270,7 @@ class _Runner:
     def _run(self) -> int:
         sweep_every = min(1.0, max(0.01, self.cfg.idle_timeout_s / 4))
         next_sweep = time.monotonic() + sweep_every
+        next_beat = 0.0
         recv = self.input.recv
         try:
             while not self.stop:
@@ -237,6 +287,9 @@ class _Runner:
                     self._send(self.core.sweep_idle(now))
                     self._close_idle_frontends()
                     next_sweep = now + sweep_every
+                if self.heartbeat is not None and now >= next_beat:
+                    self.heartbeat()
+                    next_beat = now + HEARTBEAT_INTERVAL_S
                 if self.metrics is not None:
                     self.metrics.maybe_flush(now, len(self.core.live))
             self._shutdown()
@@ -258,7 +311,7 @@ class _Runner:
                 lag = time.time() - msg.sent_at
                 outputs = self.core.handle_batch(msg)
                 if self.metrics is not None:
-                    self.metrics.queue_lag_seconds.observe(max(lag, 0.0))
+                    self.metrics.queue_lag_seconds.observe(_clamped_lag(lag))
                     self.metrics.batch_size.observe(len(msg.rids) // 8)  # packed uint64 rids
                     self.metrics.batch_seconds.observe(time.perf_counter() - t0)
             elif isinstance(msg, protocol.Replay):
@@ -300,8 +353,10 @@ class _Runner:
     def _send(self, outputs: Outputs) -> None:
         encode = self.encoder.encode
         for reply_to, batch in outputs.deltas:
-            sock = self.frontends.get(reply_to) or self._connect_frontend(reply_to)
+            sock, error = self._frontend(reply_to)
             if sock is None:
+                self.core.counts.dropped_messages += 1
+                self._warn("bad:" + reply_to[:80], "worker %d: deltas for a frontend dropped: %s", self.worker, error)
                 continue
             try:
                 sock.send(encode(batch), zmq.NOBLOCK)
@@ -315,17 +370,40 @@ class _Runner:
                 self.core.counts.dropped_messages += 1
                 self._warn("full:notify", "worker %d: scheduler notice queue full, StopNotice dropped", self.worker)
 
-    def _connect_frontend(self, reply_to: str) -> zmq.Socket | None:
-        sock = make_socket(self.ctx, zmq.PUSH, hwm=self.cfg.hwm)
+    def _admit_frontend(self, reply_to: str) -> str | None:
+        """For a new registration: None if its frontend can be reached, else why not."""
+        return self._frontend(reply_to)[1] or None
+
+    def _frontend(self, reply_to: str) -> tuple[zmq.Socket | None, str]:
+        """The socket to a frontend, connected on first use; (None, why) if it cannot be had."""
+        sock = self.frontends.get(reply_to)
+        if sock is not None:
+            self.frontends.move_to_end(reply_to)
+            return sock, ""
+        error = endpoint_error(reply_to)
+        if error is not None:
+            return None, f"cannot reach the frontend: {error}"
+        if len(self.frontends) >= MAX_FRONTENDS and not self._close_least_recent_idle_frontend():
+            return None, (f"detok worker {self.worker} already has {MAX_FRONTENDS} frontends with live requests "
+                          f"(MAX_FRONTENDS); a request from one more cannot be served")
         try:
-            sock.connect(reply_to)
+            sock = make_socket(self.ctx, zmq.PUSH, hwm=self.cfg.hwm)
         except zmq.ZMQError as e:
+            return None, f"cannot open a socket to the frontend: {e}"
+        try:
+            self.security.connect(sock, reply_to)
+        except (zmq.ZMQError, InsecureTransportError) as e:
             sock.close(0)
-            self.core.counts.dropped_messages += 1
-            self._warn("bad:" + reply_to, "worker %d: cannot connect to frontend %r: %s", self.worker, reply_to, e)
-            return None
+            return None, f"cannot connect to the frontend {reply_to!r}: {e}"
         self.frontends[reply_to] = sock
-        return sock
+        return sock, ""
+
+    def _close_least_recent_idle_frontend(self) -> bool:
+        for reply_to in self.frontends:
+            if not self.core.live_requests_of(reply_to):
+                self.frontends.pop(reply_to).close()
+                return True
+        return False
 
     def _close_idle_frontends(self) -> None:
         known = set(self.core.frontends())
@@ -368,4 +446,12 @@ class _Runner:
         for sock in (self.input, self.notify, *self.frontends.values()):
             if sock is not None:
                 sock.close()  # bounded linger (endpoints.LINGER_MS) lets the last deltas out
+        self.security.close()
         self.ctx.term()
+
+
+def _clamped_lag(lag: float) -> float:
+    """A batch's queue lag within [0, MAX_QUEUE_LAG_S]; NaN counts as 0."""
+    if lag > MAX_QUEUE_LAG_S:
+        return MAX_QUEUE_LAG_S
+    return lag if lag > 0.0 else 0.0
