@@ -1,7 +1,7 @@
-"""Faults stay local, with real worker processes and no spare: a SIGKILLed worker's requests
-finish with an error naming the cause while every request on the healthy worker streams to its
-exact end; a SIGSTOPped worker is detected by its missing heartbeats within the bound, reported,
-killed and replaced, and the other worker keeps streaming meanwhile."""
+"""Faults stay local, with real worker processes and no spare: every request on the healthy worker
+streams to its exact end while the other is SIGKILLed (its requests are replayed to the cold-started
+replacement and end exactly too); a SIGSTOPped worker is detected by its missing heartbeats within
+the bound, reported, killed and replaced, and the other worker keeps streaming meanwhile."""
 
 from __future__ import annotations
 
@@ -63,7 +63,12 @@ def _fault_run(tok, pool: DetokPool, sig: signal.Signals, first_rid: int):
                 healthy_chars.append(sum(len(got.text[r.rid]) for r in requests if r.rid not in on_victim))
 
         drive(client, requests, rx.endpoint, between_steps=between, step_sleep=0.01)
-        got.wait_finished(timeout=60)  # without a spare the replacement loads the tokenizer first
+        # without a spare the replacement loads the tokenizer first; polling answers its replay
+        deadline = time.monotonic() + 60
+        while len(got.finish) < len(requests) and time.monotonic() < deadline:
+            client.poll(0.01)
+            got.pump(0.01)
+        got.wait_finished(timeout=1)
         assert pool.wait_ready(30)
         return requests, on_victim, got, victim, healthy_chars, client
     finally:
@@ -71,28 +76,23 @@ def _fault_run(tok, pool: DetokPool, sig: signal.Signals, first_rid: int):
         rx.close()
 
 
-def _check_local(tok, requests, on_victim, got, cause: str) -> None:
-    lost_on_healthy = [r.rid for r in requests if r.rid not in on_victim
-                       and (got.finish[r.rid].reason != "length" or got.text[r.rid] != reference(tok, r)[0])]
-    assert lost_on_healthy == []
-    for r in requests:
-        if r.rid in on_victim:
-            finish = got.finish[r.rid]
-            assert finish.reason == "error" and cause in (finish.message or "") and "worker 0" in (finish.message or "")
-            assert reference(tok, r)[0].startswith(got.text[r.rid])  # a prefix: nothing wrong, nothing twice
+def _check_local(tok, requests, on_victim, got) -> None:
+    wrong = [r.rid for r in requests if got.finish[r.rid].reason != "length" or got.text[r.rid] != reference(tok, r)[0]]
+    assert [r for r in wrong if r not in on_victim] == []  # the healthy worker's: untouched
+    assert wrong == []  # and the victim's, replayed to its replacement
 
 
 def test_sigkill_without_a_spare_loses_nothing_on_the_healthy_worker(tok, pool) -> None:
     restarts = pool.restarts
     requests, on_victim, got, victim, _, _ = _fault_run(tok, pool, signal.SIGKILL, 40_000)
-    _check_local(tok, requests, on_victim, got, "SIGKILL")
+    _check_local(tok, requests, on_victim, got)
     assert pool.restarts == restarts + 1 and pool.pids()[0] not in (None, victim)
 
 
 def test_a_stopped_worker_is_detected_replaced_and_the_others_keep_streaming(tok, pool) -> None:
     t0 = time.monotonic()
     requests, on_victim, got, victim, chars, client = _fault_run(tok, pool, signal.SIGSTOP, 50_000)
-    _check_local(tok, requests, on_victim, got, "stalled (no heartbeat for")
+    _check_local(tok, requests, on_victim, got)
     assert pool.stall_replacements == 1 and pool.pids()[0] not in (None, victim)
     assert chars[1] > chars[0]  # worker 1 streamed while worker 0 was stopped
     assert any(e.kind == "died" and "stalled" in e.message for e in client.events if e.worker == 0)

@@ -20,6 +20,7 @@ from detok.endpoints import tcp_endpoint
 from detok.metrics import render_metrics
 from detok.pool import DetokPool, _free_port
 from detok.receiver import DeltaReceiver
+from detok.security import generate_keys
 from detok.stream.params import DecodeParams
 from tests.pool_helpers import Collected, Request, drive, reference, workload
 from tests.tokenizers_available import hf_qwen2_dir
@@ -155,22 +156,26 @@ def test_repeated_kills_and_kills_during_replay_with_two_frontends(tok) -> None:
                 rx.close()
 
 
-def _standalone(port: int, notify: str) -> subprocess.Popen:
+def _standalone(port: int, notify: str, keys: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "detok.cli", "worker", "--tokenizer", str(hf_qwen2_dir()),
+        [sys.executable, "-m", "detok.cli", "worker", "--tokenizer", str(hf_qwen2_dir()), "--keys", str(keys),
          "--bind", tcp_endpoint("127.0.0.1", port), "--notify", notify, "--idle-timeout", "60"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
 
 
-def test_a_standalone_tcp_worker_that_comes_back_on_the_same_endpoint_is_replayed(tok) -> None:
+def test_a_standalone_tcp_worker_that_comes_back_on_the_same_endpoint_is_replayed(tok, tmp_path: Path) -> None:
+    """Over CURVE tcp, as on separate hosts: the worker process is killed and a new one started on
+    the same endpoint; it asks for its shard and gets it."""
+    keys = tmp_path / "keys"
+    generate_keys(keys)
     port, notify = _free_port("127.0.0.1"), tcp_endpoint("127.0.0.1", _free_port("127.0.0.1"))
-    worker = _standalone(port, notify)
+    worker = _standalone(port, notify, keys)
     client = rx = None
     try:
-        assert "serving" in worker.stdout.readline()  # type: ignore[union-attr]
-        client = SchedulerClient([tcp_endpoint("127.0.0.1", port)], notify)
-        rx = DeltaReceiver("tcp://127.0.0.1:*")
+        assert "listening on" in worker.stdout.readline()  # type: ignore[union-attr]
+        client = SchedulerClient([tcp_endpoint("127.0.0.1", port)], notify, keys=keys)
+        rx = DeltaReceiver("tcp://127.0.0.1:*", keys=keys)
         requests = _with_stops(workload(tok, 30, 40, seed=13, first_rid=30_000))
         got = Collected(rx, [r.rid for r in requests])
         state = {"worker": worker}
@@ -179,7 +184,7 @@ def test_a_standalone_tcp_worker_that_comes_back_on_the_same_endpoint_is_replaye
             if step == 10:
                 state["worker"].kill()
                 state["worker"].wait(10)
-                state["worker"] = _standalone(port, notify)  # same endpoint, a new process
+                state["worker"] = _standalone(port, notify, keys)  # same endpoint, a new process
             got.pump()
 
         drive(client, requests, rx.endpoint, max_count=2, seed=2, between_steps=restart_at, step_sleep=0.01)
