@@ -10,19 +10,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from detok.protocol import EndRequest, GenerateRequest
+from detok.tokenizer.base import Tokenizer
 from scheduler_stub.workload import END, Workload
 
 
 class RequestGeneration:
     __slots__ = ("request", "rid", "_tokens", "generated", "_eos_id", "_stop_ids", "ended")
 
-    def __init__(self, request: GenerateRequest, workload: Workload, eos_ids: frozenset[int]) -> None:
+    def __init__(
+        self, request: GenerateRequest, workload: Workload, eos_ids: frozenset[int], end_id: int | None = None
+    ) -> None:
         self.request = request
         self.rid = request.rid
         self._tokens: Iterator[int] = workload.tokens(request.prompt_ids, request.seed or 0)
         self.generated = 0
-        # the id a workload's END becomes: the tokenizer's (smallest) eos id, if it has one
-        self._eos_id = min(eos_ids) if eos_ids else None
+        # the id a workload's END becomes: the tokenizer's primary eos id (what a model samples to
+        # end, vLLM's `stop_reason: null`), else its smallest eos id, if it has one
+        self._eos_id = end_id if end_id is not None else (min(eos_ids) if eos_ids else None)
         self._stop_ids = frozenset(request.params.stop_token_ids) | frozenset(
             request.params.visible_stop_token_ids
         )
@@ -56,3 +60,10 @@ class RequestGeneration:
                 self.ended = True
                 return out, EndRequest(self.rid, "length")
         return out, None
+
+
+def primary_eos_id(tok: Tokenizer) -> int | None:
+    """The tokenizer's own end-of-sequence id (its `eos` special token), if it is one of its eos ids."""
+    eos = tok.special_tokens.eos
+    tid = tok.token_to_id(eos) if eos is not None else None
+    return tid if tid is not None and tid in tok.eos_token_ids else None

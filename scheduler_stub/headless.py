@@ -20,6 +20,7 @@ from detok.pool import DetokPool
 from detok.protocol import DeltaBatch, GenerateRequest
 from detok.receiver import DeltaReceiver
 from detok.stream.params import DecodeParams
+from scheduler_stub.generation import primary_eos_id
 from scheduler_stub.stub import SchedulerStub, StepPolicy
 from scheduler_stub.workload import make_workload
 
@@ -85,7 +86,7 @@ def run_headless(cfg: HeadlessConfig, pool: DetokPool | None = None) -> Headless
     sink = _Sink()
     receiver = DeltaReceiver(on_batch=sink)
     client = pool.client()
-    stub = SchedulerStub(client, workload, tok.eos_token_ids, cfg.policy)
+    stub = SchedulerStub(client, workload, tok.eos_token_ids, cfg.policy, primary_eos_id(tok))
     try:
         seconds = _drive(cfg, stub, receiver, sink, params)
     finally:

@@ -20,6 +20,7 @@ import zmq
 from detok.client import SchedulerClient
 from detok.security import CurveKeys, SocketSecurity
 from detok.worker.lifecycle import StopFlag, die_with_parent, install_signal_handlers
+from scheduler_stub.generation import primary_eos_id
 from scheduler_stub.stub import RequestInbox, SchedulerStub, StepPolicy, run_loop
 from scheduler_stub.workload import Workload, make_workload
 
@@ -60,11 +61,11 @@ class StubFailed(msgspec.Struct, tag="failed"):
 StubStatus = StubLoaded | StubReady | StubFailed
 
 
-def load_workload(cfg: StubConfig) -> tuple[Workload, frozenset[int]]:
+def load_workload(cfg: StubConfig) -> tuple[Workload, frozenset[int], int | None]:
     from detok.tokenizer.factory import load_tokenizer
 
     tok = load_tokenizer(cfg.tokenizer)
-    return make_workload(cfg.workload, tok, cfg.end_probability), tok.eos_token_ids
+    return make_workload(cfg.workload, tok, cfg.end_probability), tok.eos_token_ids, primary_eos_id(tok)
 
 
 def child_main(cfg: StubConfig, conn: Connection) -> None:
@@ -75,7 +76,7 @@ def child_main(cfg: StubConfig, conn: Connection) -> None:
     install_signal_handlers(stop, handle_sigint=False)
     encode = msgspec.json.encode
     try:
-        workload, eos_ids = load_workload(cfg)
+        workload, eos_ids, end_id = load_workload(cfg)
     except Exception as e:
         conn.send_bytes(encode(StubFailed(f"{type(e).__name__}: {e}")))
         raise SystemExit(1) from None
@@ -96,7 +97,7 @@ def child_main(cfg: StubConfig, conn: Connection) -> None:
         raise SystemExit(1) from None
     conn.send_bytes(encode(StubReady(inbox.endpoint)))
     _stop_when_pipe_closes(conn, stop)
-    stub = SchedulerStub(client, workload, eos_ids, cfg.policy)
+    stub = SchedulerStub(client, workload, eos_ids, cfg.policy, end_id)
     try:
         run_loop(stub, inbox, lambda: bool(stop))
     finally:
@@ -125,12 +126,12 @@ def run_standalone(cfg: StubConfig, endpoints: PoolEndpoints) -> int:
     logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
     stop = StopFlag()
     install_signal_handlers(stop, handle_sigint=True)
-    workload, eos_ids = load_workload(cfg)
+    workload, eos_ids, end_id = load_workload(cfg)
     ctx = zmq.Context()
     client = SchedulerClient(endpoints.workers, endpoints.notify, context=ctx, keys=cfg.keys, insecure=cfg.insecure)
     inbox = RequestInbox(ctx, cfg.requests_endpoint, security=SocketSecurity(cfg.keys, cfg.insecure))
     print(f"scheduler stub: frontends send requests to {inbox.endpoint}", flush=True)
-    stub = SchedulerStub(client, workload, eos_ids, cfg.policy)
+    stub = SchedulerStub(client, workload, eos_ids, cfg.policy, end_id)
     try:
         run_loop(stub, inbox, lambda: bool(stop))
     finally:

@@ -71,10 +71,13 @@ class SchedulerStub:
         workload: Workload,
         eos_ids: frozenset[int],
         policy: StepPolicy = StepPolicy(),
+        end_id: int | None = None,
     ) -> None:
+        """`end_id`: the id a request that runs out of text ends on (the primary eos id)."""
         self.client = client
         self.workload = workload
         self.eos_ids = eos_ids
+        self.end_id = end_id
         self.policy = policy
         self.waiting: collections.deque[GenerateRequest] = collections.deque()
         self._waiting_rids: set[int] = set()
@@ -192,7 +195,7 @@ class SchedulerStub:
             request = self.waiting.popleft()
             self._waiting_rids.discard(request.rid)
             self.client.add_request(request)
-            self.running[request.rid] = RequestGeneration(request, self.workload, self.eos_ids)
+            self.running[request.rid] = RequestGeneration(request, self.workload, self.eos_ids, self.end_id)
             if request.logprobs is not None and request.logprobs >= 0:
                 self._logprobs[request.rid] = (request.seed or 0, request.logprobs)
             self.stats.admitted += 1

@@ -177,3 +177,15 @@ def test_several_tokens_per_step_give_the_same_tokens(tok, corpus):
     one, end1 = _run(RequestGeneration(_request(max_tokens=37), corpus, tok.eos_token_ids), 1)
     four, end4 = _run(RequestGeneration(_request(max_tokens=37), corpus, tok.eos_token_ids), 4)
     assert one == four and end1 == end4
+
+
+def test_a_request_that_runs_out_of_text_ends_on_the_primary_eos_id(tok, corpus) -> None:
+    """The stub ends on the tokenizer's own eos token (vLLM's `stop_reason: null` case), not on
+    whichever of several end-of-sequence ids is smallest."""
+    from scheduler_stub.generation import primary_eos_id
+
+    primary = primary_eos_id(tok)
+    assert primary is not None and primary == tok.token_to_id(tok.special_tokens.eos)
+    eos_ids = tok.eos_token_ids | {5}  # e.g. generation_config's extra end ids, one smaller
+    tokens, end = _run(RequestGeneration(_request(), corpus, eos_ids, primary))
+    assert end is not None and end.reason == "stop" and end.matched == primary == tokens[-1]
