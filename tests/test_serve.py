@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -61,7 +62,10 @@ def test_real_tokenizer_random_workload_and_sigint_to_main_process():
         server.kill_group()
 
 
-def test_scheduler_death_is_503_and_fails_requests_in_flight():
+def test_scheduler_death_fails_requests_in_flight_and_the_stack_serves_again():
+    """The stub SIGKILLed mid-stream: its request ends with an error event naming why (its state is
+    gone), /health says so while the stub is down (503), the supervised stub comes back within
+    seconds (a new scheduler generation) and serves new requests."""
     server = LiveServer("--tokenizer", str(FIXTURES / "hf" / "gpt-2"), "--workers", "1", "--no-spare",
                         "--step-ms", "2", "--log-level", "info")
     try:
@@ -73,14 +77,27 @@ def test_scheduler_death_is_503_and_fails_requests_in_flight():
             assert next(line for line in lines if line.startswith("data: ")).startswith("data: {")
             os.kill(stub_pid, signal.SIGKILL)
             events = [line[6:] for line in lines if line.startswith("data: ")]
-        assert events[-1] == "[DONE]" and "scheduler is down" in json.loads(events[-2])["error"]["message"]
-        health = server.get("/health")
-        assert health.status_code == 503
-        assert {k: health.json()[k] for k in ("status", "pool", "scheduler")} == {
-            "status": "unavailable", "pool": True, "scheduler": False}
-        refused = httpx.post(server.base_url + "/v1/completions", json={"model": "detok-stub", "prompt": "x"},
-                             timeout=10)
-        assert refused.status_code == 503 and refused.json()["error"]["type"] == "service_unavailable"
+        assert events[-1] == "[DONE]" and "scheduler" in json.loads(events[-2])["error"]["message"]
+        deadline = time.monotonic() + 60
+        while True:
+            health = server.get("/health")
+            detail = health.json()["detail"]["scheduler"]
+            if health.status_code == 503:  # while it is down (it may be back before the first look)
+                assert health.json()["scheduler"] is False
+            elif detail["generation"] == 2:
+                break
+            assert time.monotonic() < deadline, health.json()
+            time.sleep(0.05)
+        assert health.json()["scheduler"] is True and detail["restarts"] == 1 and detail["pid"] != stub_pid
+        again = httpx.post(server.base_url + "/v1/completions", json={"model": "detok-stub", "prompt": "x", "max_tokens": 5},
+                           timeout=30)
+        assert again.status_code == 200 and again.json()["usage"]["completion_tokens"] == 5
+        # the new stub's scheduler client reset the worker: the dead stub's request is freed there
+        # at once, not after the idle timeout
+        deadline = time.monotonic() + 10
+        while 'detok_worker_live_requests{worker="0"} 0.0' not in server.get("/metrics").text:
+            assert time.monotonic() < deadline, "the dead scheduler's request is still held by the worker"
+            time.sleep(0.1)
         assert server.stop(signal.SIGTERM) == 0, server.output
         assert not server.leftovers(), server.output
     finally:

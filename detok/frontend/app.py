@@ -169,7 +169,7 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
         job = _build_job(state, body, kind)
     if state.draining:
         raise RequestError("the server is shutting down", status=503, type="service_unavailable")
-    if state.watch.scheduler_down:
+    if not state.watch.scheduler_up():
         raise RequestError("the server cannot serve: the scheduler is down", status=503, type="service_unavailable")
     streams = state.link.submit(job, time.time())
     release = _Release(state, streams, request)

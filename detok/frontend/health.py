@@ -51,6 +51,10 @@ class SchedulerWatch:
         for rid in rids:
             self._inflight.pop(rid, None)
 
+    def scheduler_up(self) -> bool:
+        """The scheduler's state now (admission: not the last poll's, which may be 0.25 s old)."""
+        return bool(self.health().get("scheduler", False))
+
     # ---- /health --------------------------------------------------------------------------------
     def report(self) -> tuple[int, dict[str, Any]]:
         """(status code, body) of `/health`."""
