@@ -18,6 +18,8 @@ import zmq
 
 # A closed socket may keep unsent messages this long, never forever: shutdown stays bounded.
 LINGER_MS: Final = 1000
+RECONNECT_MS: Final = 10
+RECONNECT_MAX_MS: Final = 1000
 # AF_UNIX paths are limited to 108 bytes on Linux (104 on macOS), terminating NUL included.
 _MAX_IPC_PATH: Final = 103
 _V4_MAPPED: Final = re.compile(r"^tcp://\[::ffff:(\d+\.\d+\.\d+\.\d+)\]:(\d+)$")
@@ -121,4 +123,9 @@ def make_socket(ctx: zmq.Context, kind: int, *, hwm: int | None = None) -> zmq.S
         sock.setsockopt(zmq.SNDHWM, hwm)
         sock.setsockopt(zmq.RCVHWM, hwm)
     sock.setsockopt(zmq.IPV6, 1)  # accept IPv6 as well as IPv4 tcp endpoints
+    # A connecting socket whose peer went away retries soon (zmq's default is every 100 ms): a
+    # replacement worker is bound within milliseconds, and its replay waits for this reconnect.
+    # Backing off to 1 s spares a peer that stays down.
+    sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
     return sock

@@ -272,6 +272,7 @@ class _Runner:
         next_sweep = time.monotonic() + sweep_every
         next_beat = 0.0
         recv = self.input.recv
+        self._report_status(time.monotonic())  # a replacement asks for its replay at once
         try:
             while not self.stop:
                 if self.input.poll(_POLL_MS):
