@@ -7,7 +7,8 @@ mid-stream, at the pool level (SchedulerClient -> DetokPool -> DeltaReceiver, re
 Every request gets its tokens one per step (a step every --step-ms); at a third of the way worker
 0's process gets the signal. Without --spare (the default) its replacement loads the tokenizer
 cold. Reported: requests per worker, `lost_on_healthy` (requests of the other workers that did not
-finish with their exact text and reason "length": must be 0), how the dead worker's requests
+finish with their exact text and reason "length": must be 0), `lost_on_faulty` (the same for the
+faulty worker's requests, which are replayed to its replacement: 0 as well), how they
 finished (reason and the message naming the cause), seconds from the fault until every request had
 finished and until the slot served again.
 """
@@ -107,12 +108,14 @@ def run(source: str, args: argparse.Namespace) -> dict[str, Any]:
             client.close()
             rx.close()
     on_victim = {rid for rid in requests if client.worker_of(rid) == 0}
-    lost = 0
+    lost = lost_on_faulty = 0
     for rid, (ctx, gen) in requests.items():
-        if rid in on_victim:
-            continue
         want = _reference(tok, ctx, gen)
-        lost += not (rid in finish and finish[rid].reason == "length" and text[rid] == want)
+        wrong = not (rid in finish and finish[rid].reason == "length" and text[rid] == want)
+        if rid in on_victim:
+            lost_on_faulty += wrong
+        else:
+            lost += wrong
     victim_reasons: dict[str, int] = {}
     for rid in on_victim:
         reason = finish[rid].reason if rid in finish else "never finished"
@@ -121,7 +124,7 @@ def run(source: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "bench": "faults", "signal": args.signal, "spare": args.spare, "workers": args.workers,
         "requests": args.requests, "on_faulty_worker": len(on_victim), "on_healthy_workers": args.requests - len(on_victim),
-        "lost_on_healthy": lost, "faulty_worker_finishes": victim_reasons, "faulty_worker_message": message,
+        "lost_on_healthy": lost, "lost_on_faulty": lost_on_faulty, "faulty_worker_finishes": victim_reasons, "faulty_worker_message": message,
         "fault_to_all_finished_s": round(all_done_at - fault_at, 3), "fault_to_slot_serving_s": round(back_at - fault_at, 3),
         "restarts": pool.restarts, "stall_replacements": pool.stall_replacements,
     }
