@@ -48,18 +48,13 @@ def main() -> int:
     only = set(args.only.split(","))
     if "stop-memory" in only:
         for shared in (False, True):
-            _report(args, _stop_memory(tok, source, args, shared))
+            _common.report(args.json, _stop_memory(tok, source, args, shared))
     if "unknown-rids" in only:
-        _report(args, _unknown_rids_in_process(tok, args))
-        _report(args, _unknown_rids_worker(tok, source, args))
+        _common.report(args.json, _unknown_rids_in_process(tok, args))
+        _common.report(args.json, _unknown_rids_worker(tok, source, args))
     return 0
 
 
-def _report(args: argparse.Namespace, record: dict[str, Any]) -> None:
-    if args.json:
-        _common.emit(record)
-    else:
-        _common.log(" ".join(f"{k}={v}" for k, v in record.items()))
 
 
 def _rss_mb(pid: int, field: str = "VmRSS") -> float:

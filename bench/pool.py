@@ -79,7 +79,7 @@ def main() -> int:
     label = Path(source).parent.name if Path(source).name == "tokenizer.json" else Path(source).name
     base = {"bench": "pool", "tokenizer": label, "workers": args.workers, "concurrency": args.concurrency,
             "tokens": args.tokens, "rounds": args.rounds, "arrival": args.arrival}
-    _report(args, {**base, "metric": "shard_balance", **_shard_balance()})
+    _common.report(args.json, {**base, "metric": "shard_balance", **_shard_balance()})
     variants = []
     for pipeline in args.pipelines.split(","):
         variants.append((pipeline, None))
@@ -95,7 +95,7 @@ def main() -> int:
             result = _run(pipeline, source, workload, expected, interval_ms / 1000, args, logprobs)
             max_tps = max_tps or result["tokens_per_s"]
             mode = "max" if interval_ms == 0 else "paced"
-            _report(args, {**base, "pipeline": name, "mode": mode, "step_interval_ms": round(interval_ms, 3), **result})
+            _common.report(args.json, {**base, "pipeline": name, "mode": mode, "step_interval_ms": round(interval_ms, 3), **result})
     return 0
 
 
@@ -124,11 +124,6 @@ def _parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def _report(args: argparse.Namespace, record: dict[str, Any]) -> None:
-    if args.json:
-        _common.emit(record)
-    else:
-        _common.log("  ".join(f"{k}={v}" for k, v in record.items()))
 
 
 # ---- one run -----------------------------------------------------------------------------------------

@@ -48,8 +48,8 @@ def main() -> int:
     base = {"bench": "replay", "tokenizer": os.path.basename(os.path.dirname(source)) or source,
             "workers": args.workers, "concurrency": args.concurrency, "tokens": args.tokens,
             "spare": not args.no_spare, "step_ms": args.step_ms}
-    _report(args, {**base, "metric": "recovery", **_run(source, streams, expected, args)})
-    _report(args, {**base, "metric": "scheduler_memory", **_memory(streams)})
+    _common.report(args.json, {**base, "metric": "recovery", **_run(source, streams, expected, args)})
+    _common.report(args.json, {**base, "metric": "scheduler_memory", **_memory(streams)})
     return 0
 
 
@@ -66,11 +66,6 @@ def _parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def _report(args: argparse.Namespace, record: dict[str, Any]) -> None:
-    if args.json:
-        _common.emit(record)
-    else:
-        _common.log("  ".join(f"{k}={v}" for k, v in record.items()))
 
 
 def _run(source: str, streams: list[Any], expected: list[str], args: argparse.Namespace) -> dict[str, Any]:

@@ -17,13 +17,13 @@ import detok
 from detok import protocol as p
 from detok.client import SchedulerClient
 from detok.endpoints import IpcDir
-from detok.stream import DecodeStream
 from detok.step_logprobs import LogprobColumns
 from detok.stream.params import DecodeParams, Finish
 from detok.token_logprobs import split_logprobs
 from detok.worker.core import Outputs, WorkerCore
 from scheduler_stub.logprobs import token_logprobs
 from tests.fake_workers import FakeWorkers
+from tests.pool_helpers import reference
 from tests.tokenizers_available import hf_qwen2_dir
 
 pytestmark = pytest.mark.timeout(300)
@@ -45,18 +45,6 @@ class Req:
     params: DecodeParams
     end: str = "length"
     logprobs: int | None = None  # alternatives per token the request asked for
-
-
-def oracle(tok, r: Req) -> tuple[str, Finish]:
-    stream = DecodeStream(tok, r.context, r.params)
-    out = []
-    for t in r.tokens:
-        d = stream.step([t])
-        out.append(d.text)
-        if d.finish is not None:
-            return "".join(out), d.finish
-    d = stream.finish(r.end)  # type: ignore[arg-type]
-    return "".join(out) + d.text, d.finish  # type: ignore[return-value]
 
 
 @dataclass
@@ -219,7 +207,7 @@ def test_replay_after_random_kills_gives_every_request_its_exact_text(tok, seed:
         patch.setattr("detok.client.ACKED_KEEP_S", 0.0)
         rx = run_with_kills(tok, requests, rng, kills)
     for r in requests:
-        want_text, want_finish = oracle(tok, r)
+        want_text, want_finish = reference(tok, r, r.end)
         assert rx.finish.get(r.rid) is not None, f"rid {r.rid} never finished"
         assert rx.finish[r.rid].reason != "error", rx.finish[r.rid]
         assert rx.text.get(r.rid, "") == want_text, r.rid

@@ -7,7 +7,6 @@ import pytest
 import stream_roster
 from detok import DecodeParams, DecodeStream, Finish
 from detok.stream import prepare_decoding
-from stream_helpers import run_stream
 
 
 @pytest.mark.parametrize("name", ["qwen2", "python-user"])
