@@ -24,12 +24,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from detok.frontend import sse
 from detok.frontend.errors import RequestError, error_response, from_validation_error
 from detok.frontend.health import SchedulerWatch
-from detok.frontend.http_limits import ClientDisconnect, read_body
+from detok.frontend.http_limits import read_body
 from detok.frontend.latency import LatencyRecorder
 from detok.frontend.limits import HttpLimits
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
