@@ -37,7 +37,6 @@ client left there are finished with an error.
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 import os
 import time
@@ -50,7 +49,8 @@ import zmq
 from detok import protocol
 from detok.endpoints import make_socket
 from detok.protocol import EndRequest, GenerateRequest, Registration
-from detok.replay_journal import Columns, ShardJournal
+from detok.replay_book import ReplayBook
+from detok.replay_journal import EMPTY, Columns
 from detok.security import CurveKeys, SocketSecurity
 from detok.step_logprobs import LogprobArrays, LogprobColumns
 from detok.stream.params import Finish
@@ -62,12 +62,6 @@ _MASK64 = (1 << 64) - 1
 _NP_GOLDEN = np.uint64(_GOLDEN)
 
 
-# An ended request is kept for replay until its worker acknowledged the batch that ended it, and
-# this long after (its last deltas may still sit in the dead process's socket queue).
-ACKED_KEEP_S = 0.25
-# Ended requests whose worker has not acknowledged them (e.g. it is down): at most this many are
-# kept per worker; older ones lose replay protection (logged).
-UNACKED_ENDS_MAX = 200_000
 # A worker that reports `synced=False` gets at most one replay per this interval (its status
 # messages repeat until one arrives).
 REPLAY_RETRY_S = 0.5
@@ -95,21 +89,6 @@ class Stopped(NamedTuple):
     finish: Finish
 
 
-class _Tracked:
-    __slots__ = ("end", "first", "registration", "sent", "worker")
-
-    def __init__(self, worker: int, registration: Registration, first: int) -> None:
-        self.worker = worker
-        self.registration = registration
-        self.first = first  # its first journal chunk
-        self.sent = 0  # output tokens sent, when the client computes starts itself
-        self.end: EndRequest | None = None  # the scheduler's end, once sent (replayed with it)
-
-    @property
-    def reply_to(self) -> str:
-        return self.registration.reply_to
-
-
 class WorkerState(NamedTuple):
     """What the client knows of one worker: its process (`instance`), whether that process holds
     the shard's state (`synced`), the last batch it acknowledged, and when it was last heard of."""
@@ -121,18 +100,6 @@ class WorkerState(NamedTuple):
     last_heard: float  # time.monotonic() of its last status (0: never)
     down: bool  # the supervisor reported it dead and no process serves the slot yet
     replays: int  # replays sent to this worker slot
-
-
-class _KeptView:
-    """`rid in view`: the request may still be replayed (live, or ended and not yet forgotten)."""
-
-    __slots__ = ("_live", "_ended")
-
-    def __init__(self, live: dict[int, _Tracked], ended: dict[int, _Tracked]) -> None:
-        self._live, self._ended = live, ended
-
-    def __contains__(self, rid: object) -> bool:
-        return rid in self._live or rid in self._ended
 
 
 EndLike = EndRequest | tuple[int, str] | tuple[int, str, int | None]
@@ -170,16 +137,8 @@ class SchedulerClient:
             self._security.bind(self._notify, notify_endpoint)
         self._encoder = protocol.new_encoder()
         self._decoder = protocol.scheduler_notice_decoder()
-        self._live: dict[int, _Tracked] = {}
-        # Ended requests still kept for replay (their worker has not acknowledged the end yet, or
-        # only just): per worker, (seq of the batch that carried the end, rid) until acknowledged,
-        # then (time acknowledged, rid) for ACKED_KEEP_S.
-        self._ended: dict[int, _Tracked] = {}
-        self._unacked: list[collections.deque[tuple[int, int]]] = [collections.deque() for _ in range(self._n)]
-        self._acked: list[collections.deque[tuple[float, int]]] = [collections.deque() for _ in range(self._n)]
-        self._journals = [ShardJournal() for _ in range(self._n)]
-        self._kept = _KeptView(self._live, self._ended)
-        self._kept_lists = [functools.partial(self._kept_rids, w) for w in range(self._n)]
+        self._book = ReplayBook(self._n)  # every request a replay may have to rebuild
+        self._live = self._book.live
         self._new: list[list[Registration]] = [[] for _ in range(self._n)]
         self._ends: list[list[EndRequest]] = [[] for _ in range(self._n)]
         self._backlog: list[collections.deque[bytes]] = [collections.deque() for _ in range(self._n)]
@@ -188,7 +147,6 @@ class SchedulerClient:
         self._states = [WorkerState(w, 0, True, 0, 0.0, False, 0) for w in range(self._n)]
         self._replayed_at = [0.0] * self._n
         self._notices_at = float("-inf")
-        self._warned_unacked = float("-inf")
         self.events: collections.deque[protocol.WorkerEvent] = collections.deque(maxlen=1000)
         self.replays_sent = 0
         self.replayed_tokens = 0
@@ -209,8 +167,7 @@ class SchedulerClient:
         """Register a request; the registration goes with the next message to its worker."""
         reg = protocol.registration_for(request) if isinstance(request, GenerateRequest) else request
         worker = shard_of(reg.rid, self._n)
-        self._forget(reg.rid)  # a rid used again: its earlier request is not replayed any more
-        self._live[reg.rid] = _Tracked(worker, reg, self._journals[worker].register(reg.rid))
+        self._book.register(worker, reg)
         self._new[worker].append(reg)
         return worker
 
@@ -342,16 +299,7 @@ class SchedulerClient:
             tokens.astype("<u4", copy=False).tobytes(),
             logprobs,
         )
-        journal = self._journals[w]
-        if columns.rids:
-            journal.append(columns)  # the bytes the message is made of: kept, not copied
-        if ends:
-            unacked = self._unacked[w]
-            for end in ends:
-                unacked.append((seq, end.rid))
-            if len(unacked) > UNACKED_ENDS_MAX:
-                self._forget_unacked(w)
-        journal.trim(self._kept, self._kept_lists[w])
+        self._book.sent(w, seq, columns, ends)
         batch = protocol.DetokBatch(seq, now, new, *columns[:4], ends, logprobs)
         self._send(w, self._encoder.encode(batch))
 
@@ -384,31 +332,8 @@ class SchedulerClient:
         return len(self._backlog[worker])
 
     def _stage_end(self, end: EndRequest) -> None:
-        tracked = self._live.pop(end.rid, None)
-        worker = tracked.worker if tracked is not None else shard_of(end.rid, self._n)
-        self._ends[worker].append(end)
-        if tracked is not None:  # kept for replay until the worker acknowledges this end
-            tracked.end = end
-            self._ended[end.rid] = tracked
-
-    def _kept_rids(self, w: int) -> list[int]:
-        return [r for r, t in self._live.items() if t.worker == w] + [r for r, t in self._ended.items() if t.worker == w]
-
-    def _forget(self, rid: int) -> None:
-        """The request is not replayed any more (its end was acknowledged long enough ago)."""
-        tracked = self._ended.pop(rid, None) or self._live.pop(rid, None)
-        if tracked is not None:
-            self._journals[tracked.worker].release(tracked.first)
-
-    def _forget_unacked(self, w: int) -> None:
-        unacked = self._unacked[w]
-        while len(unacked) > UNACKED_ENDS_MAX:
-            self._forget(unacked.popleft()[1])
-        now = time.monotonic()
-        if now - self._warned_unacked >= 10.0:
-            self._warned_unacked = now
-            log.warning("detok worker %d acknowledges nothing (is it down, or without a notice endpoint?): "
-                        "ended requests beyond %d lose replay protection", w, UNACKED_ENDS_MAX)
+        tracked = self._book.end(end)  # kept for replay until the worker acknowledges this end
+        self._ends[tracked.worker if tracked is not None else shard_of(end.rid, self._n)].append(end)
 
     # ---- notices --------------------------------------------------------------------------------
     def poll(self, timeout: float = 0.0) -> list[Stopped]:
@@ -429,11 +354,11 @@ class SchedulerClient:
     @property
     def kept_requests(self) -> int:
         """Requests the client can replay: live ones and recently ended ones."""
-        return len(self._live) + len(self._ended)
+        return len(self._book)
 
     def journal_bytes(self) -> int:
         """Bytes of step columns the client keeps for replay, all workers."""
-        return sum(j.nbytes for j in self._journals)
+        return self._book.journal_bytes()
 
     def _take_notices_soon(self) -> None:
         """Notices from the step path, at most every NOTICE_CHECK_S (an empty non-blocking receive
@@ -458,11 +383,7 @@ class SchedulerClient:
                 self._on_notice(self._decoder.decode(raw))
             except Exception as e:  # noqa: BLE001 - a bad notice must not take the scheduler down
                 log.warning("dropped a malformed scheduler notice: %s", e)
-        now = time.monotonic()
-        horizon = now - ACKED_KEEP_S
-        for acked in self._acked:
-            while acked and acked[0][0] < horizon:
-                self._forget(acked.popleft()[1])
+        self._book.prune(time.monotonic())
 
     def _on_notice(self, msg: Any) -> None:
         if not 0 <= msg.worker < self._n:
@@ -489,22 +410,13 @@ class SchedulerClient:
             if msg.instance != before.instance or now - self._replayed_at[w] >= REPLAY_RETRY_S:
                 self._send_replay(w, msg.instance, f"worker {w} process {msg.pid} asked for its shard")
             return
-        unacked, acked = self._unacked[w], self._acked[w]
-        while unacked and unacked[0][0] <= msg.seq:
-            acked.append((now, unacked.popleft()[1]))
+        self._book.acknowledged(w, msg.seq, now)
 
     def _on_stop_notice(self, msg: protocol.StopNotice) -> None:
         for rid, finish in zip(msg.rids, msg.finishes):
-            tracked = self._live.pop(rid, None)
-            if tracked is not None:
+            if self._book.stopped(rid, self._seq[msg.worker]) is not None:
                 self._stopped.append(Stopped(rid, finish))
-                # Its finish left with this notice but may die in the worker's queue: kept for
-                # replay, like a scheduler end, until the worker acknowledges a batch sent since.
-                self._ended[rid] = tracked
-                self._unacked[tracked.worker].append((self._seq[tracked.worker], rid))
-        lost = [self._live[r] for r in msg.unknown_rids if r in self._live]
-        for tracked in lost:
-            self._forget(tracked.registration.rid)
+        lost = [self._book.forget(r) for r in msg.unknown_rids if r in self._live]
         if lost:
             # A worker that serves without the registration of a live request (never after a
             # replay, which carries every registration): the frontend is told through it.
@@ -518,30 +430,25 @@ class SchedulerClient:
     def _send_replay(self, w: int, instance: int, reason: str) -> None:
         """Everything worker `w`'s shard needs, to the process `instance` (0: any process)."""
         self._replayed_at[w] = time.monotonic()
-        kept = {r: t for r, t in self._live.items() if t.worker == w}
-        kept.update((r, t) for r, t in self._ended.items() if t.worker == w)
-        columns = self._journals[w].columns(kept) if kept else None
-        registrations = [t.registration for t in kept.values()]
-        ends = [t.end for t in kept.values() if t.end is not None]
+        registrations, columns, ends = self._book.shard(w)
         # staged registrations and ends not sent yet go in the replay, not after it
-        registrations += [reg for reg in self._new[w] if reg.rid not in kept]
-        ends += [e for e in self._ends[w] if e.rid not in kept or kept[e.rid].end is not e]
+        named = {reg.rid for reg in registrations}
+        registrations += [reg for reg in self._new[w] if reg.rid not in named]
+        ends += [e for e in self._ends[w] if e not in ends]
         self._new[w], self._ends[w] = [], []
         self._seq[w] += 1
         seq = self._seq[w]
-        for end in ends:
-            self._unacked[w].append((seq, end.rid))
-        c = columns or Columns(b"", b"", b"", b"")
+        self._book.track_ends(w, seq, ends)
+        c = columns or EMPTY
         batch = protocol.DetokBatch(seq, time.time(), registrations, c.rids, c.starts, c.counts, c.tokens, ends, c.logprobs)
-        tokens = c.tokens
         self._send(w, self._encoder.encode(protocol.Replay(instance, batch, reason)))
         if instance:
             self.replays_sent += 1
-            self.replayed_tokens += len(tokens) // 4
+            self.replayed_tokens += len(c.tokens) // 4
             state = self._states[w]
             self._states[w] = state._replace(replays=state.replays + 1)
             log.warning("replaying %d requests (%d token ids) to detok worker %d: %s",
-                        len(registrations), len(tokens) // 4, w, reason)
+                        len(registrations), len(c.tokens) // 4, w, reason)
 
     # ---- shutdown -------------------------------------------------------------------------------
     def close(self) -> None:

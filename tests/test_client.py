@@ -182,9 +182,9 @@ def test_a_dead_worker_is_not_failed_and_its_next_process_gets_the_whole_shard(i
 
 
 def test_ended_requests_are_kept_until_their_worker_acknowledges_the_end(ipc, monkeypatch) -> None:
-    import detok.client as client_module
+    import detok.replay_book as replay_book
 
-    monkeypatch.setattr(client_module, "ACKED_KEEP_S", 0.0)
+    monkeypatch.setattr(replay_book, "ACKED_KEEP_S", 0.0)
     fake = FakeWorkers(ipc, 1)
     client = SchedulerClient(fake.endpoints, fake.notify)
     try:

@@ -204,7 +204,7 @@ def test_replay_after_random_kills_gives_every_request_its_exact_text(tok, seed:
     with pytest.MonkeyPatch.context() as patch:
         # keep an ended request exactly until its end is acknowledged (the test delivers a
         # message's outputs before acknowledging it, as a worker sends before it reports)
-        patch.setattr("detok.client.ACKED_KEEP_S", 0.0)
+        patch.setattr("detok.replay_book.ACKED_KEEP_S", 0.0)
         rx = run_with_kills(tok, requests, rng, kills)
     for r in requests:
         want_text, want_finish = reference(tok, r, r.end)
