@@ -18,7 +18,8 @@ from detok.pool import DetokPool
 from detok.protocol import DetokBatch, Registration, new_encoder
 from detok.receiver import DeltaReceiver
 from detok.stream.params import DecodeParams
-from detok.worker.process import MAX_FRONTENDS, MAX_QUEUE_LAG_S, _clamped_lag
+from detok.worker.frontend_sockets import MAX_FRONTENDS
+from detok.worker.process import MAX_QUEUE_LAG_S, _clamped_lag
 from tests.pool_helpers import Collected, drive, reference, workload
 
 pytestmark = pytest.mark.timeout(180)

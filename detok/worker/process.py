@@ -28,7 +28,6 @@ import secrets
 import shutil
 import signal
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -38,10 +37,11 @@ import msgspec
 import zmq
 
 from detok import protocol
-from detok.endpoints import bound_endpoint, connectable, endpoint_error, make_socket, unmapped
-from detok.security import CurveKeys, InsecureTransportError, SocketSecurity
+from detok.endpoints import bound_endpoint, connectable, make_socket, unmapped
+from detok.security import CurveKeys, SocketSecurity
 from detok.stream.table import StreamTable
 from detok.worker.core import MalformedBatch, Outputs, WorkerCore, warmed_table
+from detok.worker.frontend_sockets import FrontendSockets
 from detok.worker.status import StatusReporter
 from detok.worker.lifecycle import (
     StopFlag,
@@ -57,8 +57,6 @@ _POLL_MS = 100  # how soon a stop request or an idle sweep is noticed when no me
 _DRAIN_MAX = 256  # messages handled per poll wake-up before checking timers again
 _LOG_EVERY_S = 5.0  # rate limit for repeated warnings (malformed input, full peer queues)
 PROFILE_ENV = "DETOK_WORKER_PROFILE_DIR"  # set: each worker runs under cProfile and dumps its stats there
-# Frontend sockets open at once (each holds file descriptors; 1,100 crashed a worker with EMFILE).
-MAX_FRONTENDS: Final = 256
 _PARENT_EXIT_WAIT_S: Final = 2.0  # after a SIGTERM: how long to wait for the pipe to say whether the pool died
 HEARTBEAT_INTERVAL_S: Final = 0.5  # how often a serving pool worker's loop tells the supervisor it runs
 # A batch's queue lag is clamped to this: a sender's clock (or a NaN / infinite sent_at) must not
@@ -249,7 +247,7 @@ class _Runner:
         if cfg.notify_endpoint:
             self.notify = make_socket(self.ctx, zmq.PUSH, hwm=cfg.hwm)
             self.security.connect(self.notify, cfg.notify_endpoint)
-        self.frontends: OrderedDict[str, zmq.Socket] = OrderedDict()  # least recently used first
+        self.frontends = FrontendSockets(self.ctx, self.security, cfg.hwm, worker, self.core.live_requests_of)
         self.encoder = protocol.new_encoder()
         self.decoder = protocol.worker_inbound_decoder()
         self._last_warning: dict[str, float] = {}
@@ -354,7 +352,7 @@ class _Runner:
     def _send(self, outputs: Outputs) -> None:
         encode = self.encoder.encode
         for reply_to, batch in outputs.deltas:
-            sock, error = self._frontend(reply_to)
+            sock, error = self.frontends.get(reply_to)
             if sock is None:
                 self.core.counts.dropped_messages += 1
                 self._warn("bad:" + reply_to[:80], "worker %d: deltas for a frontend dropped: %s", self.worker, error)
@@ -373,43 +371,10 @@ class _Runner:
 
     def _admit_frontend(self, reply_to: str) -> str | None:
         """For a new registration: None if its frontend can be reached, else why not."""
-        return self._frontend(reply_to)[1] or None
-
-    def _frontend(self, reply_to: str) -> tuple[zmq.Socket | None, str]:
-        """The socket to a frontend, connected on first use; (None, why) if it cannot be had."""
-        sock = self.frontends.get(reply_to)
-        if sock is not None:
-            self.frontends.move_to_end(reply_to)
-            return sock, ""
-        error = endpoint_error(reply_to)
-        if error is not None:
-            return None, f"cannot reach the frontend: {error}"
-        if len(self.frontends) >= MAX_FRONTENDS and not self._close_least_recent_idle_frontend():
-            return None, (f"detok worker {self.worker} already has {MAX_FRONTENDS} frontends with live requests "
-                          f"(MAX_FRONTENDS); a request from one more cannot be served")
-        try:
-            sock = make_socket(self.ctx, zmq.PUSH, hwm=self.cfg.hwm)
-        except zmq.ZMQError as e:
-            return None, f"cannot open a socket to the frontend: {e}"
-        try:
-            self.security.connect(sock, reply_to)
-        except (zmq.ZMQError, InsecureTransportError) as e:
-            sock.close(0)
-            return None, f"cannot connect to the frontend {reply_to!r}: {e}"
-        self.frontends[reply_to] = sock
-        return sock, ""
-
-    def _close_least_recent_idle_frontend(self) -> bool:
-        for reply_to in self.frontends:
-            if not self.core.live_requests_of(reply_to):
-                self.frontends.pop(reply_to).close()
-                return True
-        return False
+        return self.frontends.get(reply_to)[1] or None
 
     def _close_idle_frontends(self) -> None:
-        known = set(self.core.frontends())
-        for reply_to in [r for r in self.frontends if r not in known]:
-            self.frontends.pop(reply_to).close()
+        self.frontends.close_others(set(self.core.frontends()))
 
     def _warn(self, key: str, fmt: str, *args: object) -> None:
         now = time.monotonic()
@@ -444,9 +409,10 @@ class _Runner:
     def _close(self) -> None:
         if self.metrics is not None:
             self.metrics.flush(len(self.core.live))
-        for sock in (self.input, self.notify, *self.frontends.values()):
+        for sock in (self.input, self.notify):
             if sock is not None:
                 sock.close()  # bounded linger (endpoints.LINGER_MS) lets the last deltas out
+        self.frontends.close()
         self.security.close()
         self.ctx.term()
 
