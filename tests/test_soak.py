@@ -67,6 +67,8 @@ def test_soak_with_a_worker_killed_every_300ms(requests_n: int, tokens: int, kil
                 stopped += client.poll(0.01)
                 got.pump(0.01)
             got.wait_finished(timeout=1)
+            print(f"soak: {len(requests)} requests, {kills} kills in {len(attempts)} attempts, "
+                  f"{client.replays_sent} replays, {time.monotonic() - started:.1f} s")
             assert kills >= 3 and len(attempts) >= kill_seconds / 0.3 * 0.6, (kills, len(attempts))
             errors = [r.rid for r in requests if got.finish[r.rid].reason == "error"]
             assert not errors, f"{len(errors)} requests failed, e.g. {got.finish[errors[0]]}"
