@@ -8,14 +8,14 @@ TEST_STAMP := $(VENV)/.installed-test
 
 $(PY):
 	python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install -qq --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP) install -q -e .
+	$(PIP) install -qq -e .
 	touch $@
 
 $(TEST_STAMP): pyproject.toml | $(PY)
-	$(PIP) install -q -e '.[test,bench]'
+	$(PIP) install -qq -e '.[test,bench]'
 	touch $@ $(STAMP)
 
 install: $(STAMP)

@@ -1,9 +1,8 @@
 """Anchors for detok's benchmarks: other stacks' incremental detokenizers, re-implemented from their
 published algorithms (never copied), and worker processes shaped like SGLang's detokenizer.
 
-The bench scripts run as `python bench/<script>.py`, so `bench/` is on sys.path and its modules
-import each other by plain name (`from baselines import SGLangDetokenizer`); tests put `bench/` on
-sys.path the same way.
+`bench` is a package: scripts run as `python bench/<script>.py` (they put the repo root on
+sys.path) or `python -m bench.<script>`, and import each other as `bench.<module>`.
 
 - `baselines_decode`: NaiveRedecode, WindowDiff (TGI / vLLM slow), SGLangDetokenizer (+ the
   one-request SGLangIncremental), HFDecodeStream (tokenizers' DecodeStream as vLLM v1 drives it).
@@ -11,7 +10,7 @@ sys.path the same way.
   message shapes are in that module's docstring).
 """
 
-from baselines_decode import (
+from bench.baselines_decode import (
     ANCHORS,
     HFDecodeStream,
     NaiveRedecode,
@@ -20,7 +19,7 @@ from baselines_decode import (
     WindowDiff,
     find_printable_text,
 )
-from baselines_pipeline import load_hf_tokenizer, run_hf_decodestream_worker, run_sglang_style_worker
+from bench.baselines_pipeline import load_hf_tokenizer, run_hf_decodestream_worker, run_sglang_style_worker
 
 __all__ = [
     "ANCHORS",

@@ -32,7 +32,7 @@ from typing import Any
 import zmq
 
 import detok
-from baselines_decode import HFDecodeStream, SGLangDetokenizer
+from bench.baselines_decode import HFDecodeStream, SGLangDetokenizer
 
 _Handler = Callable[[list[str], list[list[int]], list[bool], Sequence[int] | None], list[str]]
 

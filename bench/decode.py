@@ -24,6 +24,12 @@ Hugging Face's ByteFallback decoder.
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as `python bench/decode.py`: make the `bench` package importable
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
 import argparse
 import gc
 import statistics
@@ -33,12 +39,12 @@ import numpy as np
 from collections.abc import Sequence
 from typing import Any
 
-import _common
+from bench import _common
 import detok
-from detok.packing import split_text
+from detok.wire.packing import split_text
 from detok.stream import prepare_decoding
-from _common import TokenStream
-from baselines_decode import ANCHORS, SGLangDetokenizer
+from bench._common import TokenStream
+from bench.baselines_decode import ANCHORS, SGLangDetokenizer
 
 DETOK = "detok"
 IMPL_ORDER = (DETOK, "detok-batch", "detok-batch+split", "naive", "window", "sglang", "hf-decodestream")

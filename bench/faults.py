@@ -15,6 +15,12 @@ finished and until the slot served again.
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as `python bench/faults.py`: make the `bench` package importable
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
 import argparse
 import os
 import random
@@ -23,10 +29,10 @@ import sys
 import time
 from typing import Any
 
-import _common
+from bench import _common
 
 import detok
-from detok.protocol import Registration
+from detok.wire.to_workers import Registration
 from detok.stream import DecodeStream
 
 _TIMEOUT_S = 300.0
@@ -53,8 +59,8 @@ def main() -> int:
 
 
 def run(source: str, args: argparse.Namespace) -> dict[str, Any]:
-    from detok.pool import DetokPool
-    from detok.receiver import DeltaReceiver
+    from detok.pool.pool import DetokPool
+    from detok.receiver.receiver import DeltaReceiver
 
     tok = detok.load_tokenizer(source)
     ids = tok.encode(_common.CORPUS.read_text(encoding="utf-8")[:400_000] + _common.MULTILINGUAL * 20)
@@ -136,5 +142,4 @@ def _reference(tok: Any, ctx: list[int], gen: list[int]) -> str:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.exit(main())

@@ -17,6 +17,12 @@ unknown-rids  one `DetokBatch` of `rids` rids no worker ever registered (one tok
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as `python bench/limits.py`: make the `bench` package importable
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
 import argparse
 import os
 import random
@@ -24,11 +30,11 @@ import sys
 import time
 from typing import Any
 
-import _common
+from bench import _common
 import numpy as np
 
 import detok
-from detok.protocol import DetokBatch, Registration
+from detok.wire.to_workers import DetokBatch, Registration
 
 _CJK = (0x4E00, 0x9FFF)
 _TIMEOUT_S = 600.0
@@ -79,8 +85,8 @@ def _stop_lists(args: argparse.Namespace, shared: bool) -> list[list[str]]:
 
 
 def _stop_memory(tok: Any, source: str, args: argparse.Namespace, shared: bool) -> dict[str, Any]:
-    from detok.pool import DetokPool
-    from detok.receiver import DeltaReceiver
+    from detok.pool.pool import DetokPool
+    from detok.receiver.receiver import DeltaReceiver
 
     text_ids = tok.encode(_common.MULTILINGUAL[:60] * 4)[:32]
     stop_lists = _stop_lists(args, shared)
@@ -168,8 +174,8 @@ def _unknown_rids_in_process(tok: Any, args: argparse.Namespace) -> dict[str, An
 
 
 def _unknown_rids_worker(tok: Any, source: str, args: argparse.Namespace) -> dict[str, Any]:
-    from detok.pool import DetokPool
-    from detok.receiver import DeltaReceiver
+    from detok.pool.pool import DetokPool
+    from detok.receiver.receiver import DeltaReceiver
 
     probe_ids = tok.encode(" probe text")
     seconds = []
@@ -208,5 +214,4 @@ def _unknown_rids_worker(tok: Any, source: str, args: argparse.Namespace) -> dic
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.exit(main())

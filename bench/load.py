@@ -22,6 +22,12 @@ every request for logprobs with N alternatives (chat: `logprobs: true, top_logpr
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as `python bench/load.py`: make the `bench` package importable
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
 import argparse
 import asyncio
 import dataclasses
@@ -46,8 +52,8 @@ import numpy as np
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import progress  # noqa: E402
-from _sse_client import HttpError, SseConnection  # noqa: E402
+from bench._common import progress  # noqa: E402
+from bench._sse_client import HttpError, SseConnection  # noqa: E402
 
 _decode = msgspec.json.Decoder().decode
 _BANNER_URL = re.compile(r"OpenAI API : (http://\S+/v1)")

@@ -16,6 +16,12 @@ as a serving frontend freezes its startup heap); one JSON line per configuration
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as `python bench/logprobs_frontend.py`: make the `bench` package importable
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
 import argparse
 import gc
 import statistics
@@ -23,24 +29,24 @@ import sys
 import time
 from typing import Any
 
-import _common
+from bench import _common
 import msgspec
 import numpy as np
-from pool_drivers import LogprobTable, Workload
+from bench.pool_drivers import LogprobTable, Workload
 from worker import encode_workload
 
 import detok
-from detok import protocol
+from detok import wire
 from detok.frontend.logprobs_format import chat_logprobs
-from detok.receiver import DeltaReceiver
-from detok.token_logprobs import TokenLogprobs
+from detok.receiver.receiver import DeltaReceiver
+from detok.receiver.token_logprobs import TokenLogprobs
 from detok.worker.core import WorkerCore
 
 
 def frontend_messages(tok: Any, workload: Workload, table: LogprobTable | None) -> list[bytes]:
     """The encoded DeltaBatches a frontend receives for the workload (one worker, in-process)."""
     core = WorkerCore(tok, 0, idle_timeout_s=3600)
-    decoder, encoder = protocol.worker_inbound_decoder(), protocol.new_encoder()
+    decoder, encoder = wire.worker_inbound_decoder(), wire.new_encoder()
     out = []
     for raw in encode_workload(workload, 1, table):
         for _, batch in core.handle_batch(decoder.decode(raw)).deltas:
@@ -50,7 +56,7 @@ def frontend_messages(tok: Any, workload: Workload, table: LogprobTable | None) 
 
 def without_strings(messages: list[bytes]) -> list[bytes]:
     """The same messages with empty token strings: what a frontend gets that decodes ids itself."""
-    decoder, encoder = protocol.frontend_inbound_decoder(), protocol.new_encoder()
+    decoder, encoder = wire.frontend_inbound_decoder(), wire.new_encoder()
     out = []
     for raw in messages:
         batch = decoder.decode(raw)
@@ -66,7 +72,7 @@ def run_once(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = N
     """CPU seconds for a frontend to handle every message: dispatch, take per request, format, encode."""
     rx = DeltaReceiver()
     streams = {rid: rx.open(rid) for rid in rids}
-    decoder = protocol.frontend_inbound_decoder()
+    decoder = wire.frontend_inbound_decoder()
     encode = msgspec.json.Encoder().encode
     t0 = time.process_time()  # CPU time: the 2 cores are shared, wall time counts other processes' turns
     for raw in messages:

@@ -35,6 +35,12 @@ line gives max/mean requests per worker over 8 workers for 10K rids.
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as `python bench/pool.py`: make the `bench` package importable
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
 import argparse
 import gc
 import multiprocessing
@@ -46,14 +52,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import _common
+from bench import _common
 import numpy as np
 import zmq
-from pool_drivers import LogprobTable, Workload, run_baseline_scheduler, run_detok_scheduler
+from bench.pool_drivers import LogprobTable, Workload, run_baseline_scheduler, run_detok_scheduler
 
 import detok
-from detok.client import shard_array
-from detok.endpoints import IpcDir
+from detok.scheduler.client import shard_array
+from detok.wire.endpoints import IpcDir
 
 PIPELINES = ("detok", "sglang", "hf")
 EXTRA_PIPELINES = ("detok-tcp",)  # detok over tcp with CURVE
@@ -138,9 +144,9 @@ def _run(pipeline: str, source: str, workload: Workload, expected: list[str], in
 
 def _run_detok(source: str, workload: Workload, expected: list[str], interval_s: float, args: argparse.Namespace,
                logprobs: LogprobTable | None, tcp: bool = False) -> dict[str, Any]:
-    from detok.pool import DetokPool
-    from detok.receiver import DeltaReceiver
-    from detok.security import CurveKeys
+    from detok.pool.pool import DetokPool
+    from detok.receiver.receiver import DeltaReceiver
+    from detok.wire.security import CurveKeys
 
     keys = (CurveKeys.load(args.keys) if args.keys else CurveKeys.generate()) if tcp else None
     transport = {"transport": "tcp", "keys": keys} if tcp else {}
@@ -186,7 +192,7 @@ def _run_detok(source: str, workload: Workload, expected: list[str], interval_s:
 
 
 def _run_baseline(pipeline: str, source: str, workload: Workload, expected: list[str], interval_s: float, args: argparse.Namespace) -> dict[str, Any]:
-    import baselines
+    from bench import baselines
 
     target = baselines.run_sglang_style_worker if pipeline == "sglang" else baselines.run_hf_decodestream_worker
     mp = multiprocessing.get_context("spawn")

@@ -78,7 +78,7 @@ class LogprobTable:
         return cls(k, top_lps[..., 0].copy(), top_ids[..., :k].copy(), top_lps[..., :k].copy())
 
     def columns(self, step: Step, concurrency: int) -> Any:
-        from detok.step_logprobs import LogprobColumns
+        from detok.scheduler.step_logprobs import LogprobColumns
 
         where = (step.positions, step.ks % concurrency)
         n = len(step.ks)
@@ -156,8 +156,8 @@ def run_detok_scheduler(
     logprobs: LogprobTable | None = None,
     keys: Any = None,
 ) -> None:
-    from detok.client import SchedulerClient
-    from detok.protocol import Registration
+    from detok.scheduler.client import SchedulerClient
+    from detok.wire.to_workers import Registration
     from detok.stream.params import DecodeParams
 
     client = SchedulerClient(worker_endpoints, notify_endpoint, hwm=hwm, keys=keys)

@@ -17,6 +17,12 @@ replay per live request and per token id.
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as `python bench/replay.py`: make the `bench` package importable
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
 import argparse
 import os
 import signal
@@ -26,16 +32,16 @@ import time
 import tracemalloc
 from typing import Any
 
-import _common
+from bench import _common
 import numpy as np
 
 import detok
-from detok.client import SchedulerClient
-from detok.endpoints import IpcDir
+from detok.scheduler.client import SchedulerClient
+from detok.wire.endpoints import IpcDir
 from detok.metrics import render_metrics
-from detok.pool import DetokPool
-from detok.protocol import Registration
-from detok.receiver import DeltaReceiver
+from detok.pool.pool import DetokPool
+from detok.wire.to_workers import Registration
+from detok.receiver.receiver import DeltaReceiver
 
 
 def main() -> int:
@@ -113,7 +119,7 @@ def _run(source: str, streams: list[Any], expected: list[str], args: argparse.Na
 
 def _figures(received: list[tuple[float, Any]], kills: list[tuple[float, int]], expected: list[str], workers: int,
              worker_recovery: dict[str, float]) -> dict[str, Any]:
-    from detok.client import shard_of
+    from detok.scheduler.client import shard_of
 
     text: dict[int, str] = {}
     finish: dict[int, Any] = {}

@@ -17,21 +17,27 @@ One JSON line per configuration with --json: ns per token, ratio to `compiled`, 
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as `python bench/worker.py`: make the `bench` package importable
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
 import argparse
 import statistics
 import sys
 import time
 from typing import Any
 
-import _common
+from bench import _common
 import msgspec
 import numpy as np
-from pool_drivers import LogprobTable, Workload, steps
+from bench.pool_drivers import LogprobTable, Workload, steps
 
 import detok
-from detok import protocol
-from detok.protocol import DetokBatch, EndRequest, Registration
-from detok.step_logprobs import LogprobArrays
+from detok import wire
+from detok.wire.to_workers import DetokBatch, EndRequest, Registration
+from detok.scheduler.step_logprobs import LogprobArrays
 from detok.worker.core import WorkerCore, warmed_table
 
 
@@ -60,7 +66,7 @@ def run_once(tok: Any, messages: list[bytes], compiled: bool) -> tuple[float, in
     table = warmed_table(tok)  # built before the clock, as a worker does before it reports ready
     table.compiled = compiled and table.compiled
     core = WorkerCore(tok, 0, idle_timeout_s=3600, table=table)
-    decoder, encoder = protocol.worker_inbound_decoder(), protocol.new_encoder()
+    decoder, encoder = wire.worker_inbound_decoder(), wire.new_encoder()
     sent = 0
     t0 = time.perf_counter()
     for raw in messages:

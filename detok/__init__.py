@@ -26,11 +26,13 @@ _EXPORTS: dict[str, str] = {
     "Finish": "detok.stream.params",
     "DecodeStream": "detok.stream.decode_stream",
     # pool
-    "DetokPool": "detok.pool",
-    "SchedulerClient": "detok.client",
-    "LogprobColumns": "detok.step_logprobs",
-    "DeltaReceiver": "detok.receiver",
-    "CurveKeys": "detok.security",
+    "DetokPool": "detok.pool.pool",
+    "SchedulerClient": "detok.scheduler.client",
+    "LogprobColumns": "detok.scheduler.step_logprobs",
+    "Registration": "detok.wire.to_workers",
+    "EndRequest": "detok.wire.to_workers",
+    "DeltaReceiver": "detok.receiver.receiver",
+    "CurveKeys": "detok.wire.security",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -50,11 +52,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from detok.client import SchedulerClient
-    from detok.pool import DetokPool
-    from detok.receiver import DeltaReceiver
-    from detok.security import CurveKeys
-    from detok.step_logprobs import LogprobColumns
+    from detok.scheduler.client import SchedulerClient
+    from detok.pool.pool import DetokPool
+    from detok.receiver.receiver import DeltaReceiver
+    from detok.wire.to_workers import EndRequest, Registration
+    from detok.wire.security import CurveKeys
+    from detok.scheduler.step_logprobs import LogprobColumns
     from detok.stream.decode_stream import DecodeStream
     from detok.stream.params import DecodeParams, Delta, Finish
     from detok.tokenizer.base import SpecialTokens, Tokenizer, TokenizerInfo, TokenizerLoadError

@@ -63,7 +63,7 @@ def _add_security_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load_keys(args: argparse.Namespace) -> Any:
-    from detok.security import CurveKeys
+    from detok.wire.security import CurveKeys
 
     return CurveKeys.load(args.keys) if args.keys else None
 
@@ -85,7 +85,7 @@ def _add_keygen(subparsers: Any) -> None:
 
 
 def _run_keygen(args: argparse.Namespace) -> int:
-    from detok.security import generate_keys
+    from detok.wire.security import generate_keys
 
     try:
         public, secret = generate_keys(args.dir, overwrite=args.force)
@@ -122,7 +122,7 @@ def _add_worker(subparsers: Any) -> None:
 
 
 def _run_worker(args: argparse.Namespace) -> int:
-    from detok.security import InsecureTransportError, KeyFileError, SocketSecurity
+    from detok.wire.security import InsecureTransportError, KeyFileError, SocketSecurity
     from detok.worker.process import WorkerConfig, serve
 
     try:
@@ -183,9 +183,9 @@ def _run_pool(args: argparse.Namespace) -> int:
         from detok.metrics import use_metrics_dir
 
         use_metrics_dir(args.metrics_dir)
-    from detok.pool import DetokPool, PoolStartError
-    from detok.security import KeyFileError
-    from detok.supervisor import STALL_TIMEOUT_S
+    from detok.pool.pool import DetokPool, PoolStartError
+    from detok.wire.security import KeyFileError
+    from detok.pool.supervisor import STALL_TIMEOUT_S
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()

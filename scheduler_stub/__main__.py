@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 def _tokenizer(source: str | None) -> str:
     if source:
         return source
-    from detok.default_tokenizer import default_tokenizer_dir
+    from detok.tokenizer.default import default_tokenizer_dir
 
     return str(default_tokenizer_dir())
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     policy = StepPolicy(args.step_ms / 1000.0, args.max_batch, args.tokens_per_step)
     if args.command == "run":
-        from detok.security import CurveKeys, InsecureTransportError, KeyFileError, SocketSecurity
+        from detok.wire.security import CurveKeys, InsecureTransportError, KeyFileError, SocketSecurity
         from scheduler_stub.process import PoolEndpoints, StubConfig, run_standalone
 
         try:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from detok.protocol import EndRequest, GenerateRequest
+from detok.wire.to_scheduler import GenerateRequest
+from detok.wire.to_workers import EndRequest
 from detok.tokenizer.base import Tokenizer
 from scheduler_stub.workload import END, Workload
 

@@ -15,10 +15,11 @@ import time
 
 import numpy as np
 
-from detok.packing import unpack_u32
-from detok.pool import DetokPool
-from detok.protocol import DeltaBatch, GenerateRequest
-from detok.receiver import DeltaReceiver
+from detok.wire.packing import unpack_u32
+from detok.pool.pool import DetokPool
+from detok.wire.to_frontends import DeltaBatch
+from detok.wire.to_scheduler import GenerateRequest
+from detok.receiver.receiver import DeltaReceiver
 from detok.stream.params import DecodeParams
 from scheduler_stub.generation import primary_eos_id
 from scheduler_stub.stub import SchedulerStub, StepPolicy

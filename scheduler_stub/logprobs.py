@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from detok.protocol import MAX_TOP_LOGPROBS
-from detok.step_logprobs import LogprobColumns
+from detok.wire.to_workers import MAX_TOP_LOGPROBS
+from detok.scheduler.step_logprobs import LogprobColumns
 
 _MASK = (1 << 64) - 1
 

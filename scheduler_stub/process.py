@@ -17,8 +17,8 @@ from multiprocessing.connection import Connection
 import msgspec
 import zmq
 
-from detok.client import SchedulerClient
-from detok.security import CurveKeys, SocketSecurity
+from detok.scheduler.client import SchedulerClient
+from detok.wire.security import CurveKeys, SocketSecurity
 from detok.worker.lifecycle import StopFlag, die_with_parent, install_signal_handlers
 from scheduler_stub.generation import primary_eos_id
 from scheduler_stub.stub import RequestInbox, SchedulerStub, StepPolicy, run_loop
@@ -36,7 +36,7 @@ class StubConfig:
     end_probability: float = 0.0  # random workload: chance of EOS per token
     log_level: str = "WARNING"
     parent_pid: int = 0
-    keys: CurveKeys | None = None  # deployment keys for tcp endpoints (detok.security)
+    keys: CurveKeys | None = None  # deployment keys for tcp endpoints (detok.wire.security)
     insecure: bool = False  # tcp without keys, explicitly
 
 

@@ -23,10 +23,11 @@ from collections.abc import Callable
 import msgspec
 import zmq
 
-from detok import protocol
-from detok.client import SchedulerClient
-from detok.protocol import Abort, EndRequest, GenerateRequest
-from detok.security import SocketSecurity
+from detok import wire
+from detok.scheduler.client import SchedulerClient
+from detok.wire.to_scheduler import Abort, GenerateRequest
+from detok.wire.to_workers import EndRequest
+from detok.wire.security import SocketSecurity
 from scheduler_stub.generation import RequestGeneration
 from scheduler_stub.logprobs import step_logprobs
 from scheduler_stub.validation import request_error, rid_error
@@ -211,8 +212,8 @@ class RequestInbox:
 
     def __init__(self, ctx: zmq.Context, endpoint: str, hwm: int = 100_000, security: SocketSecurity | None = None) -> None:
         """`security`: CURVE keys for a tcp endpoint (a tcp endpoint without them is refused
-        unless it is explicitly insecure; see detok.security)."""
-        from detok.endpoints import bound_endpoint, connectable, make_socket
+        unless it is explicitly insecure; see detok.wire.security)."""
+        from detok.wire.endpoints import bound_endpoint, connectable, make_socket
 
         self.security = security or SocketSecurity()
         self.security.check(endpoint)
@@ -223,7 +224,7 @@ class RequestInbox:
             self.close()
             raise
         self.endpoint = connectable(bound_endpoint(self.socket))
-        self._decoder = protocol.scheduler_request_decoder()
+        self._decoder = wire.scheduler_request_decoder()
         self.malformed = 0
 
     def drain(self, stub: SchedulerStub, limit: int = 10_000) -> int:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from detok.endpoints import endpoint_error
-from detok.protocol import GenerateRequest
+from detok.wire.endpoints import endpoint_error
+from detok.wire.to_scheduler import GenerateRequest
 
-MAX_RID: Final = 2**63 - 1  # rids are unsigned 63-bit (detok.protocol), packed as uint64
+MAX_RID: Final = 2**63 - 1  # rids are unsigned 63-bit (detok.wire), packed as uint64
 MIN_SEED: Final = -(2**63)  # seeds are signed 64-bit, as vLLM's `seed`
 MAX_SEED: Final = 2**63 - 1
 

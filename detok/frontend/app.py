@@ -39,7 +39,7 @@ from detok.frontend.responses import ResponseContext, collect_body, stream_event
 from detok.frontend.scheduler_link import SchedulerLink
 from detok.frontend.validation import GenerationJob, ServingLimits, chat_job, completion_job
 from detok.metrics import CONTENT_TYPE, render_metrics
-from detok.receiver import RequestStream
+from detok.receiver.receiver import RequestStream
 from detok.tokenizer.base import Tokenizer
 
 log = logging.getLogger("detok.frontend")

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from detok.protocol import DeltaBatch, RequestFinished
-from detok.receiver import DeltaReceiver
+from detok.wire.to_frontends import DeltaBatch, RequestFinished
+from detok.receiver.receiver import DeltaReceiver
 from detok.stream.params import Finish
 
 log = logging.getLogger("detok.frontend")

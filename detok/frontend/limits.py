@@ -25,6 +25,7 @@ MAX_CHAT_LOGPROBS = 20  # top_logprobs (OpenAI's bound)
 MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs (OpenAI's bound)
 
 # ---- HTTP ----------------------------------------------------------------------------------------
+DEFAULT_PORT = 8000  # `detok serve --port`; taken is an error, 0 picks a free port
 MAX_BODY_BYTES = 8 * 1024 * 1024  # larger bodies are a 413, by Content-Length or while streaming
 HEADER_TIMEOUT_S = 10.0  # from connection (or request start) to the end of the headers, else 408
 BODY_TIMEOUT_S = 30.0  # from the end of the headers to the end of the body, else 408

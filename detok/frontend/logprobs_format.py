@@ -20,7 +20,7 @@ import codecs
 
 import msgspec
 
-from detok.token_logprobs import RawToken, TokenLogprobs
+from detok.receiver.token_logprobs import RawToken, TokenLogprobs
 
 _FLOOR = -9999.0
 _INF = float("inf")

@@ -43,7 +43,7 @@ from detok.frontend.openai_types import (
     CompletionChoice,
     Usage,
 )
-from detok.receiver import RequestDelta, RequestStream
+from detok.receiver.receiver import RequestDelta, RequestStream
 from detok.stream.params import Finish
 
 _ENCODER = msgspec.json.Encoder()

@@ -9,11 +9,12 @@ import time
 
 import zmq
 
-from detok.endpoints import make_socket
+from detok.wire.endpoints import make_socket
 from detok.frontend.errors import RequestError
 from detok.frontend.validation import GenerationJob
-from detok.protocol import Abort, GenerateRequest, new_encoder
-from detok.receiver import DeltaReceiver, RequestStream
+from detok.wire.codec import new_encoder
+from detok.wire.to_scheduler import Abort, GenerateRequest
+from detok.receiver.receiver import DeltaReceiver, RequestStream
 
 _RID_COUNTER_BITS = 48  # rids: a random frontend id above a per-frontend counter (63 bits in all)
 

@@ -26,7 +26,6 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from detok.frontend import limits
-from detok.frontend.serve_cli import DEFAULT_PORT
 
 if TYPE_CHECKING:
     import uvicorn
@@ -93,7 +92,7 @@ def _bind(host: str, port: int | None) -> socket.socket:
     """The listening socket, bound before anything starts so a taken port fails in milliseconds,
     the default port as much as an explicit one (0 picks a free port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    port = DEFAULT_PORT if port is None else port
+    port = limits.DEFAULT_PORT if port is None else port
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -143,7 +142,7 @@ def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
     from scheduler_stub.stub import StepPolicy
 
     if cfg.tokenizer is None:
-        from detok.default_tokenizer import default_tokenizer_dir
+        from detok.tokenizer.default import default_tokenizer_dir
 
         source = str(default_tokenizer_dir())
     else:
@@ -187,7 +186,7 @@ def _serve_http(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics
     from detok.frontend.scheduler_link import SchedulerLink
     from detok.frontend.validation import ServingLimits
     from detok.metrics import frontend_metrics
-    from detok.receiver import DeltaReceiver
+    from detok.receiver.receiver import DeltaReceiver
 
     receiver = DeltaReceiver(stack.receiver_endpoint)
     link = SchedulerLink(stack.requests_endpoint, receiver)

@@ -10,7 +10,6 @@ from typing import Any
 
 from detok.frontend import limits
 
-DEFAULT_PORT = 8000
 DEFAULT_MODEL_NAME = "detok-stub"
 
 
@@ -53,7 +52,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="a chat template replacing the tokenizer's own")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: %(default)s)")
     p.add_argument("--port", type=int, default=None,
-                   help=f"HTTP port; 0 picks a free one (default: {DEFAULT_PORT}; taken is an error either way)")
+                   help=f"HTTP port; 0 picks a free one (default: {limits.DEFAULT_PORT}; taken is an error either way)")
     p.add_argument("--workers", type=_positive_int, default=2,
                    help="detokenizer worker processes (default: %(default)s)")
     p.add_argument("--no-spare", action="store_true",

@@ -28,8 +28,8 @@ from typing import Final, Literal
 
 import msgspec
 
-from detok.pool import DetokPool
-from detok.supervisor import STALL_TIMEOUT_S
+from detok.pool.pool import DetokPool
+from detok.pool.supervisor import STALL_TIMEOUT_S
 from detok.tokenizer.base import Tokenizer
 from scheduler_stub.process import PoolEndpoints, StubConfig, StubFailed, StubLoaded, StubReady, StubStatus, child_main
 from scheduler_stub.stub import StepPolicy
@@ -59,7 +59,7 @@ class StackConfig:
     metrics_dir: str | None = None
     log_level: str = "WARNING"
     start_timeout_s: float = 120.0
-    stall_timeout_s: float = STALL_TIMEOUT_S  # a worker silent this long is stalled (detok.supervisor)
+    stall_timeout_s: float = STALL_TIMEOUT_S  # a worker silent this long is stalled (detok.pool.supervisor)
     replace_stalled: bool = True
 
 

@@ -25,7 +25,7 @@ from detok.stream.params import EMPTY_DELTA, DecodeParams, Finish
 from detok.stream.strategy import Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
 
-from detok.packing import join_texts, pack_u32, split_text, unpack_rids, unpack_u32
+from detok.wire.packing import join_texts, pack_u32, split_text, unpack_rids, unpack_u32
 
 try:  # the compiled step (optional extension); the numpy/Python path gives the same results
     from detok.stream._plainstep import RidMap as _RidMap

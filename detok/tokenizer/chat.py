@@ -13,7 +13,7 @@ import datetime
 import functools
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, Protocol
 
 import jinja2
 import jinja2.meta
@@ -22,8 +22,25 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-if TYPE_CHECKING:
-    from detok.tokenizer.base import Tokenizer
+
+
+class _SpecialTokenNames(Protocol):
+    additional: tuple[str, ...]
+
+    def named(self) -> dict[str, str]: ...
+
+
+class Tokenizer(Protocol):
+    """What rendering needs of a tokenizer (`detok.tokenizer.base.Tokenizer` has it); a structural
+    type, so this module does not import the tokenizer base that calls it."""
+
+    source: str
+
+    @property
+    def special_tokens(self) -> _SpecialTokenNames: ...
+
+    @property
+    def chat_template(self) -> str | None: ...
 
 _COMPILED_CACHE_SIZE = 64
 

@@ -38,17 +38,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from detok.metrics import WorkerCounts
-from detok.packing import group_rows, unpack_u32
-from detok.protocol import (
-    DeltaBatch,
-    DeltaLogprobs,
-    DetokBatch,
-    FailRequests,
-    Registration,
-    Replay,
-    RequestFinished,
-    StopNotice,
-)
+from detok.wire.packing import group_rows, unpack_u32
+from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished
+from detok.wire.to_scheduler import StopNotice
+from detok.wire.to_workers import DetokBatch, FailRequests, Registration, Replay
 from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
 from detok.stream.table import PackedStep, StreamTable

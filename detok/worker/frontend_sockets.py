@@ -11,8 +11,8 @@ from typing import Final
 
 import zmq
 
-from detok.endpoints import endpoint_error, make_socket
-from detok.security import InsecureTransportError, SocketSecurity
+from detok.wire.endpoints import endpoint_error, make_socket
+from detok.wire.security import InsecureTransportError, SocketSecurity
 
 # Frontend sockets open at once (each holds file descriptors; 1,100 crashed a worker with EMFILE).
 MAX_FRONTENDS: Final = 256

@@ -72,7 +72,7 @@ class PipeWatch:
         self.thread.start()
 
     def _watch(self) -> None:
-        from detok.protocol import StopWorker, supervisor_command_decoder
+        from detok.wire.supervision import StopWorker, supervisor_command_decoder
 
         decoder = supervisor_command_decoder()
         try:

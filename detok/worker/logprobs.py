@@ -29,7 +29,8 @@ from itertools import repeat
 
 import numpy as np
 
-from detok.protocol import MAX_TOP_LOGPROBS, DeltaLogprobs, StepLogprobs
+from detok.wire.to_frontends import DeltaLogprobs
+from detok.wire.to_workers import MAX_TOP_LOGPROBS, StepLogprobs
 from detok.stream.strategy import prepare_decoding
 from detok.tokenizer.base import Tokenizer
 

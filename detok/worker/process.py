@@ -4,7 +4,7 @@ Sockets: one PULL bound on the worker's input endpoint (DetokBatch / FailRequest
 scheduler client), one PUSH per frontend connected on first use (`Registration.reply_to`), one
 PUSH connected to the scheduler client's notice endpoint. Sends never block: a full peer queue
 drops the message and counts it (a stuck frontend must not stall everyone else's requests). tcp
-sockets use CURVE with the deployment keys (`detok.security`).
+sockets use CURVE with the deployment keys (`detok.wire.security`).
 
 Frontend sockets are bounded: at most `MAX_FRONTENDS` open at once, least recently used first to
 go, never one whose frontend has live requests; a registration naming a new frontend beyond that
@@ -36,9 +36,9 @@ from typing import Any, Final
 import msgspec
 import zmq
 
-from detok import protocol
-from detok.endpoints import bound_endpoint, connectable, make_socket, unmapped
-from detok.security import CurveKeys, SocketSecurity
+from detok import wire
+from detok.wire.endpoints import bound_endpoint, connectable, make_socket, unmapped
+from detok.wire.security import CurveKeys, SocketSecurity
 from detok.stream.table import StreamTable
 from detok.worker.core import MalformedBatch, Outputs, WorkerCore, warmed_table
 from detok.worker.frontend_sockets import FrontendSockets
@@ -77,7 +77,7 @@ class WorkerConfig:
     parent_pid: int = 0  # 0: standalone, no parent to die with
     orphan_cleanup_dir: str | None = None  # the pool's ipc dir, removed if the pool died first
     handle_sigint: bool = False
-    keys: CurveKeys | None = None  # deployment keys for tcp sockets (detok.security)
+    keys: CurveKeys | None = None  # deployment keys for tcp sockets (detok.wire.security)
     insecure: bool = False  # tcp without keys, explicitly
 
 
@@ -106,7 +106,7 @@ def pool_child_main(cfg: WorkerConfig, conn: Connection) -> None:
     # Until it serves, the process holds nothing: SIGTERM keeps its default action (exit now, even
     # in the middle of a tokenizer load). Ctrl-C is the parent's to handle.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    encoder = protocol.new_encoder()
+    encoder = wire.new_encoder()
     pid = os.getpid()
 
     def report(msg: msgspec.Struct) -> None:
@@ -119,21 +119,21 @@ def pool_child_main(cfg: WorkerConfig, conn: Connection) -> None:
         tokenizer, plan, seconds = _load(cfg)
         table = warmed_table(tokenizer)  # before "loaded": a spare takes over a slot ready to serve
     except Exception as e:  # noqa: BLE001 - whatever it is, the supervisor must hear of it
-        report(protocol.WorkerStartFailed(pid, f"{type(e).__name__}: {e}"))
+        report(wire.WorkerStartFailed(pid, f"{type(e).__name__}: {e}"))
         raise SystemExit(1) from None
     _freeze_heap()
-    report(protocol.WorkerLoaded(pid, plan.strategy, seconds))
+    report(wire.WorkerLoaded(pid, plan.strategy, seconds))
     assignment = _wait_assignment(conn, stop)
     if assignment is None:
         return  # the pool closed (or died) while this process was a spare
     install_signal_handlers(stop, handle_sigint=cfg.handle_sigint)  # from now on SIGTERM drains
     try:
         runner = _Runner(cfg, tokenizer, assignment.worker, assignment.endpoint, stop, assignment, table,
-                         heartbeat=_heartbeat_sender(conn, encoder.encode(protocol.WorkerHeartbeat(pid))))
+                         heartbeat=_heartbeat_sender(conn, encoder.encode(wire.WorkerHeartbeat(pid))))
     except Exception as e:  # noqa: BLE001 - whatever it is, the supervisor must hear of it
-        report(protocol.WorkerStartFailed(pid, f"{type(e).__name__}: {e}"))
+        report(wire.WorkerStartFailed(pid, f"{type(e).__name__}: {e}"))
         raise SystemExit(1) from None
-    report(protocol.WorkerReady(assignment.worker, pid, runner.bound))
+    report(wire.WorkerReady(assignment.worker, pid, runner.bound))
     watch = watch_parent_pipe(conn, stop)
     code = runner.run()
     if cfg.orphan_cleanup_dir and not watch.pool_closing:
@@ -157,13 +157,13 @@ def _heartbeat_sender(conn: Connection, beat: bytes) -> Callable[[], None]:
     return send
 
 
-def _wait_assignment(conn: Connection, stop: StopFlag) -> protocol.AssignSlot | None:
-    decoder = protocol.supervisor_command_decoder()
+def _wait_assignment(conn: Connection, stop: StopFlag) -> wire.AssignSlot | None:
+    decoder = wire.supervisor_command_decoder()
     try:
         while not stop:
             if conn.poll(_POLL_MS / 1000):
                 command = decoder.decode(conn.recv_bytes())
-                return command if isinstance(command, protocol.AssignSlot) else None
+                return command if isinstance(command, wire.AssignSlot) else None
     except (EOFError, OSError):
         pass
     return None
@@ -205,7 +205,7 @@ class _Runner:
         worker: int,
         endpoint: str,
         stop: StopFlag,
-        assignment: protocol.AssignSlot | None = None,
+        assignment: wire.AssignSlot | None = None,
         table: StreamTable | None = None,
         heartbeat: Callable[[], None] | None = None,
     ) -> None:
@@ -248,8 +248,8 @@ class _Runner:
             self.notify = make_socket(self.ctx, zmq.PUSH, hwm=cfg.hwm)
             self.security.connect(self.notify, cfg.notify_endpoint)
         self.frontends = FrontendSockets(self.ctx, self.security, cfg.hwm, worker, self.core.live_requests_of)
-        self.encoder = protocol.new_encoder()
-        self.decoder = protocol.worker_inbound_decoder()
+        self.encoder = wire.new_encoder()
+        self.decoder = wire.worker_inbound_decoder()
         self._last_warning: dict[str, float] = {}
 
     # ---- loop ---------------------------------------------------------------------------------
@@ -306,14 +306,14 @@ class _Runner:
             self._malformed(f"undecodable message ({len(raw)} bytes): {e}")
             return
         try:
-            if isinstance(msg, protocol.DetokBatch):
+            if isinstance(msg, wire.DetokBatch):
                 lag = time.time() - msg.sent_at
                 outputs = self.core.handle_batch(msg)
                 if self.metrics is not None:
                     self.metrics.queue_lag_seconds.observe(_clamped_lag(lag))
                     self.metrics.batch_size.observe(len(msg.rids) // 8)  # packed uint64 rids
                     self.metrics.batch_seconds.observe(time.perf_counter() - t0)
-            elif isinstance(msg, protocol.Replay):
+            elif isinstance(msg, wire.Replay):
                 rebuilding = self.core.awaiting_replay
                 outputs = self.core.handle_replay(msg)
                 if rebuilding and not self.core.awaiting_replay:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from detok.protocol import WorkerStatus
+from detok.wire.to_scheduler import WorkerStatus
 
 ASK_EVERY_S: Final = 0.2
 ACK_EVERY_S: Final = 0.05

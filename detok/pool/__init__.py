@@ -1,0 +1,1 @@
+"""The worker pool: DetokPool and its supervisor."""

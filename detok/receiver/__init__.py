@@ -1,0 +1,1 @@
+"""The frontend side: DeltaReceiver, request streams, logprob entries."""

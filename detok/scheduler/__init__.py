@@ -1,0 +1,1 @@
+"""The scheduler side: SchedulerClient, its replay book and journal, step logprob columns."""

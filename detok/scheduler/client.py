@@ -1,0 +1,468 @@
+"""`SchedulerClient`: what a scheduler embeds to hand token ids to the detok workers.
+
+    client = pool.client()                       # or SchedulerClient(endpoints, notify_endpoint)
+    client.add_request(generate_request)         # registration, sent with the next step
+    full = client.send_step(rids, tokens)        # one message per worker, never blocks
+    client.send_step(rids, tokens, logprobs=LogprobColumns(rows, sampled, top_counts, top_ids, top_lps))
+    for stopped in client.poll():                # rids finished by the workers (stop strings, errors)
+        scheduler.stop(stopped.rid)
+
+Logprobs (`LogprobColumns`, optional): for the rows of requests that asked, the sampled token's
+logprob and its top-k alternatives per token, as packed columns; the workers turn the ids into
+strings. A step without them costs nothing extra; sharding splits them with numpy, per worker.
+
+Sharding: worker = the rid's Fibonacci hash scaled to N (`shard_of`), stable across processes and
+restarts; consecutive rids spread evenly (three-distance theorem), random rids like a random hash.
+
+Never blocking: each worker socket has a bounded queue; a send that would block is kept in that
+worker's backlog (order preserved, retried first on the next call) and the worker is reported in
+`send_step`'s return value, so the scheduler can throttle admission. Nothing is waited on.
+
+Exact replay after a worker's death (DESIGN.md §5): the client keeps, per worker, every request
+it may have to rebuild - its registration, and the step columns it was sent, in a `ShardJournal`
+(by reference, no copy on the hot path) - until the worker has acknowledged the request's end. A
+worker process that may have lost state (a pool's replacement process, a standalone worker that
+(re)starts) reports `WorkerStatus(synced=False)` and drops token batches until a `Replay` for it
+arrives; the client answers with every request of that shard: registrations, all token ids from
+start 0, and the ends it had sent. The worker recomputes text and stop decisions; each frontend's
+`DeltaReceiver` drops what it already delivered, by char offset. Nothing waits on the dead worker
+and no request fails because of it: requests of that shard get their text once a process serves
+the slot again. `WorkerStatus` also acknowledges progress (`seq`) and tells which workers are alive.
+Notices are taken in `poll()` and at each `send_step`/`flush`, so a replay never waits for `poll`.
+
+A new client resets every worker (a `Replay` for any process, holding nothing): requests a previous
+client left there are finished with an error.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple, Self
+
+import numpy as np
+import zmq
+
+from detok import wire
+from detok.wire.endpoints import make_socket
+from detok.wire.to_scheduler import GenerateRequest
+from detok.wire.to_workers import EndRequest, Registration
+from detok.scheduler.replay_book import ReplayBook
+from detok.scheduler.replay_journal import EMPTY, Columns
+from detok.wire.security import CurveKeys, SocketSecurity
+from detok.scheduler.step_logprobs import LogprobArrays, LogprobColumns
+from detok.stream.params import Finish
+
+log = logging.getLogger("detok.client")
+
+_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: Fibonacci hashing
+_MASK64 = (1 << 64) - 1
+_NP_GOLDEN = np.uint64(_GOLDEN)
+
+
+# A worker that reports `synced=False` gets at most one replay per this interval (its status
+# messages repeat until one arrives).
+REPLAY_RETRY_S = 0.5
+# send_step / flush take pending notices (replay requests, acknowledgements) at most this often;
+# poll() always does.
+NOTICE_CHECK_S = 0.001
+
+
+def shard_of(rid: int, workers: int) -> int:
+    """The worker index of a rid: Fibonacci hash, top 32 bits scaled to [0, workers)."""
+    return ((((rid * _GOLDEN) & _MASK64) >> 32) * workers) >> 32
+
+
+def shard_array(rids: np.ndarray, workers: int) -> np.ndarray:
+    """`shard_of` for a uint64 array, vectorised (same values)."""
+    with np.errstate(over="ignore"):
+        top = (rids.astype(np.uint64, copy=False) * _NP_GOLDEN) >> np.uint64(32)
+    return ((top * np.uint64(workers)) >> np.uint64(32)).astype(np.intp)
+
+
+class Stopped(NamedTuple):
+    """A request the detok side finished: the scheduler stops generating it."""
+
+    rid: int
+    finish: Finish
+
+
+class WorkerState(NamedTuple):
+    """What the client knows of one worker: its process (`instance`), whether that process holds
+    the shard's state (`synced`), the last batch it acknowledged, and when it was last heard of."""
+
+    worker: int
+    instance: int
+    synced: bool
+    acked_seq: int
+    last_heard: float  # time.monotonic() of its last status (0: never)
+    down: bool  # the supervisor reported it dead and no process serves the slot yet
+    replays: int  # replays sent to this worker slot
+
+
+EndLike = EndRequest | tuple[int, str] | tuple[int, str, int | None]
+
+
+class SchedulerClient:
+    def __init__(
+        self,
+        worker_endpoints: Sequence[str],
+        notify_endpoint: str | None = None,
+        *,
+        hwm: int = 10_000,
+        context: zmq.Context | None = None,
+        keys: CurveKeys | str | os.PathLike[str] | None = None,
+        insecure: bool = False,
+    ) -> None:
+        """`keys`: the deployment's CURVE keys (or their directory) for tcp endpoints; a tcp
+        endpoint without keys raises InsecureTransportError unless `insecure` (see detok.wire.security)."""
+        if not worker_endpoints:
+            raise ValueError("at least one worker endpoint is needed")
+        self._security = SocketSecurity(keys, insecure)
+        for endpoint in (*worker_endpoints, *([notify_endpoint] if notify_endpoint else [])):
+            self._security.check(endpoint)  # before any socket exists
+        self._ctx = context or zmq.Context()
+        self._own_ctx = context is None
+        self._n = len(worker_endpoints)
+        self._sockets: list[zmq.Socket] = []
+        for endpoint in worker_endpoints:
+            sock = make_socket(self._ctx, zmq.PUSH, hwm=hwm)
+            self._security.connect(sock, endpoint)
+            self._sockets.append(sock)
+        self._notify: zmq.Socket | None = None
+        if notify_endpoint:
+            self._notify = make_socket(self._ctx, zmq.PULL, hwm=hwm)
+            self._security.bind(self._notify, notify_endpoint)
+        self._encoder = wire.new_encoder()
+        self._decoder = wire.scheduler_notice_decoder()
+        self._book = ReplayBook(self._n)  # every request a replay may have to rebuild
+        self._live = self._book.live
+        self._new: list[list[Registration]] = [[] for _ in range(self._n)]
+        self._ends: list[list[EndRequest]] = [[] for _ in range(self._n)]
+        self._backlog: list[collections.deque[bytes]] = [collections.deque() for _ in range(self._n)]
+        self._seq = [0] * self._n
+        self._stopped: list[Stopped] = []
+        self._states = [WorkerState(w, 0, True, 0, 0.0, False, 0) for w in range(self._n)]
+        self._replayed_at = [0.0] * self._n
+        self._notices_at = float("-inf")
+        self.events: collections.deque[wire.WorkerEvent] = collections.deque(maxlen=1000)
+        self.replays_sent = 0
+        self.replayed_tokens = 0
+        if self._notify is not None:  # (replay needs the notices: without them, none is possible)
+            # A new client owns the shards from now on: whatever an earlier client left is dropped.
+            for w in range(self._n):
+                self._send_replay(w, 0, "a new scheduler client started")
+
+    # ---- requests -------------------------------------------------------------------------------
+    @property
+    def workers(self) -> int:
+        return self._n
+
+    def worker_of(self, rid: int) -> int:
+        return shard_of(rid, self._n)
+
+    def add_request(self, request: GenerateRequest | Registration) -> int:
+        """Register a request; the registration goes with the next message to its worker."""
+        reg = wire.registration_for(request) if isinstance(request, GenerateRequest) else request
+        worker = shard_of(reg.rid, self._n)
+        self._book.register(worker, reg)
+        self._new[worker].append(reg)
+        return worker
+
+    def end(self, rid: int, reason: str = "length", matched: int | None = None) -> None:
+        """The scheduler ended a request (eos, stop token, length): sent with the next step."""
+        self._stage_end(EndRequest(rid, reason, matched))  # type: ignore[arg-type]
+
+    def abort(self, rid: int) -> list[int]:
+        """Abort a request now (one message to its worker); returns workers with a full queue."""
+        self._stage_end(EndRequest(rid, "abort"))
+        return self.flush()
+
+    def fail(self, rid: int, message: str, reply_to: str | None = None) -> list[int]:
+        """Finish a request with reason "error" at its frontend (e.g. the scheduler rejects it).
+        A registered request ends like any other (and is replayed with its error if its worker
+        dies first); an unknown one needs `reply_to`."""
+        if rid in self._live:
+            self._stage_end(EndRequest(rid, "error", None, message))
+            return self.flush()
+        if reply_to is None:
+            raise KeyError(f"rid {rid} is not live and no reply_to was given")
+        worker = shard_of(rid, self._n)
+        self._send(worker, self._encoder.encode(wire.FailRequests([rid], [reply_to], message)))
+        return [worker] if self._backlog[worker] else []
+
+    def live_rids(self, worker: int | None = None) -> list[int]:
+        return [r for r, t in self._live.items() if worker is None or t.worker == worker]
+
+    # ---- steps ----------------------------------------------------------------------------------
+    def send_step(
+        self,
+        rids: Sequence[int] | np.ndarray,
+        tokens: Sequence[int] | np.ndarray,
+        counts: Sequence[int] | np.ndarray | None = None,
+        *,
+        starts: Sequence[int] | np.ndarray | None = None,
+        ends: Iterable[EndLike] = (),
+        logprobs: LogprobColumns | None = None,
+    ) -> list[int]:
+        """Send one scheduler step: `rids[i]` got `counts[i]` tokens (1 each when None), flattened
+        in `tokens`. `starts[i]` is the index of rid i's first token here within its output; pass
+        it if the scheduler knows it (cheaper), else the client counts. `ends` end requests after
+        their tokens. `logprobs`: the sampled and top-k logprobs of the rows of requests that
+        asked (`LogprobColumns`). Returns the workers whose queue is full (their message is kept
+        and retried first on the next call)."""
+        self._take_notices_soon()
+        rid_arr = np.asarray(rids, dtype=np.uint64)
+        tok_arr = np.asarray(tokens, dtype=np.uint32)
+        cnt_arr = None if counts is None else np.asarray(counts, dtype=np.uint32)
+        if (starts is not None and len(starts) != len(rid_arr)) or (cnt_arr is not None and len(cnt_arr) != len(rid_arr)):
+            raise ValueError("rids, starts and counts must have one entry per rid")
+        if len(tok_arr) != (len(rid_arr) if cnt_arr is None else int(cnt_arr.sum())):
+            raise ValueError("tokens do not match the counts")
+        lp = None if logprobs is None else LogprobArrays.checked(logprobs, len(rid_arr), cnt_arr)
+        if starts is None:
+            start_arr = self._count_starts(rids, counts)
+        else:
+            start_arr = np.asarray(starts, dtype=np.uint32)
+        # Ends apply after this step's tokens: staged only once the starts were counted, since
+        # ending a request forgets its count (its last token would otherwise get start 0).
+        for end in ends:
+            self._stage_end(end if isinstance(end, EndRequest) else EndRequest(*end))  # type: ignore[arg-type]
+        now = time.time()
+        if self._n == 1:
+            lp_w = None if lp is None or not len(lp.rows) else lp.packed(lp.rows)
+            self._send_batch(0, now, rid_arr, start_arr, cnt_arr, tok_arr, lp_w)
+        else:
+            shards = shard_array(rid_arr, self._n)
+            tok_shards = shards if cnt_arr is None else np.repeat(shards, cnt_arr)
+            for w in range(self._n):
+                mask = shards == w
+                tmask = tok_shards == w
+                self._send_batch(
+                    w, now, rid_arr[mask], start_arr[mask], None if cnt_arr is None else cnt_arr[mask], tok_arr[tmask],
+                    None if lp is None else lp.shard(mask),
+                )
+        return self._full_workers()
+
+    def flush(self) -> list[int]:
+        """Send staged registrations and ends now (no tokens); returns workers with a full queue."""
+        self._take_notices_soon()
+        now = time.time()
+        empty64, empty32 = np.empty(0, np.uint64), np.empty(0, np.uint32)
+        for w in range(self._n):
+            if self._new[w] or self._ends[w]:
+                self._send_batch(w, now, empty64, empty32, None, empty32)
+            else:
+                self._drain_backlog(w)
+        return self._full_workers()
+
+    def _count_starts(self, rids: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray | None) -> np.ndarray:
+        live = self._live
+        rid_list = rids.tolist() if isinstance(rids, np.ndarray) else rids
+        out = np.empty(len(rid_list), dtype=np.uint32)
+        if counts is None:
+            for i, rid in enumerate(rid_list):
+                t = live.get(rid)
+                if t is not None:
+                    out[i] = t.sent
+                    t.sent += 1
+                else:
+                    out[i] = 0  # not live here: the worker ignores or reports it
+        else:
+            count_list = counts.tolist() if isinstance(counts, np.ndarray) else counts
+            for i, (rid, c) in enumerate(zip(rid_list, count_list)):
+                t = live.get(rid)
+                if t is not None:
+                    out[i] = t.sent
+                    t.sent += c
+                else:
+                    out[i] = 0
+        return out
+
+    def _send_batch(
+        self, w: int, now: float, rids: np.ndarray, starts: np.ndarray, counts: np.ndarray | None, tokens: np.ndarray,
+        logprobs: wire.StepLogprobs | None = None,
+    ) -> None:
+        new, ends = self._new[w], self._ends[w]
+        if not (len(rids) or new or ends):
+            self._drain_backlog(w)
+            return
+        self._new[w], self._ends[w] = [], []
+        self._seq[w] += 1
+        seq = self._seq[w]
+        columns = Columns(
+            rids.astype("<u8", copy=False).tobytes(),
+            starts.astype("<u4", copy=False).tobytes(),
+            b"" if counts is None else counts.astype("<u4", copy=False).tobytes(),
+            tokens.astype("<u4", copy=False).tobytes(),
+            logprobs,
+        )
+        self._book.sent(w, seq, columns, ends)
+        batch = wire.DetokBatch(seq, now, new, *columns[:4], ends, logprobs)
+        self._send(w, self._encoder.encode(batch))
+
+    def _send(self, w: int, message: bytes) -> None:
+        backlog = self._backlog[w]
+        if backlog:
+            self._drain_backlog(w)
+        if backlog:
+            backlog.append(message)
+            return
+        try:
+            self._sockets[w].send(message, zmq.NOBLOCK, copy=len(message) < 65536)
+        except zmq.Again:
+            backlog.append(message)
+
+    def _drain_backlog(self, w: int) -> None:
+        backlog, sock = self._backlog[w], self._sockets[w]
+        while backlog:
+            try:
+                sock.send(backlog[0], zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            backlog.popleft()
+
+    def _full_workers(self) -> list[int]:
+        return [w for w in range(self._n) if self._backlog[w]]
+
+    def backlog(self, worker: int) -> int:
+        """Messages waiting for room in a worker's queue."""
+        return len(self._backlog[worker])
+
+    def _stage_end(self, end: EndRequest) -> None:
+        tracked = self._book.end(end)  # kept for replay until the worker acknowledges this end
+        self._ends[tracked.worker if tracked is not None else shard_of(end.rid, self._n)].append(end)
+
+    # ---- notices --------------------------------------------------------------------------------
+    def poll(self, timeout: float = 0.0) -> list[Stopped]:
+        """Requests the detok side finished since the last call (stop strings and stop tokens the
+        worker saw, errors). Waits up to `timeout` seconds for the first notice; never longer.
+        Also answers workers that wait for a replay."""
+        sock = self._notify
+        if sock is not None and not self._stopped and timeout > 0:
+            sock.poll(int(timeout * 1000))
+        self._take_notices()
+        out, self._stopped = self._stopped, []
+        return out
+
+    def worker_states(self) -> list[WorkerState]:
+        """What the client knows of each worker (liveness for standalone workers: `last_heard`)."""
+        return list(self._states)
+
+    @property
+    def kept_requests(self) -> int:
+        """Requests the client can replay: live ones and recently ended ones."""
+        return len(self._book)
+
+    def journal_bytes(self) -> int:
+        """Bytes of step columns the client keeps for replay, all workers."""
+        return self._book.journal_bytes()
+
+    def _take_notices_soon(self) -> None:
+        """Notices from the step path, at most every NOTICE_CHECK_S (an empty non-blocking receive
+        costs microseconds: per step at full speed, and in a full-queue retry loop, that adds up)."""
+        now = time.monotonic()
+        if now - self._notices_at >= NOTICE_CHECK_S:
+            self._take_notices(now)
+
+    def _take_notices(self, now: float | None = None) -> None:
+        self._notices_at = time.monotonic() if now is None else now
+        sock = self._notify
+        if sock is None:
+            return
+        # EVENTS before each receive: an empty non-blocking receive raises zmq.Again, which
+        # pyzmq builds at a cost of tens of microseconds
+        while sock.get(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                raw = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                self._on_notice(self._decoder.decode(raw))
+            except Exception as e:  # noqa: BLE001 - a bad notice must not take the scheduler down
+                log.warning("dropped a malformed scheduler notice: %s", e)
+        self._book.prune(time.monotonic())
+
+    def _on_notice(self, msg: Any) -> None:
+        if not 0 <= msg.worker < self._n:
+            log.warning("dropped a notice naming worker %d of %d", msg.worker, self._n)
+            return
+        if isinstance(msg, wire.WorkerStatus):
+            self._on_status(msg)
+        elif isinstance(msg, wire.StopNotice):
+            self._on_stop_notice(msg)
+        else:
+            self.events.append(msg)
+            # "died": nothing to do but wait - the slot's next process asks for its replay
+            self._states[msg.worker] = self._states[msg.worker]._replace(down=msg.kind == "died")
+
+    def _on_status(self, msg: wire.WorkerStatus) -> None:
+        w = msg.worker
+        now = time.monotonic()
+        before = self._states[w]
+        self._states[w] = before._replace(
+            instance=msg.instance, synced=msg.synced, last_heard=now, down=False,
+            acked_seq=msg.seq if msg.synced else before.acked_seq,
+        )
+        if not msg.synced:
+            if msg.instance != before.instance or now - self._replayed_at[w] >= REPLAY_RETRY_S:
+                self._send_replay(w, msg.instance, f"worker {w} process {msg.pid} asked for its shard")
+            return
+        self._book.acknowledged(w, msg.seq, now)
+
+    def _on_stop_notice(self, msg: wire.StopNotice) -> None:
+        for rid, finish in zip(msg.rids, msg.finishes):
+            if self._book.stopped(rid, self._seq[msg.worker]) is not None:
+                self._stopped.append(Stopped(rid, finish))
+        lost = [self._book.forget(r) for r in msg.unknown_rids if r in self._live]
+        if lost:
+            # A worker that serves without the registration of a live request (never after a
+            # replay, which carries every registration): the frontend is told through it.
+            message = f"detok worker {msg.worker} has no registration for this request"
+            log.warning("failing %d requests of detok worker %d: %s", len(lost), msg.worker, message)
+            rids = [t.registration.rid for t in lost]
+            self._send(msg.worker, self._encoder.encode(wire.FailRequests(rids, [t.reply_to for t in lost], message)))
+            self._stopped.extend(Stopped(rid, Finish("error", None, message)) for rid in rids)
+
+    # ---- replay ---------------------------------------------------------------------------------
+    def _send_replay(self, w: int, instance: int, reason: str) -> None:
+        """Everything worker `w`'s shard needs, to the process `instance` (0: any process)."""
+        self._replayed_at[w] = time.monotonic()
+        registrations, columns, ends = self._book.shard(w)
+        # staged registrations and ends not sent yet go in the replay, not after it
+        named = {reg.rid for reg in registrations}
+        registrations += [reg for reg in self._new[w] if reg.rid not in named]
+        ends += [e for e in self._ends[w] if e not in ends]
+        self._new[w], self._ends[w] = [], []
+        self._seq[w] += 1
+        seq = self._seq[w]
+        self._book.track_ends(w, seq, ends)
+        c = columns or EMPTY
+        batch = wire.DetokBatch(seq, time.time(), registrations, c.rids, c.starts, c.counts, c.tokens, ends, c.logprobs)
+        self._send(w, self._encoder.encode(wire.Replay(instance, batch, reason)))
+        if instance:
+            self.replays_sent += 1
+            self.replayed_tokens += len(c.tokens) // 4
+            state = self._states[w]
+            self._states[w] = state._replace(replays=state.replays + 1)
+            log.warning("replaying %d requests (%d token ids) to detok worker %d: %s",
+                        len(registrations), len(c.tokens) // 4, w, reason)
+
+    # ---- shutdown -------------------------------------------------------------------------------
+    def close(self) -> None:
+        for sock in self._sockets:
+            sock.close()
+        if self._notify is not None:
+            self._notify.close()
+        self._security.close()
+        if self._own_ctx:
+            self._ctx.term()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,98 @@
+"""What a worker sends to a frontend: FrontendInbound = DeltaBatch.
+
+Char `offset`s come out (index of a delta's first char within the request's text), so a replay
+to a restarted worker can be de-duplicated by the receiver. A `DeltaBatch`'s texts are one UTF-8
+blob with per-row char lengths rather than a list of str: the worker's compiled step writes it
+without a Python object per row, and msgpack carries it as one bin field (see `detok.wire.packing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from detok.stream.params import Finish
+from detok.wire.packing import join_texts, pack_rids, pack_u32, split_text, unpack_rids, unpack_u32
+
+
+class RequestFinished(msgspec.Struct, array_like=True, gc=False, frozen=True):
+    """A request ended; `num_tokens` is how many output tokens the worker consumed for it."""
+
+    rid: int
+    finish: Finish
+    num_tokens: int
+
+
+class DeltaLogprobs(msgspec.Struct, array_like=True, gc=False):
+    """Logprob entries of one worker batch for one frontend, packed. An entry-row is a run of
+    consecutive output tokens of one request: `counts[r]` entries from token number `firsts[r]`
+    (a receiver that already has some of them drops those: replay de-duplication). Per entry, in
+    row order: the sampled id and logprob and `top_counts[e]` alternatives (ids and logprobs
+    flattened). `text` holds the OpenAI token strings in UTF-8, every entry's first, then every
+    alternative's, with `lengths` in chars; `raw` lists (uint32, ascending) the strings that name
+    bytes which are not whole UTF-8 characters (`bytes:\\xe5\\x8c`, OpenAI's form).
+    `detok.receiver.token_logprobs.split_logprobs` gives the per-request entries."""
+
+    rids: bytes  # uint64 per entry-row
+    firsts: bytes  # uint32 per entry-row: output token index of its first entry
+    counts: bytes  # uint32 per entry-row
+    token_ids: bytes  # uint32 per entry
+    logprobs: bytes  # float32 per entry
+    top_counts: bytes  # uint32 per entry
+    top_ids: bytes  # uint32, flattened
+    top_logprobs: bytes  # float32, flattened
+    text: bytes  # UTF-8 token strings
+    lengths: bytes  # uint32 per string: chars
+    raw: bytes = b""  # uint32 string indices
+
+
+class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
+    """Text deltas of one worker batch for one frontend, columnar. `rids` (uint64), `lengths` and
+    `offsets` (uint32) are packed little-endian arrays, and `text` is every row's text in UTF-8,
+    back to back (row i's text is the next `lengths[i]` chars). The worker writes these columns
+    straight from its tables with no Python object per row and passes the rid column of its input
+    through as it is; `texts()` / `rows()` give the per-row strings.
+
+    `texts()[i]` starts at char `offsets[i]` of request `rids[i]`'s output text; a receiver that
+    already has more chars drops the overlap (replay de-duplication). Rows with an empty text carry
+    nothing (the worker sends a step's columns whole; such a row's offset is not meaningful, and
+    its rid may even be unknown to the receiver). `finished` entries apply after the texts of the
+    same message. `sent_at` echoes the DetokBatch's scheduler send time.
+    """
+
+    worker: int
+    sent_at: float
+    rids: bytes  # uint64 per row
+    text: bytes  # UTF-8, every row's text back to back
+    lengths: bytes  # uint32 per row: chars of the row's text
+    offsets: bytes  # uint32 per row
+    finished: list[RequestFinished]
+    logprobs: DeltaLogprobs | None = None  # entries of requests that asked; applied before `finished`
+
+    @classmethod
+    def from_rows(
+        cls, worker: int, sent_at: float, rids: Iterable[int], texts: Sequence[str], offsets: Iterable[int],
+        finished: Iterable[RequestFinished] = (),
+    ) -> DeltaBatch:
+        """A DeltaBatch from per-row Python values (tests, hand-made messages)."""
+        text, lengths = join_texts(texts)
+        return cls(worker, sent_at, pack_rids(rids), text, lengths, pack_u32(offsets), list(finished))
+
+    def texts(self) -> list[str]:
+        """The per-row texts; ValueError if `text` and `lengths` do not fit together."""
+        return split_text(self.text, self.lengths)
+
+    def rows(self) -> zip[tuple[int, str, int]]:
+        """(rid, text, offset) per row, as Python objects; ValueError if the columns do not fit."""
+        rids, texts, offsets = unpack_rids(self.rids), self.texts(), unpack_u32(self.offsets)
+        if not len(rids) == len(texts) == len(offsets):
+            raise ValueError(f"{len(rids)} rids, {len(texts)} texts and {len(offsets)} offsets")
+        return zip(rids.tolist(), texts, offsets.tolist())
+
+
+FrontendInbound = DeltaBatch
+
+
+def frontend_inbound_decoder() -> msgspec.msgpack.Decoder[DeltaBatch]:
+    return msgspec.msgpack.Decoder(FrontendInbound)

@@ -1,0 +1,100 @@
+"""What reaches the scheduler: requests from frontends, and notices from workers and the supervisor.
+
+    frontend  -> scheduler                 SchedulerRequest = GenerateRequest | Abort
+    worker, supervisor -> scheduler client SchedulerNotice  = StopNotice | WorkerEvent | WorkerStatus
+
+Request ids (`rid`) are unsigned 63-bit integers made by the frontend (unique across frontends,
+e.g. a frontend index in the high bits and a counter below): they hash, compare and encode far
+cheaper than strings on the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from detok.stream.params import DecodeParams, Finish
+
+# frontend -> scheduler
+class GenerateRequest(msgspec.Struct, tag="generate", array_like=True, gc=False, frozen=True):
+    """A new request from a frontend. `reply_to` is the frontend's DeltaBatch endpoint."""
+
+    rid: int
+    prompt_ids: list[int]
+    params: DecodeParams
+    max_tokens: int
+    reply_to: str
+    seed: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    ignore_eos: bool = False
+    arrival_time: float = 0.0  # frontend's time.time() at arrival, for end-to-end latency
+    logprobs: int | None = None
+
+
+class Abort(msgspec.Struct, tag="abort", array_like=True, gc=False, frozen=True):
+    """The client went away (or asked to stop): the scheduler stops generating `rid`."""
+
+    rid: int
+
+
+SchedulerRequest = GenerateRequest | Abort
+
+
+def scheduler_request_decoder() -> msgspec.msgpack.Decoder[GenerateRequest | Abort]:
+    return msgspec.msgpack.Decoder(SchedulerRequest)
+
+
+# worker / supervisor -> scheduler client
+class StopNotice(msgspec.Struct, tag="stop", array_like=True, gc=False):
+    """Rids the worker finished on its own (stop string, stop token, invalid id, idle timeout,
+    token gap): their frontends were told; the scheduler stops generating them and ignores them
+    from then on. `unknown_rids` got tokens or an end but no registration reached this worker:
+    their frontends were NOT told (the worker does not know them); the scheduler client, which
+    holds the registrations, has them finished with an error (never after a replay, which carries
+    every registration of the shard)."""
+
+    worker: int
+    rids: list[int]
+    finishes: list[Finish]
+    unknown_rids: list[int] = []
+
+
+WorkerEventKind = Literal["ready", "died"]
+
+
+class WorkerEvent(msgspec.Struct, tag="worker", array_like=True, gc=False, frozen=True):
+    """Supervisor news about a worker. "died": its process is gone (`message` names the cause; the
+    slot's next process asks for its shard's replay); "ready": a process serves the slot again."""
+
+    worker: int
+    kind: WorkerEventKind
+    pid: int
+    generation: int  # how many times this worker slot was started, from 1
+    message: str = ""
+
+
+class WorkerStatus(msgspec.Struct, tag="status", array_like=True, gc=False, frozen=True):
+    """Worker -> scheduler client, a few times a second: liveness, progress and replay requests.
+
+    `instance` is random per worker process. `synced` False: the process holds no state it can trust
+    and drops token batches until a `Replay` for this instance arrives (the client answers with
+    one). `seq` is the last `DetokBatch.seq` it handled: everything up to it was processed and its
+    deltas handed to the frontend sockets (the client keeps ended requests for replay until then).
+    `died_at` (wall clock, 0 if unknown) is when the previous process of this slot was seen dead."""
+
+    worker: int
+    instance: int
+    synced: bool
+    seq: int
+    pid: int
+    generation: int = 0
+    died_at: float = 0.0
+
+
+SchedulerNotice = StopNotice | WorkerEvent | WorkerStatus
+
+
+def scheduler_notice_decoder() -> msgspec.msgpack.Decoder[StopNotice | WorkerEvent | WorkerStatus]:
+    return msgspec.msgpack.Decoder(SchedulerNotice)

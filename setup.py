@@ -1,0 +1,17 @@
+"""The optional C extensions (everything else is in pyproject.toml).
+
+Both are optional: without a C compiler the install still succeeds and detok uses its numpy/Python
+paths (same results, slower). Declared here because setuptools' pyproject form for extension
+modules is still experimental and warns on every install.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        # the compiled inner loop of the worker's batched decode
+        Extension("detok.stream._plainstep", ["detok/stream/_plainstep.c"], optional=True),
+        # the workers' gather of logprob token strings
+        Extension("detok.worker._tokenstrings", ["detok/worker/_tokenstrings.c"], optional=True),
+    ]
+)

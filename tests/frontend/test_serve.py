@@ -1,0 +1,128 @@
+"""`detok serve` as a user runs it: the demo (what `make run` shows), Ctrl-C and SIGTERM leaving
+no process behind, a real tokenizer given with --tokenizer, a taken port."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from scheduler_stub.workload import embedded_corpus_text
+from tests.helpers.serve_helpers import LiveServer, serve_command
+
+pytestmark = pytest.mark.timeout(240)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_demo_streams_multilingual_text_then_ctrl_c_stops_everything():
+    server = LiveServer("--demo", "--workers", "1")
+    try:
+        out = server.output
+        assert ">>> assistant (streamed):" in out
+        demo = out.split(">>> assistant (streamed):\n", 1)[1].split("\n<<< ", 1)[0]
+        assert demo.strip() and all(p in embedded_corpus_text() for p in demo.split("\n\n"))
+        assert any(ord(c) > 0x2E80 for c in demo)  # CJK or emoji made it through
+        assert "<<< finish_reason=stop" in out
+        assert f"OpenAI API : {server.base_url}/v1" in out and f"metrics    : {server.base_url}/metrics" in out
+        assert server.children(), "the workers and the stub run as children"
+        assert server.get("/health").json()["status"] == "ok"
+        code = server.stop(signal.SIGINT, whole_group=True)  # Ctrl-C in a terminal
+        assert code == 0, server.output
+        assert not server.leftovers(), server.output
+    finally:
+        server.kill_group()
+
+
+def test_real_tokenizer_random_workload_and_sigint_to_main_process():
+    server = LiveServer(
+        "--tokenizer", str(FIXTURES / "hf" / "gpt-2"), "--workload", "random", "--tokens-per-step", "3",
+        "--workers", "1", "--no-spare", "--step-ms", "2", "--served-model-name", "gpt2-stub",
+    )
+    try:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="none", timeout=60, max_retries=0)
+        whole = client.completions.create(model="gpt2-stub", prompt="Hello", max_tokens=31, seed=3)
+        assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 31
+        chunks = list(client.completions.create(model="gpt2-stub", prompt="Hello", max_tokens=31, seed=3, stream=True))
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+        with pytest.raises(openai.BadRequestError, match="no chat template"):
+            client.chat.completions.create(model="gpt2-stub", messages=[{"role": "user", "content": "x"}])
+        assert server.stop(signal.SIGINT) == 0, server.output
+        assert not server.leftovers(), server.output
+    finally:
+        server.kill_group()
+
+
+def test_scheduler_death_fails_requests_in_flight_and_the_stack_serves_again():
+    """The stub SIGKILLed mid-stream: its request ends with an error event naming why (its state is
+    gone), /health says so while the stub is down (503), the supervised stub comes back within
+    seconds (a new scheduler generation) and serves new requests."""
+    server = LiveServer("--tokenizer", str(FIXTURES / "hf" / "gpt-2"), "--workers", "1", "--no-spare",
+                        "--step-ms", "2", "--log-level", "info")
+    try:
+        stub_pid = int(re.search(r"scheduler stub (\d+)", server.output).group(1))
+        assert stub_pid in server.children()
+        body = {"model": "detok-stub", "prompt": "Hi", "max_tokens": 20000, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", server.base_url + "/v1/completions", json=body, timeout=30) as response:
+            lines = response.iter_lines()
+            assert next(line for line in lines if line.startswith("data: ")).startswith("data: {")
+            os.kill(stub_pid, signal.SIGKILL)
+            events = [line[6:] for line in lines if line.startswith("data: ")]
+        assert events[-1] == "[DONE]" and "scheduler" in json.loads(events[-2])["error"]["message"]
+        deadline = time.monotonic() + 60
+        while True:
+            health = server.get("/health")
+            detail = health.json()["detail"]["scheduler"]
+            if health.status_code == 503:  # while it is down (it may be back before the first look)
+                assert health.json()["scheduler"] is False
+            elif detail["generation"] == 2:
+                break
+            assert time.monotonic() < deadline, health.json()
+            time.sleep(0.05)
+        assert health.json()["scheduler"] is True and detail["restarts"] == 1 and detail["pid"] != stub_pid
+        again = httpx.post(server.base_url + "/v1/completions", json={"model": "detok-stub", "prompt": "x", "max_tokens": 5},
+                           timeout=30)
+        assert again.status_code == 200 and again.json()["usage"]["completion_tokens"] == 5
+        # the new stub's scheduler client reset the worker: the dead stub's request is freed there
+        # at once, not after the idle timeout
+        deadline = time.monotonic() + 10
+        while 'detok_worker_live_requests{worker="0"} 0.0' not in server.get("/metrics").text:
+            assert time.monotonic() < deadline, "the dead scheduler's request is still held by the worker"
+            time.sleep(0.1)
+        assert server.stop(signal.SIGTERM) == 0, server.output
+        assert not server.leftovers(), server.output
+    finally:
+        server.kill_group()
+
+
+def test_taken_port_fails_fast_with_a_clear_message():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(serve_command("--port", str(port)), capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_taken_default_port_is_an_error_too():
+    from detok.frontend.serve_cli import DEFAULT_PORT
+
+    with socket.socket() as taken:
+        try:
+            taken.bind(("127.0.0.1", DEFAULT_PORT))
+            taken.listen()
+        except OSError:
+            pass  # already taken by another process: just as good
+        result = subprocess.run(serve_command(), capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{DEFAULT_PORT}" in result.stderr and "--port" in result.stderr

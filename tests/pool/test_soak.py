@@ -1,0 +1,82 @@
+"""Soak: hundreds of concurrent requests (stop strings, min_tokens, multi-byte text, speculative
+multi-token steps) through a real pool while a worker is SIGKILLed every ~300 ms - kills landing
+on replacements mid-replay too. Every request's text must equal the oracle: nothing lost, repeated
+or failed. `make test` runs a bounded sample; the long run is marked slow (`DETOK_SLOW=1`)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pytest
+
+import detok
+from detok.pool.pool import DetokPool
+from detok.receiver.receiver import DeltaReceiver
+from detok.stream.params import DecodeParams
+from tests.helpers.pool_helpers import Collected, drive, reference, workload
+from tests.helpers.tokenizers_available import hf_qwen2_dir
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    ("requests_n", "tokens", "kill_seconds"),
+    [(500, 48, 2.5), pytest.param(600, 160, 10.0, marks=pytest.mark.slow)],  # make test runs the sample
+)
+def test_soak_with_a_worker_killed_every_300ms(requests_n: int, tokens: int, kill_seconds: float) -> None:
+    tok = detok.load_tokenizer(str(hf_qwen2_dir()))
+    rng = random.Random(requests_n)
+    requests = workload(tok, requests_n, tokens, seed=7, first_rid=500_000)
+    for i, r in enumerate(requests):
+        if i % 2:
+            r.params = DecodeParams(stop=("。", "\n\n", " the ", "欢迎"), min_tokens=rng.choice([0, 5]),
+                                    include_stop_str_in_output=i % 4 == 1)
+    with DetokPool(str(hf_qwen2_dir()), workers=2, spare=True) as pool:
+        client = pool.client()
+        rx = DeltaReceiver()
+        try:
+            got = Collected(rx, [r.rid for r in requests])
+            attempts: list[float] = []
+            kills = 0
+            started = time.monotonic()
+
+            def kill_every_300ms(_step: int) -> None:
+                # every ~300 ms, SIGKILL whatever process serves a random slot (none while the
+                # slot's replacement is still loading its tokenizer: the spare went first)
+                nonlocal kills
+                now = time.monotonic()
+                if now - started < kill_seconds and (not attempts or now - attempts[-1] >= 0.3):
+                    attempts.append(now)
+                    pid = pool.pids()[rng.randrange(2)]
+                    if pid:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                            kills += 1
+                        except ProcessLookupError:
+                            pass
+                got.pump()
+
+            # paced so the run outlasts the kills: each request sees several deaths
+            step_sleep = kill_seconds / (tokens / 2) * 1.2
+            stopped = drive(client, requests, rx.endpoint, max_count=3, seed=3,
+                            between_steps=kill_every_300ms, step_sleep=step_sleep)
+            deadline = time.monotonic() + 240
+            while len(got.finish) < len(requests) and time.monotonic() < deadline:
+                stopped += client.poll(0.01)
+                got.pump(0.01)
+            got.wait_finished(timeout=1)
+            print(f"soak: {len(requests)} requests, {kills} kills in {len(attempts)} attempts, "
+                  f"{client.replays_sent} replays, {time.monotonic() - started:.1f} s")
+            assert kills >= 3 and len(attempts) >= kill_seconds / 0.3 * 0.6, (kills, len(attempts))
+            errors = [r.rid for r in requests if got.finish[r.rid].reason == "error"]
+            assert not errors, f"{len(errors)} requests failed, e.g. {got.finish[errors[0]]}"
+            wrong = [r.rid for r in requests if got.text[r.rid] != reference(tok, r)[0]]
+            assert not wrong, f"{len(wrong)} of {len(requests)} texts differ from the oracle"
+            assert rx.gaps == 0
+            assert all(s.finish.reason != "error" for s in stopped)
+            assert pool.wait_ready(60)
+        finally:
+            client.close()
+            rx.close()

@@ -1,0 +1,91 @@
+"""DeltaReceiver: replay de-duplication by char offset, one finish per rid, coalescing for slow
+consumers, the bulk callback, async iterators on uvloop, and bad bytes on its socket."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import uvloop
+import zmq
+
+from detok.wire.codec import new_encoder
+from detok.wire.to_frontends import DeltaBatch, RequestFinished
+from detok.receiver.receiver import DeltaReceiver, RequestDelta
+from detok.stream.params import Finish
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def rx():
+    rx = DeltaReceiver()
+    yield rx
+    rx.close()
+
+
+def deltas(rids, texts, offsets, finished=()) -> DeltaBatch:
+    return DeltaBatch.from_rows(0, 0.0, rids, list(texts), offsets, finished)
+
+
+def test_replayed_text_is_cut_and_slow_consumers_get_it_joined(rx) -> None:
+    s = rx.open(1)
+    rx.dispatch(deltas([1], ["Hello"], [0]))
+    rx.dispatch(deltas([1], [", wor"], [5]))
+    rx.dispatch(deltas([1], ["Hello, world"], [0]))  # a replay from the start: only "ld" is new
+    rx.dispatch(deltas([1], ["world"], [7]))  # fully seen
+    assert s.take() == RequestDelta("Hello, world")
+    assert s.take() is None
+    rx.dispatch(deltas([1], ["!"], [12], [RequestFinished(1, Finish("length"), 4)]))
+    rx.dispatch(deltas([], [], [], [RequestFinished(1, Finish("error", None, "late"), 9)]))  # first finish wins
+    assert s.take() == RequestDelta("!", Finish("length"), 4)
+    assert s.done and s.take() is None and rx.open_count == 0
+    assert rx.gaps == 0
+
+
+def test_a_gap_is_kept_and_counted(rx) -> None:
+    s = rx.open(2)
+    rx.dispatch(deltas([2, 2], ["ab", "ef"], [0, 4]))
+    assert s.take() == RequestDelta("abef")
+    assert rx.gaps == 1
+
+
+def test_bulk_callback_sees_every_batch_and_unopened_rids_are_ignored(rx) -> None:
+    seen = []
+    rx.on_batch = seen.append
+    batch = deltas([5, 6], ["x", "y"], [0, 0])
+    rx.dispatch(batch)
+    assert seen == [batch] and rx.open_count == 0
+    s = rx.open(6)
+    rx.discard(6)
+    rx.dispatch(deltas([6], ["z"], [1]))
+    assert s.take() is None
+
+
+def test_async_iteration_on_uvloop_over_a_socket(rx) -> None:
+    async def main() -> list[RequestDelta]:
+        await rx.start()
+        stream = rx.open(9)
+        push = zmq.Context.instance().socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 1000)
+        push.connect(rx.endpoint)
+        enc = new_encoder()
+
+        async def produce() -> None:
+            push.send(b"\x00garbage")  # dropped and counted, the receiver goes on
+            for i, word in enumerate(["a", "b", "c"]):
+                push.send(enc.encode(deltas([9], [word], [i])))
+                await asyncio.sleep(0.01)
+            push.send(enc.encode(deltas([], [], [], [RequestFinished(9, Finish("stop", "END"), 3)])))
+
+        producer = asyncio.create_task(produce())
+        got = [d async for d in stream]
+        await producer
+        push.close()
+        return got
+
+    got = uvloop.run(asyncio.wait_for(main(), 10))
+    assert "".join(d.text for d in got) == "abc"
+    assert got[-1].finish == Finish("stop", "END") and got[-1].num_tokens == 3
+    assert all(d.finish is None for d in got[:-1])
+    assert rx.malformed == 1

@@ -1,0 +1,182 @@
+"""Stop rules (DESIGN.md §4) against a non-streamed reference, in random step groupings."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tests.helpers.stream_roster as stream_roster
+from detok import DecodeParams, DecodeStream, Finish
+from tests.helpers.stream_helpers import MULTILINGUAL, run_stream
+
+EXAMPLES = int(os.environ.get("DETOK_EXAMPLES", "40"))
+NAMES = ["qwen2", "mistral-spm-v1", "gguf-bert-bge", "python-user"]
+
+
+def _prefix_texts(tok, ctx, gen, skip):
+    """E_k (text after k tokens, nothing flushed) and FULL_k (after k tokens and a finish), no stops."""
+    params = DecodeParams(skip_special_tokens=skip)
+    emitted, full = [""], [run_stream(tok, ctx, [], params)[0][-1]]
+    stream = DecodeStream(tok, ctx, params, ignore_eos=True)
+    acc = ""
+    for k in range(1, len(gen) + 1):
+        acc += stream.step([gen[k - 1]]).text
+        emitted.append(acc)
+        full.append("".join(run_stream(tok, ctx, gen[:k], params)[0]))
+    return emitted, full
+
+
+def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
+    """The non-streamed answer (vLLM v1): the text up to the end of the request (its first allowed
+    stop token, whose text is kept when visible or with include_stop_str_in_output, or all tokens),
+    then the earliest-ending allowed stop string in that text.
+
+    A stop string is allowed when the token count at which its last char appeared is above
+    `min_tokens` (vLLM v1; a stop token at count min_tokens is allowed); chars released only by the
+    final flush appear at the finishing token count."""
+    emitted, full = _prefix_texts(tok, ctx, gen, p.skip_special_tokens)
+    n = len(gen)
+    token_stop = next(
+        (k for k in range(1, n + 1)
+         if k >= p.min_tokens and (gen[k - 1] in p.stop_token_ids or gen[k - 1] in p.visible_stop_token_ids)),
+        None,
+    )
+    if token_stop is None:
+        limit = end_count = n
+    else:
+        kept = gen[token_stop - 1] in p.visible_stop_token_ids or p.include_stop_str_in_output
+        limit = token_stop if kept else token_stop - 1
+        end_count = token_stop
+    text = full[limit]
+
+    def producer(end: int) -> int:
+        return next((k for k in range(limit + 1) if len(emitted[k]) >= end), end_count)
+
+    best = None  # (end, list index, stop)
+    for order, stop in enumerate(p.stop):
+        start = text.find(stop)
+        while start >= 0:
+            end = start + len(stop)
+            if producer(end) > p.min_tokens:
+                if best is None or (end, order) < best[:2]:
+                    best = (end, order, stop)
+                break
+            start = text.find(stop, start + 1)
+    if best is not None:
+        end, _, stop = best
+        return (text[:end] if p.include_stop_str_in_output else text[: end - len(stop)]), Finish("stop", stop)
+    if token_stop is not None:
+        return text, Finish("stop", gen[token_stop - 1])
+    return text, Finish("length")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stop_rules_match_reference(name: str) -> None:
+    tok = stream_roster.get(name)
+
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        text = data.draw(st.sampled_from(MULTILINGUAL))
+        ids = tok.encode(text)[:24]
+        ctx_len = data.draw(st.integers(0, min(3, len(ids))))
+        ctx, gen = ids[:ctx_len], ids[ctx_len:]
+        full = tok.decode(ctx + gen)[len(tok.decode(ctx)) :]
+        pieces = st.integers(0, max(len(full) - 1, 0)).flatmap(
+            lambda i: st.integers(1, 4).map(lambda n: full[i : i + n] or "x")
+        )
+        stops = data.draw(st.lists(st.one_of(pieces, st.text(min_size=1, max_size=3)), max_size=3))
+        stop_ids = data.draw(st.lists(st.sampled_from(gen), max_size=1)) if gen else []
+        visible = data.draw(st.lists(st.sampled_from(gen), max_size=1)) if gen else []
+        params = DecodeParams(
+            skip_special_tokens=data.draw(st.booleans()),
+            stop=stops,
+            stop_token_ids=stop_ids,
+            visible_stop_token_ids=[v for v in visible if v not in stop_ids],
+            include_stop_str_in_output=data.draw(st.booleans()),
+            min_tokens=data.draw(st.integers(0, 6)),
+        )
+        groups = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+        want_text, want_finish = reference(tok, ctx, gen, params)
+        deltas, finish = run_stream(tok, ctx, gen, params, groups)
+        assert "".join(deltas) == want_text
+        assert finish == want_finish
+
+    check()
+
+
+@pytest.mark.parametrize("name", ["qwen2", "gguf-bert-bge"])
+def test_jail_holds_only_a_real_prefix(name: str) -> None:
+    tok = stream_roster.get(name)
+
+    @settings(max_examples=EXAMPLES, deadline=None)
+    @given(text=st.sampled_from(MULTILINGUAL), stops=st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=3))
+    def check(text: str, stops: list[str]) -> None:
+        ids = tok.encode(text)
+        stream = DecodeStream(tok, [], DecodeParams(stop=stops), ignore_eos=True)
+        for i in ids:
+            d = stream.step([i])
+            if d.finish is not None:
+                break
+            held = stream.held_text
+            assert held == "" or any(s.startswith(held) and s != held for s in stops)
+
+    check()
+
+
+def test_grouping_does_not_change_text_or_finish() -> None:
+    tok = stream_roster.get("qwen2")
+    ids = tok.encode(" ".join(MULTILINGUAL))
+    params = DecodeParams(stop=["lazy dog", "세계", "fib("], min_tokens=3, include_stop_str_in_output=True)
+    results = {(tuple(d), f) for d, f in [(("".join(run_stream(tok, [], ids, params, g)[0]),), run_stream(tok, [], ids, params, g)[1])
+                                          for g in ([1], [2], [3, 1], [7], [len(ids)])]}
+    assert len(results) == 1
+    (text,), finish = next(iter(results))
+    assert text.endswith("lazy dog") and finish == Finish("stop", "lazy dog")
+
+
+def test_hidden_and_visible_stop_tokens() -> None:
+    tok = stream_roster.get("qwen2")
+    ids = tok.encode("Hello world, goodbye")
+    eos = next(iter(tok.eos_token_ids))
+    # EOS is a hidden stop by default; its text never appears
+    deltas, finish = run_stream(tok, [], ids + [eos] + ids, DecodeParams(skip_special_tokens=False), ignore_eos=False)
+    assert "".join(deltas) == "Hello world, goodbye" and finish == Finish("stop", eos)
+    # A visible stop id emits its text (specials kept), then finishes
+    deltas, finish = run_stream(tok, [], ids + [eos] + ids,
+                                DecodeParams(skip_special_tokens=False, visible_stop_token_ids=[eos]))
+    assert "".join(deltas) == "Hello world, goodbye<|endoftext|>" and finish == Finish("stop", eos)
+    deltas, finish = run_stream(tok, [], ids + [eos] + ids, DecodeParams(
+        skip_special_tokens=False, spaces_between_special_tokens=False, visible_stop_token_ids=[eos]))
+    assert "".join(deltas) == "Hello world, goodbye<|endoftext|>" and finish == Finish("stop", eos)
+    # include_stop_str_in_output keeps the text of the EOS or stop id that ended the request
+    # (vLLM v1), then subject to skip_special_tokens; `matched` stays the id
+    for skip, tail in ((False, "<|endoftext|>"), (True, "")):
+        deltas, finish = run_stream(tok, [], ids + [eos] + ids, DecodeParams(
+            skip_special_tokens=skip, include_stop_str_in_output=True), ignore_eos=False)
+        assert "".join(deltas) == "Hello world, goodbye" + tail and finish == Finish("stop", eos)
+    comma = tok.encode(",")[0]
+    deltas, finish = run_stream(tok, [], ids, DecodeParams(stop_token_ids=[comma], include_stop_str_in_output=True))
+    assert "".join(deltas) == "Hello world," and finish == Finish("stop", comma)
+    # a kept stop id's text is matched against the stop strings too (vLLM v1 checks the text of the
+    # step a stop token ends): the stop string is the reason
+    deltas, finish = run_stream(tok, [], ids, DecodeParams(
+        stop=["world,"], stop_token_ids=[comma], include_stop_str_in_output=True))
+    assert "".join(deltas) == "Hello world," and finish == Finish("stop", "world,")
+    # min_tokens: a stop token before the minimum is an ordinary token
+    deltas, finish = run_stream(tok, [], [eos] + ids, DecodeParams(min_tokens=2), ignore_eos=False)
+    assert "".join(deltas) == "Hello world, goodbye" and finish == Finish("length")
+
+
+def test_stream_finish_releases_jail_and_later_steps_are_empty() -> None:
+    tok = stream_roster.get("qwen2")
+    stream = DecodeStream(tok, [], DecodeParams(stop=["world!"]))
+    ids = tok.encode("Hello world")
+    text = "".join(stream.step([i]).text for i in ids)
+    assert text == "Hello " and stream.held_text == "world"
+    end = stream.finish("length")
+    assert end.text == "world" and end.finish == Finish("length")
+    assert stream.step(ids).text == "" and stream.step(ids).finish is None
