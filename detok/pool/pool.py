@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Self
 
-from detok.wire.endpoints import IpcDir, tcp_endpoint
 from detok.metrics import ENV as METRICS_ENV
-from detok.wire.security import CurveKeys, SocketSecurity
 from detok.pool.supervisor import STALL_TIMEOUT_S, PoolStartError, SlotInfo, Supervisor
+from detok.wire.endpoints import IpcDir, tcp_endpoint
+from detok.wire.security import CurveKeys, SocketSecurity
 from detok.worker.process import WorkerConfig
 
 if TYPE_CHECKING:

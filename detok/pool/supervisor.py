@@ -29,18 +29,24 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
-from typing import Literal
-
+from multiprocessing.connection import wait
 from typing import Final
 
 import zmq
 
 from detok import wire
-from detok.wire.endpoints import connectable, make_socket, unmapped
 from detok.metrics import PoolMetrics, mark_process_dead
+from detok.pool.slots import (
+    PoolStartError,
+    PoolStatus,
+    Slot,
+    SlotInfo,
+    WorkerProc,
+    exit_cause,
+    slot_info,
+    stop_processes,
+)
+from detok.wire.endpoints import connectable, make_socket, unmapped
 from detok.wire.security import SocketSecurity
 from detok.worker.process import WorkerConfig, pool_child_main
 
@@ -51,59 +57,6 @@ _CRASH_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0)  # delay before the n-th consecutiv
 # A slot's process that sends nothing (heartbeats come every 0.5 s) for this long is stalled. Far
 # above any batch's processing time (a 400K-rid batch takes ~1 s), so load never looks like a stall.
 STALL_TIMEOUT_S: Final = 10.0
-
-
-class PoolStartError(RuntimeError):
-    """A worker could not start (e.g. the tokenizer does not load), or the pool timed out starting."""
-
-
-@dataclass(eq=False)
-class _Proc:
-    process: BaseProcess
-    conn: Connection | None
-    state: Literal["loading", "spare", "assigned", "serving"] = "loading"
-    slot: int | None = None
-    last_seen: float = 0.0  # monotonic time of its last message (heartbeats included) or assignment
-    stalled: bool = False
-    kill_cause: str = ""  # set when the supervisor kills it (a stall)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid or 0
-
-
-@dataclass(eq=False)
-class _Slot:
-    index: int
-    endpoint: str
-    generation: int = 0
-    proc: _Proc | None = None
-    cause: str = ""  # why the previous process died
-    died_at: float = 0.0
-    died_wall: float = 0.0  # time.time() of the same moment, for the replacement's recovery time
-    listening: str = ""  # the address the worker's socket is bound to (a wildcard host stays one)
-
-
-@dataclass
-class SlotInfo:
-    """A snapshot of one slot for callers (tests, the CLI)."""
-
-    index: int
-    endpoint: str
-    pid: int | None
-    serving: bool
-    generation: int
-    stalled: bool = False  # its process missed heartbeats for the stall bound
-    state: str = "serving"  # serving | starting (empty, or the replacement not ready yet) | stalled
-    listening: str = ""  # the address the worker's socket is bound to (`endpoint` is where to connect)
-
-
-@dataclass
-class _Status:
-    failure: str = ""
-    restarts: int = 0
-    restart_seconds: list[float] = field(default_factory=list)  # death seen -> replacement ready
-    stall_replacements: int = 0
 
 
 class Supervisor:
@@ -124,14 +77,14 @@ class Supervisor:
         self._stall_timeout_s = stall_timeout_s
         self._replace_stalled = replace_stalled
         self._wake_s = min(_WAKE_S, stall_timeout_s / 4)
-        self._slots = [_Slot(i, e) for i, e in enumerate(endpoints)]
+        self._slots = [Slot(i, e) for i, e in enumerate(endpoints)]
         self._want_spare = spare
         self._notify_endpoint = notify_endpoint
         self._shutdown_timeout_s = shutdown_timeout_s
         self._mp = multiprocessing.get_context("spawn")
-        self._procs: list[_Proc] = []
+        self._procs: list[WorkerProc] = []
         self._lock = threading.Condition()
-        self._status = _Status()
+        self._status = PoolStatus()
         self._closing = False
         self._wake_r, self._wake_w = self._mp.Pipe(duplex=False)
         self._failed_starts = 0
@@ -186,7 +139,7 @@ class Supervisor:
 
     def slots(self) -> list[SlotInfo]:
         with self._lock:
-            return [_slot_info(s) for s in self._slots]
+            return [slot_info(s) for s in self._slots]
 
     def all_pids(self) -> list[int]:
         with self._lock:
@@ -246,7 +199,7 @@ class Supervisor:
             self._security.close()
             self._ctx.term()
 
-    def _on_message(self, p: _Proc) -> None:
+    def _on_message(self, p: WorkerProc) -> None:
         assert p.conn is not None
         try:
             msg = self._decoder.decode(p.conn.recv_bytes())
@@ -286,9 +239,9 @@ class Supervisor:
                     self._status.failure = msg.error
                     self._lock.notify_all()
 
-    def _on_exit(self, p: _Proc) -> None:
+    def _on_exit(self, p: WorkerProc) -> None:
         p.process.join(1.0)  # the sentinel fires as the process exits, a moment before it is reapable
-        cause = p.kill_cause or _exit_cause(p.process.exitcode)
+        cause = p.kill_cause or exit_cause(p.process.exitcode)
         if p.stalled:
             self._set_stalled(p, False)
         self._procs.remove(p)
@@ -340,7 +293,7 @@ class Supervisor:
             except ProcessLookupError:
                 pass
 
-    def _set_stalled(self, p: _Proc, stalled: bool) -> None:
+    def _set_stalled(self, p: WorkerProc, stalled: bool) -> None:
         with self._lock:
             p.stalled = stalled
             self._lock.notify_all()
@@ -363,7 +316,7 @@ class Supervisor:
             delay = _CRASH_BACKOFF_S[min(self._failed_starts, len(_CRASH_BACKOFF_S) - 1)]
             self._next_spawn_at = now + delay
 
-    def _assign(self, slot: _Slot, p: _Proc) -> None:
+    def _assign(self, slot: Slot, p: WorkerProc) -> None:
         assert p.conn is not None
         with self._lock:
             slot.generation += 1
@@ -383,7 +336,7 @@ class Supervisor:
         process.start()
         w.close()  # the child's end: keeping it open here would hide the child's death from recv
         with self._lock:
-            self._procs.append(_Proc(process, r))
+            self._procs.append(WorkerProc(process, r))
 
     def _event(self, event: wire.WorkerEvent) -> None:
         if self._events is not None:
@@ -393,35 +346,8 @@ class Supervisor:
                 log.warning("scheduler notice queue full: worker event dropped: %s", event)
 
     def _terminate_all(self) -> None:
-        """Serving workers get `StopWorker` (they drain, finish live requests with an error and
-        close); loading and spare processes get SIGTERM, whose default action they keep (they hold
-        nothing). Wait, then SIGKILL stragglers."""
-        procs = list(self._procs)
-        stop = self._encoder.encode(wire.StopWorker())
-        for p in procs:
-            serving = p.state in ("assigned", "serving")
-            if serving and p.conn is not None:
-                try:
-                    p.conn.send_bytes(stop)
-                except OSError:
-                    serving = False  # it is gone already
-            if not serving and p.process.is_alive():
-                try:
-                    os.kill(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + self._shutdown_timeout_s
-        for p in procs:
-            p.process.join(max(0.0, deadline - time.monotonic()))
-            if p.process.is_alive():
-                log.warning("worker process %d did not stop in %.1f s: killing it", p.pid, self._shutdown_timeout_s)
-                p.process.kill()
-                p.process.join(1.0)
-            if p.conn is not None:
-                p.conn.close()
-                p.conn = None
-            if self._cfg.metrics_dir and p.pid:
-                mark_process_dead(p.pid, self._cfg.metrics_dir)
+        stop_processes(list(self._procs), self._encoder.encode(wire.StopWorker()), self._shutdown_timeout_s,
+                       self._cfg.metrics_dir)
         with self._lock:
             self._procs.clear()
             for s in self._slots:
@@ -429,21 +355,3 @@ class Supervisor:
             self._lock.notify_all()
 
 
-def _slot_info(s: _Slot) -> SlotInfo:
-    p = s.proc
-    serving = bool(p and p.state == "serving")
-    stalled = bool(p and p.stalled)
-    state = "stalled" if stalled else "serving" if serving else "starting"
-    return SlotInfo(s.index, s.endpoint, p.pid if p else None, serving and not stalled, s.generation, stalled, state,
-                    s.listening)
-
-
-def _exit_cause(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "vanished"
-    if exitcode < 0:
-        try:
-            return f"was killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"was killed by signal {-exitcode}"
-    return f"exited with code {exitcode}"

@@ -11,27 +11,7 @@ Logprobs (`LogprobColumns`, optional): for the rows of requests that asked, the 
 logprob and its top-k alternatives per token, as packed columns; the workers turn the ids into
 strings. A step without them costs nothing extra; sharding splits them with numpy, per worker.
 
-Sharding: worker = the rid's Fibonacci hash scaled to N (`shard_of`), stable across processes and
-restarts; consecutive rids spread evenly (three-distance theorem), random rids like a random hash.
-
-Never blocking: each worker socket has a bounded queue; a send that would block is kept in that
-worker's backlog (order preserved, retried first on the next call) and the worker is reported in
-`send_step`'s return value, so the scheduler can throttle admission. Nothing is waited on.
-
-Exact replay after a worker's death (DESIGN.md §5): the client keeps, per worker, every request
-it may have to rebuild - its registration, and the step columns it was sent, in a `ShardJournal`
-(by reference, no copy on the hot path) - until the worker has acknowledged the request's end. A
-worker process that may have lost state (a pool's replacement process, a standalone worker that
-(re)starts) reports `WorkerStatus(synced=False)` and drops token batches until a `Replay` for it
-arrives; the client answers with every request of that shard: registrations, all token ids from
-start 0, and the ends it had sent. The worker recomputes text and stop decisions; each frontend's
-`DeltaReceiver` drops what it already delivered, by char offset. Nothing waits on the dead worker
-and no request fails because of it: requests of that shard get their text once a process serves
-the slot again. `WorkerStatus` also acknowledges progress (`seq`) and tells which workers are alive.
-Notices are taken in `poll()` and at each `send_step`/`flush`, so a replay never waits for `poll`.
-
-A new client resets every worker (a `Replay` for any process, holding nothing): requests a previous
-client left there are finished with an error.
+How sharding, back-pressure and replay work: see `detok.scheduler` (the package docstring).
 """
 
 from __future__ import annotations
@@ -41,27 +21,25 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple, Self
+from typing import Any, Self
 
 import numpy as np
 import zmq
 
 from detok import wire
-from detok.wire.endpoints import make_socket
-from detok.wire.to_scheduler import GenerateRequest
-from detok.wire.to_workers import EndRequest, Registration
+from detok.scheduler.notices import Stopped, WorkerState
 from detok.scheduler.replay_book import ReplayBook
 from detok.scheduler.replay_journal import EMPTY, Columns
-from detok.wire.security import CurveKeys, SocketSecurity
+from detok.scheduler.sharding import shard_array, shard_of
 from detok.scheduler.step_logprobs import LogprobArrays, LogprobColumns
+from detok.scheduler.worker_queues import WorkerQueues
 from detok.stream.params import Finish
+from detok.wire.endpoints import make_socket
+from detok.wire.security import CurveKeys, SocketSecurity
+from detok.wire.to_scheduler import GenerateRequest
+from detok.wire.to_workers import EndRequest, Registration
 
 log = logging.getLogger("detok.client")
-
-_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: Fibonacci hashing
-_MASK64 = (1 << 64) - 1
-_NP_GOLDEN = np.uint64(_GOLDEN)
-
 
 # A worker that reports `synced=False` gets at most one replay per this interval (its status
 # messages repeat until one arrives).
@@ -69,38 +47,6 @@ REPLAY_RETRY_S = 0.5
 # send_step / flush take pending notices (replay requests, acknowledgements) at most this often;
 # poll() always does.
 NOTICE_CHECK_S = 0.001
-
-
-def shard_of(rid: int, workers: int) -> int:
-    """The worker index of a rid: Fibonacci hash, top 32 bits scaled to [0, workers)."""
-    return ((((rid * _GOLDEN) & _MASK64) >> 32) * workers) >> 32
-
-
-def shard_array(rids: np.ndarray, workers: int) -> np.ndarray:
-    """`shard_of` for a uint64 array, vectorised (same values)."""
-    with np.errstate(over="ignore"):
-        top = (rids.astype(np.uint64, copy=False) * _NP_GOLDEN) >> np.uint64(32)
-    return ((top * np.uint64(workers)) >> np.uint64(32)).astype(np.intp)
-
-
-class Stopped(NamedTuple):
-    """A request the detok side finished: the scheduler stops generating it."""
-
-    rid: int
-    finish: Finish
-
-
-class WorkerState(NamedTuple):
-    """What the client knows of one worker: its process (`instance`), whether that process holds
-    the shard's state (`synced`), the last batch it acknowledged, and when it was last heard of."""
-
-    worker: int
-    instance: int
-    synced: bool
-    acked_seq: int
-    last_heard: float  # time.monotonic() of its last status (0: never)
-    down: bool  # the supervisor reported it dead and no process serves the slot yet
-    replays: int  # replays sent to this worker slot
 
 
 EndLike = EndRequest | tuple[int, str] | tuple[int, str, int | None]
@@ -127,11 +73,7 @@ class SchedulerClient:
         self._ctx = context or zmq.Context()
         self._own_ctx = context is None
         self._n = len(worker_endpoints)
-        self._sockets: list[zmq.Socket] = []
-        for endpoint in worker_endpoints:
-            sock = make_socket(self._ctx, zmq.PUSH, hwm=hwm)
-            self._security.connect(sock, endpoint)
-            self._sockets.append(sock)
+        self._queues = WorkerQueues(self._ctx, worker_endpoints, self._security, hwm)
         self._notify: zmq.Socket | None = None
         if notify_endpoint:
             self._notify = make_socket(self._ctx, zmq.PULL, hwm=hwm)
@@ -142,7 +84,6 @@ class SchedulerClient:
         self._live = self._book.live
         self._new: list[list[Registration]] = [[] for _ in range(self._n)]
         self._ends: list[list[EndRequest]] = [[] for _ in range(self._n)]
-        self._backlog: list[collections.deque[bytes]] = [collections.deque() for _ in range(self._n)]
         self._seq = [0] * self._n
         self._stopped: list[Stopped] = []
         self._states = [WorkerState(w, 0, True, 0, 0.0, False, 0) for w in range(self._n)]
@@ -191,8 +132,8 @@ class SchedulerClient:
         if reply_to is None:
             raise KeyError(f"rid {rid} is not live and no reply_to was given")
         worker = shard_of(rid, self._n)
-        self._send(worker, self._encoder.encode(wire.FailRequests([rid], [reply_to], message)))
-        return [worker] if self._backlog[worker] else []
+        self._queues.send(worker, self._encoder.encode(wire.FailRequests([rid], [reply_to], message)))
+        return [worker] if self._queues.backlog(worker) else []
 
     def live_rids(self, worker: int | None = None) -> list[int]:
         return [r for r, t in self._live.items() if worker is None or t.worker == worker]
@@ -224,7 +165,7 @@ class SchedulerClient:
             raise ValueError("tokens do not match the counts")
         lp = None if logprobs is None else LogprobArrays.checked(logprobs, len(rid_arr), cnt_arr)
         if starts is None:
-            start_arr = self._count_starts(rids, counts)
+            start_arr = self._book.count_starts(rids, counts)
         else:
             start_arr = np.asarray(starts, dtype=np.uint32)
         # Ends apply after this step's tokens: staged only once the starts were counted, since
@@ -245,7 +186,7 @@ class SchedulerClient:
                     w, now, rid_arr[mask], start_arr[mask], None if cnt_arr is None else cnt_arr[mask], tok_arr[tmask],
                     None if lp is None else lp.shard(mask),
                 )
-        return self._full_workers()
+        return self._queues.full()
 
     def flush(self) -> list[int]:
         """Send staged registrations and ends now (no tokens); returns workers with a full queue."""
@@ -256,31 +197,8 @@ class SchedulerClient:
             if self._new[w] or self._ends[w]:
                 self._send_batch(w, now, empty64, empty32, None, empty32)
             else:
-                self._drain_backlog(w)
-        return self._full_workers()
-
-    def _count_starts(self, rids: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray | None) -> np.ndarray:
-        live = self._live
-        rid_list = rids.tolist() if isinstance(rids, np.ndarray) else rids
-        out = np.empty(len(rid_list), dtype=np.uint32)
-        if counts is None:
-            for i, rid in enumerate(rid_list):
-                t = live.get(rid)
-                if t is not None:
-                    out[i] = t.sent
-                    t.sent += 1
-                else:
-                    out[i] = 0  # not live here: the worker ignores or reports it
-        else:
-            count_list = counts.tolist() if isinstance(counts, np.ndarray) else counts
-            for i, (rid, c) in enumerate(zip(rid_list, count_list)):
-                t = live.get(rid)
-                if t is not None:
-                    out[i] = t.sent
-                    t.sent += c
-                else:
-                    out[i] = 0
-        return out
+                self._queues.drain(w)
+        return self._queues.full()
 
     def _send_batch(
         self, w: int, now: float, rids: np.ndarray, starts: np.ndarray, counts: np.ndarray | None, tokens: np.ndarray,
@@ -288,7 +206,7 @@ class SchedulerClient:
     ) -> None:
         new, ends = self._new[w], self._ends[w]
         if not (len(rids) or new or ends):
-            self._drain_backlog(w)
+            self._queues.drain(w)
             return
         self._new[w], self._ends[w] = [], []
         self._seq[w] += 1
@@ -302,35 +220,11 @@ class SchedulerClient:
         )
         self._book.sent(w, seq, columns, ends)
         batch = wire.DetokBatch(seq, now, new, *columns[:4], ends, logprobs)
-        self._send(w, self._encoder.encode(batch))
-
-    def _send(self, w: int, message: bytes) -> None:
-        backlog = self._backlog[w]
-        if backlog:
-            self._drain_backlog(w)
-        if backlog:
-            backlog.append(message)
-            return
-        try:
-            self._sockets[w].send(message, zmq.NOBLOCK, copy=len(message) < 65536)
-        except zmq.Again:
-            backlog.append(message)
-
-    def _drain_backlog(self, w: int) -> None:
-        backlog, sock = self._backlog[w], self._sockets[w]
-        while backlog:
-            try:
-                sock.send(backlog[0], zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            backlog.popleft()
-
-    def _full_workers(self) -> list[int]:
-        return [w for w in range(self._n) if self._backlog[w]]
+        self._queues.send(w, self._encoder.encode(batch))
 
     def backlog(self, worker: int) -> int:
         """Messages waiting for room in a worker's queue."""
-        return len(self._backlog[worker])
+        return self._queues.backlog(worker)
 
     def _stage_end(self, end: EndRequest) -> None:
         tracked = self._book.end(end)  # kept for replay until the worker acknowledges this end
@@ -424,7 +318,7 @@ class SchedulerClient:
             message = f"detok worker {msg.worker} has no registration for this request"
             log.warning("failing %d requests of detok worker %d: %s", len(lost), msg.worker, message)
             rids = [t.registration.rid for t in lost]
-            self._send(msg.worker, self._encoder.encode(wire.FailRequests(rids, [t.reply_to for t in lost], message)))
+            self._queues.send(msg.worker, self._encoder.encode(wire.FailRequests(rids, [t.reply_to for t in lost], message)))
             self._stopped.extend(Stopped(rid, Finish("error", None, message)) for rid in rids)
 
     # ---- replay ---------------------------------------------------------------------------------
@@ -442,7 +336,7 @@ class SchedulerClient:
         self._book.track_ends(w, seq, ends)
         c = columns or EMPTY
         batch = wire.DetokBatch(seq, time.time(), registrations, c.rids, c.starts, c.counts, c.tokens, ends, c.logprobs)
-        self._send(w, self._encoder.encode(wire.Replay(instance, batch, reason)))
+        self._queues.send(w, self._encoder.encode(wire.Replay(instance, batch, reason)))
         if instance:
             self.replays_sent += 1
             self.replayed_tokens += len(c.tokens) // 4
@@ -453,8 +347,7 @@ class SchedulerClient:
 
     # ---- shutdown -------------------------------------------------------------------------------
     def close(self) -> None:
-        for sock in self._sockets:
-            sock.close()
+        self._queues.close()
         if self._notify is not None:
             self._notify.close()
         self._security.close()

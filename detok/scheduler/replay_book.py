@@ -18,11 +18,13 @@ import collections
 import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Final
 
-from detok.wire.to_workers import EndRequest, Registration
+import numpy as np
+
 from detok.scheduler.replay_journal import Columns, ShardJournal
+from detok.wire.to_workers import EndRequest, Registration
 
 log = logging.getLogger("detok.client")
 
@@ -157,3 +159,26 @@ class ReplayBook:
 
     def journal_bytes(self) -> int:
         return sum(j.nbytes for j in self._journals)
+
+    def count_starts(self, rids: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray | None) -> np.ndarray:
+        live = self.live
+        rid_list = rids.tolist() if isinstance(rids, np.ndarray) else rids
+        out = np.empty(len(rid_list), dtype=np.uint32)
+        if counts is None:
+            for i, rid in enumerate(rid_list):
+                t = live.get(rid)
+                if t is not None:
+                    out[i] = t.sent
+                    t.sent += 1
+                else:
+                    out[i] = 0  # not live here: the worker ignores or reports it
+        else:
+            count_list = counts.tolist() if isinstance(counts, np.ndarray) else counts
+            for i, (rid, c) in enumerate(zip(rid_list, count_list)):
+                t = live.get(rid)
+                if t is not None:
+                    out[i] = t.sent
+                    t.sent += c
+                else:
+                    out[i] = 0
+        return out

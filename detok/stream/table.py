@@ -12,20 +12,20 @@ returns Python sequences (same results); without the extension both run on numpy
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Hashable, Sequence
 from itertools import repeat
-from typing import NamedTuple
 
 import numpy as np
 
-from detok.stream.byte_text import ByteTables, ByteTextDecoder, _utf8_decode
+from detok.stream.byte_text import ByteTextDecoder
 from detok.stream.decode_stream import DecodeStream
+from detok.stream.mode_tables import ModeTables
+from detok.stream.numpy_step import _MAX_PENDING, _UNKNOWN, NumpyStepping
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Finish
+from detok.stream.step_results import PackedStep, StepResult
 from detok.stream.strategy import Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
-
-from detok.wire.packing import join_texts, pack_u32, split_text, unpack_rids, unpack_u32
+from detok.wire.packing import join_texts, pack_u32, unpack_rids, unpack_u32
 
 try:  # the compiled step (optional extension); the numpy/Python path gives the same results
     from detok.stream._plainstep import RidMap as _RidMap
@@ -33,23 +33,11 @@ try:  # the compiled step (optional extension); the numpy/Python path gives the 
 except ImportError:  # pragma: no cover - depends on the build
     _RidMap = _compiled_step_packed = None
 
-_UNKNOWN = 0  # slot 0 is never given out: unknown rids map to it, and it never matches a start
 _NOT_PLAIN = -2  # `_expect` of a slot whose next step must go through its DecodeStream
-_SMALL_BATCH = 8  # numpy path: up to this many rows a batch is stepped row by row
-# The compiled step's record of one (decode mode, id), as `TokenEntry` in _plainstep.c.
-_INLINE = 7
-_TOKEN_ENTRY = np.dtype([("off", "<u4"), ("nbytes", "<u2"), ("nchars", "<u2"), ("flags", "u1"), ("inline", f"S{_INLINE}")])
-_T_WHOLE, _T_BYTE_OK, _T_EOS = 1, 2, 4
-_MAX_PENDING = 4  # held bytes of an incomplete UTF-8 character: at most 3
-assert _TOKEN_ENTRY.itemsize == 16
 
 
 def _indexable(rid: Hashable) -> bool:
     return isinstance(rid, (int, np.integer)) and not isinstance(rid, bool) and 0 <= rid < 2**64
-
-
-def _as_list(values: np.ndarray | list[int]) -> list[int]:
-    return values if isinstance(values, list) else values.tolist()
 
 
 def _packed_columns(
@@ -77,95 +65,7 @@ class DuplicateRequest(KeyError):
     pass
 
 
-class StepResult(NamedTuple):
-    texts: list[str]
-    offsets: list[int]  # char offset of each row's text in its request's output
-    num_tokens: list[int]  # output tokens the row's request had consumed after the row
-    finishes: list[Finish | None]
-
-
-class PackedStep(NamedTuple):
-    """A step's output as the frontend's wire columns: `text` is the rows' texts in UTF-8, back to
-    back; `lengths` (chars of each row's text), `offsets` and `num_tokens` (as in StepResult),
-    `byte_lengths` (UTF-8 bytes of each row's text) and `tags` (the tag each row's request was
-    opened with, 0 for an unknown rid) are packed little-endian uint32, one per row. `finished`:
-    (row, rid, finish) of rows that ended their request."""
-
-    text: bytes
-    lengths: bytes
-    offsets: bytes
-    num_tokens: bytes
-    byte_lengths: bytes
-    tags: bytes
-    finished: list[tuple[int, Hashable, Finish]]
-
-    def unpacked(self) -> StepResult:
-        texts = split_text(self.text, self.lengths)
-        finishes: list[Finish | None] = [None] * len(texts)
-        for row, _, finish in self.finished:
-            finishes[row] = finish
-        return StepResult(texts, unpack_u32(self.offsets).tolist(), unpack_u32(self.num_tokens).tolist(), finishes)
-
-
-class _ModeTables:
-    """Every byte-table mode in use, concatenated (mode m's id t at m * vocab + t) for numpy gathers."""
-
-    def __init__(self, vocab: int, eos: np.ndarray) -> None:
-        self.vocab = vocab
-        self.eos = eos  # bool per id: an end-of-sequence id
-        self.index: dict[int, int] = {}
-        self.texts: list[str | None] = []
-        self.entries = np.zeros(0, dtype=_TOKEN_ENTRY)  # the compiled step's view of every id
-        self.utf8 = b""  # the bytes of the ids too long to fit in their entry
-        self.pieces: list[list[bytes]] = []  # each mode's bytes per id
-        self.whole = np.empty(0, dtype=bool)  # the id's bytes are whole characters
-        self.lengths = np.empty(0, dtype=np.int64)
-        # byte_ok False: never a plain row (an added token in raw-added mode, whose text depends on
-        # the token before it, or an id past the tokenizer's byte table); `restricted`: some id is not byte_ok
-        self.byte_ok = np.empty(0, dtype=bool)
-        self.restricted = False
-
-    def mode_of(self, tables: ByteTables) -> int:
-        m = self.index.get(id(tables))
-        if m is None:
-            m = self.index[id(tables)] = len(self.index)
-            # each mode spans exactly `vocab` ids (mode m's id t is at m * vocab + t)
-            n = self.vocab
-            texts = (list(tables.texts) + [None] * n)[:n]
-            pieces = (list(tables.pieces) + [b""] * n)[:n]
-            self.texts = self.texts + texts
-            self.pieces.append(pieces)
-            self.whole = np.concatenate([self.whole, np.array([t is not None for t in texts], dtype=bool)])
-            lengths = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
-            self.lengths = np.concatenate([self.lengths, lengths])
-            byte_ok = np.ones(len(texts), dtype=bool)
-            byte_ok[len(tables.pieces) :] = False  # its stream reports them as out of the vocabulary
-            if tables.raw_added:
-                byte_ok[[i for i in tables.raw_added if 0 <= i < len(texts)]] = False
-            self.restricted = self.restricted or not byte_ok.all()
-            self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
-            self._add_entries(pieces, texts, lengths, byte_ok)
-        return m
-
-    def _add_entries(self, pieces: list[bytes], texts: list[str | None], lengths: np.ndarray, byte_ok: np.ndarray) -> None:
-        nbytes = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-        whole = np.array([t is not None for t in texts], dtype=bool) & (lengths < 2**16)
-        fits = nbytes < 2**16  # else: never on the compiled plain path
-        entries = np.zeros(len(pieces), dtype=_TOKEN_ENTRY)
-        entries["flags"] = (whole & fits) * _T_WHOLE + (byte_ok & fits) * _T_BYTE_OK + self.eos * _T_EOS
-        entries["nbytes"] = np.where(fits, nbytes, 0)
-        entries["nchars"] = np.where(whole, lengths, 0)
-        entries["inline"] = [b if len(b) <= _INLINE else b"" for b in pieces]
-        spilled = np.flatnonzero(fits & (nbytes > _INLINE))
-        spill_len = nbytes[spilled]
-        entries["off"][spilled] = len(self.utf8) + np.cumsum(spill_len) - spill_len
-        self.utf8 += b"".join([pieces[i] for i in spilled.tolist()])
-        if len(self.utf8) >= 2**32:
-            raise ValueError("token bytes too long for the compiled step")
-        self.entries = np.concatenate([self.entries, entries])
-
-
-class StreamTable:
+class StreamTable(NumpyStepping):
     def __init__(self, tokenizer: Tokenizer, strategy: Strategy | None = None, capacity: int = 1024) -> None:
         self.tokenizer = tokenizer
         self.plan = prepare_decoding(tokenizer, strategy)
@@ -199,7 +99,7 @@ class StreamTable:
         for i in self._eos:
             if 0 <= i < self._vocab:
                 self._eos_mask[i] = True
-        self._tables = _ModeTables(self._vocab, self._eos_mask)
+        self._tables = ModeTables(self._vocab, self._eos_mask)
 
     # ---- registration -----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -341,116 +241,6 @@ class StreamTable:
             if packed is not None:
                 return self.step_packed(*packed).unpacked()
         return self._step_numpy(rids, starts, counts, tokens)
-
-    def _step_numpy(
-        self, rids: Sequence[Hashable], starts: Sequence[int], counts: Sequence[int], tokens: Sequence[int]
-    ) -> StepResult:
-        """`step` without the extension: the plain rows by numpy gathers, the rest per stream."""
-        n = len(rids)
-        tokens_a = np.asarray(tokens)
-        starts_a = np.asarray(starts)
-        counts_a = np.asarray(counts)
-        if counts_a.shape != (n,) or starts_a.shape != (n,) or counts_a.sum() != len(tokens_a):
-            raise ValueError("rids, starts and counts must align and counts must sum to len(tokens)")
-        if n == 0:
-            return StepResult([], [], [], [])
-        if n > len(self._rows):
-            self._rows = np.arange(2 * n, dtype=np.int64)
-        slots = np.fromiter(map(self._slot_of.get, rids, repeat(_UNKNOWN)), dtype=np.int64, count=n)
-        if n <= _SMALL_BATCH:
-            # a few rows: numpy's fixed cost per call would dominate; each row steps its own stream
-            return self._step_rows(rids, slots, starts_a, counts_a, tokens_a)
-        one_each = len(tokens_a) == n and counts_a.max() == 1
-        firsts = None
-        if one_each:
-            tok1 = tokens_a
-            elig = self._expect[slots] == starts_a
-        else:
-            firsts = np.cumsum(counts_a) - counts_a
-            tok1 = tokens_a[np.minimum(firsts, max(len(tokens_a) - 1, 0))] if len(tokens_a) else np.zeros(n, np.int64)
-            elig = (self._expect[slots] == starts_a) & (counts_a == 1)
-        # Rows on the vectorized path: a plain stream, one id, in order, in the vocabulary, not a stop.
-        if len(tok1) and (tok1.min() < 0 or tok1.max() >= self._vocab):
-            elig &= (tok1 >= 0) & (tok1 < self._vocab)
-            tok1 = np.where(elig, tok1, 0)
-        if self._eos:
-            elig &= ~(self._eos_mask[tok1] & self._eos_stops[slots])
-        tables = self._tables
-        gi = tok1 if len(tables.index) <= 1 else self._mode[slots] * tables.vocab + tok1
-        if tables.restricted:
-            elig &= tables.byte_ok[gi]
-        # A rid twice in one batch (a replayed row): all its rows go, in order, through its stream.
-        rows = self._rows[:n]
-        self._row_of[slots] = rows  # the last row of each slot wins
-        elig &= self._row_of[slots] == rows
-        self._row_of[slots[::-1]] = rows[::-1]  # the first wins
-        elig &= self._row_of[slots] == rows
-        if elig.all():
-            texts, offs, ntok = self._step_plain_py(slots, tok1, gi)
-            return StepResult(texts, _as_list(offs), _as_list(ntok), [None] * n)
-
-        texts = [""] * n
-        offsets = np.zeros(n, dtype=np.int64)
-        ntoks = np.zeros(n, dtype=np.int64)
-        finishes: list[Finish | None] = [None] * n
-        idx = np.flatnonzero(elig)
-        if len(idx):
-            plain, offsets[idx], ntoks[idx] = self._step_plain_py(slots[idx], tok1[idx], gi[idx])
-            deque(map(texts.__setitem__, idx.tolist(), plain), maxlen=0)
-        slow = np.flatnonzero(~elig)
-        if isinstance(rids, np.ndarray):
-            rids = rids.tolist()  # plain ints for the stream dict and messages
-        if firsts is None:
-            firsts = np.arange(n)
-        for k, slot, start, first, count in zip(
-            slow.tolist(), slots[slow].tolist(), starts_a[slow].tolist(), firsts[slow].tolist(), counts_a[slow].tolist()
-        ):
-            texts[k], offsets[k], ntoks[k], finishes[k] = self._step_one(
-                rids[k], slot, start, tokens_a[first : first + count]
-            )
-        return StepResult(texts, offsets.tolist(), ntoks.tolist(), finishes)
-
-    def _step_rows(
-        self, rids: Sequence[Hashable], slots: np.ndarray, starts: np.ndarray, counts: np.ndarray, tokens: np.ndarray
-    ) -> StepResult:
-        if isinstance(rids, np.ndarray):
-            rids = rids.tolist()
-        out = StepResult([], [], [], [])
-        first = 0
-        for rid, slot, start, count in zip(rids, slots.tolist(), starts.tolist(), counts.tolist()):
-            text, offset, ntok, finish = self._step_one(rid, slot, start, tokens[first : first + count])
-            first += count
-            out.texts.append(text)
-            out.offsets.append(offset)
-            out.num_tokens.append(ntok)
-            out.finishes.append(finish)
-        return out
-
-    def _step_plain_py(self, slots: np.ndarray, toks: np.ndarray, gi: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
-        tables = self._tables
-        texts = list(map(tables.texts.__getitem__, gi.tolist()))
-        lens = tables.lengths[gi]
-        partial = np.flatnonzero(~tables.whole[gi] | (self._pend_len[slots] > 0))
-        if len(partial):
-            # Held bytes or an id that is part of a character: the slot's incremental UTF-8
-            # (each slot once here: repeated rids never take this path)
-            pslots = slots[partial]
-            held, pend = self._pend_len[pslots].tolist(), self._pend[pslots].tobytes()
-            rests = []
-            for j, (k, h, m, tok) in enumerate(zip(partial.tolist(), held, self._mode[pslots].tolist(), toks[partial].tolist())):
-                data = pend[_MAX_PENDING * j : _MAX_PENDING * j + h] + tables.pieces[m][tok]
-                texts[k], used = _utf8_decode(data, "replace", False)
-                lens[k] = len(texts[k])
-                rests.append(data[used:])
-            self._pend_len[pslots] = np.fromiter(map(len, rests), dtype=np.uint8, count=len(rests))
-            padded = b"".join(r.ljust(_MAX_PENDING, b"\0") for r in rests)
-            self._pend[pslots] = np.frombuffer(padded, dtype=np.uint8).reshape(-1, _MAX_PENDING)
-        offs = self._choff[slots]
-        self._choff[slots] = offs + lens
-        ntok = self._ntok[slots] + 1
-        self._ntok[slots] = ntok
-        self._expect[slots] = ntok
-        return texts, offs, ntok  # type: ignore[return-value]  # every None was a partial row
 
     def _step_one(self, rid: Hashable, slot: int, start: int, ids_a: np.ndarray) -> tuple[str, int, int, Finish | None]:
         if slot == _UNKNOWN or self._slot_of.get(rid) != slot:  # (or finished by an earlier row of this batch)

@@ -29,33 +29,26 @@ error. Requests this process already finished are not reopened.
 from __future__ import annotations
 
 import logging
-import struct
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from detok.metrics import WorkerCounts
-from detok.wire.packing import group_rows, unpack_u32
-from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished
-from detok.wire.to_scheduler import StopNotice
-from detok.wire.to_workers import DetokBatch, FailRequests, Registration, Replay
 from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
 from detok.stream.table import PackedStep, StreamTable
 from detok.tokenizer.base import Tokenizer
+from detok.wire.packing import unpack_u32
+from detok.wire.to_frontends import RequestFinished
+from detok.wire.to_scheduler import StopNotice
+from detok.wire.to_workers import DetokBatch, FailRequests, Registration, Replay
 from detok.worker import logprobs as lp_entries
+from detok.worker.batch_checks import MalformedBatch, check_batch
+from detok.worker.finished_rids import FinishedRids
+from detok.worker.outputs import FrontendColumns, Frontends, Outputs
 
 log = logging.getLogger("detok.worker")
-
-# Rids finished recently are remembered this long, so their late tokens are ignored quietly.
-_FINISHED_MEMORY_S = 60.0
-_FINISHED_MEMORY_MAX = 200_000
-
-_U64 = struct.Struct("<Q").pack
-_U32 = struct.Struct("<I").pack
 
 
 class _Live:
@@ -63,64 +56,12 @@ class _Live:
 
     __slots__ = ("idle_mark", "idle_since", "out", "registration", "stream")
 
-    def __init__(self, stream: DecodeStream, registration: Registration, out: _Columns, now: float) -> None:
+    def __init__(self, stream: DecodeStream, registration: Registration, out: FrontendColumns, now: float) -> None:
         self.stream = stream
         self.registration = registration
         self.out = out
         self.idle_mark = -1  # tokens consumed at the last idle sweep
         self.idle_since = now
-
-
-@dataclass(eq=False)
-class _Columns:
-    """The DeltaBatch columns being filled for one frontend, as packed chunks: a whole step's
-    columns (`add_packed`) and single rows (`add`) alike, joined once when the message is taken."""
-
-    reply_to: str
-    tag: int  # this frontend's tag in the table (rows come back with it)
-    rids: list[bytes] = field(default_factory=list)
-    text: list[bytes] = field(default_factory=list)
-    lengths: list[bytes] = field(default_factory=list)
-    offsets: list[bytes] = field(default_factory=list)
-    finished: list[RequestFinished] = field(default_factory=list)
-    logprobs: list[DeltaLogprobs] = field(default_factory=list)
-    live: int = 0  # live requests of this frontend in the table
-
-    def add(self, rid: int, text: str, offset: int) -> None:
-        self.add_packed(_U64(rid), text.encode(), _U32(len(text)), _U32(offset))
-
-    def add_packed(self, rids: bytes, text: bytes, lengths: bytes, offsets: bytes) -> None:
-        self.rids.append(rids)
-        self.text.append(text)
-        self.lengths.append(lengths)
-        self.offsets.append(offsets)
-
-    @property
-    def pending(self) -> bool:
-        return bool(self.rids or self.finished or self.logprobs)
-
-    def take(self, worker: int, sent_at: float) -> DeltaBatch | None:
-        if not self.pending:
-            return None
-        join = b"".join
-        lp = lp_entries.join_parts(self.logprobs) if self.logprobs else None
-        batch = DeltaBatch(
-            worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished, lp
-        )
-        self.rids, self.text, self.lengths, self.offsets, self.finished, self.logprobs = [], [], [], [], [], []
-        return batch
-
-
-@dataclass
-class Outputs:
-    """What one input message produced: deltas per frontend endpoint and a notice for the scheduler."""
-
-    deltas: list[tuple[str, DeltaBatch]]
-    notice: StopNotice | None
-
-
-class MalformedBatch(ValueError):
-    """A batch whose columns do not fit together; rejected whole, before any state changes."""
 
 
 class WorkerCore:
@@ -143,11 +84,8 @@ class WorkerCore:
         self.counts = counts if counts is not None else WorkerCounts()
         self.table = table if table is not None else warmed_table(tokenizer)
         self.live: dict[int, _Live] = {}
-        # rid -> when it finished, oldest first: evicted and pruned from the front in O(1)
-        self._recently_finished: OrderedDict[int, float] = OrderedDict()
-        self._frontends: dict[str, _Columns] = {}
-        self._by_tag: dict[int, _Columns] = {}
-        self._next_tag = 1  # tag 0: rows of unknown rids
+        self._recently_finished = FinishedRids()
+        self._frontends = Frontends()
         self._notice_rids: list[int] = []
         self._notice_finishes: list[Finish] = []
         self._notice_unknown: list[int] = []
@@ -171,7 +109,7 @@ class WorkerCore:
             self.counts.stale_replays += 1  # meant for an earlier process of this slot
             return Outputs([], None)
         batch = msg.batch
-        _check_batch(batch)  # before anything changes
+        check_batch(batch)  # before anything changes
         self.awaiting_replay = False
         named = {reg.rid for reg in batch.new}
         why = f"the scheduler client no longer holds this request ({msg.reason or 'replay'})"
@@ -187,7 +125,7 @@ class WorkerCore:
 
     def _apply(self, batch: DetokBatch, new: list[Registration], now: float | None) -> Outputs:
         now = time.monotonic() if now is None else now
-        _check_batch(batch)
+        check_batch(batch)
         for reg in new:
             self._register(reg, now)
         if batch.rids:
@@ -244,7 +182,7 @@ class WorkerCore:
             log.warning("worker %d: conflicting registration of live rid %d", self.worker, reg.rid)
             self._finish_live(reg.rid, Finish("error", None, "conflicting duplicate registration of this rid"), notify=True)
             return
-        self._recently_finished.pop(reg.rid, None)
+        self._recently_finished.pop(reg.rid)
         refused = self.admit_reply_to(reg.reply_to) if self.admit_reply_to is not None else None
         if refused is not None:
             log.warning("worker %d: cannot serve rid %d: %s", self.worker, reg.rid, refused)
@@ -271,7 +209,7 @@ class WorkerCore:
         result = self.table.step_packed(batch.rids, batch.starts, batch.counts, batch.tokens)
         self.counts.tokens += len(batch.tokens) // 4
         self.counts.utf8_holds += self._holding()
-        owners = [c for c in self._frontends.values() if c.live]
+        owners = self._frontends.owners()
         if len(owners) == 1:
             # One frontend owns every live request: the step's columns go out as they are, no
             # per-rid Python. Rows with empty text stay (most rows have text): unknown or late
@@ -279,7 +217,7 @@ class WorkerCore:
             # receiver drops them.
             owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets)
         else:
-            self._route(batch.rids, result)
+            self._frontends.route(batch.rids, result)
         if batch.logprobs is not None:
             self._step_logprobs(batch, result)
         if result.finished:
@@ -287,17 +225,6 @@ class WorkerCore:
             counts = unpack_u32(batch.counts) if batch.counts else None
             for row, rid, finish in result.finished:
                 self._row_finished(rid, finish, num_tokens[row], counts[row] if counts is not None else 1)  # type: ignore[arg-type]
-
-    def _route(self, rids: bytes, result: PackedStep) -> None:
-        """Several frontends own live requests: each gets its rows' columns, split by the tag its
-        requests were opened with (rows of unknown rids, tag 0, go nowhere)."""
-        by_tag = self._by_tag
-        for tag, own_rids, text, lengths, offsets in group_rows(
-            result.tags, result.byte_lengths, result.text, rids, result.lengths, result.offsets
-        ):
-            out = by_tag.get(tag)
-            if out is not None:
-                out.add_packed(own_rids, text, lengths, offsets)
 
     def _step_logprobs(self, batch: DetokBatch, result: PackedStep) -> None:
         """Token strings of the rows that carry logprobs, to their frontends (before the rows'
@@ -308,7 +235,7 @@ class WorkerCore:
             self._token_strings, batch.logprobs, batch.rids, batch.starts, batch.counts, batch.tokens,  # type: ignore[arg-type]
             result.num_tokens, result.tags, self._logprobs_wanted,
         ):
-            out = self._by_tag.get(tag)
+            out = self._frontends.by_tag(tag)
             if out is not None:
                 out.logprobs.append(part)
 
@@ -375,16 +302,10 @@ class WorkerCore:
         """Live requests holding an incomplete UTF-8 sequence after this step."""
         return int(np.count_nonzero(self.table._pend_len))
 
-    def _columns_for(self, reply_to: str) -> _Columns:
-        out = self._frontends.get(reply_to)
-        if out is None:
-            while self._next_tag in self._by_tag or not 0 < self._next_tag < 2**32:  # uint32, 0 reserved
-                self._next_tag = self._next_tag % (2**32 - 1) + 1
-            out = self._frontends[reply_to] = self._by_tag[self._next_tag] = _Columns(reply_to, self._next_tag)
-            self._next_tag += 1
-        return out
+    def _columns_for(self, reply_to: str) -> FrontendColumns:
+        return self._frontends.columns_for(reply_to)
 
-    def _emit_finish(self, out: _Columns, rid: int, finish: Finish, num_tokens: int) -> None:
+    def _emit_finish(self, out: FrontendColumns, rid: int, finish: Finish, num_tokens: int) -> None:
         out.finished.append(RequestFinished(rid, finish, num_tokens))
         finished = self.counts.finished
         finished[finish.reason] = finished.get(finish.reason, 0) + 1
@@ -402,30 +323,14 @@ class WorkerCore:
             self.table.close(rid)  # type: ignore[arg-type]
 
     def _remember_finished(self, rid: int) -> None:
-        memory = self._recently_finished
-        memory[rid] = time.monotonic()
-        memory.move_to_end(rid)  # a rid finished again is the newest, keeping the order by time
-        if len(memory) > _FINISHED_MEMORY_MAX:
-            memory.popitem(last=False)
+        self._recently_finished.remember(rid)
 
     def _prune_finished(self, now: float) -> None:
-        memory = self._recently_finished
-        horizon = now - _FINISHED_MEMORY_S
-        while memory:
-            finished_at = next(iter(memory.values()))
-            if finished_at > horizon:
-                break
-            memory.popitem(last=False)
-        # Frontends with nothing live and nothing pending are dropped (their socket too, by the caller).
-        for reply_to in [k for k, c in self._frontends.items() if c.live == 0 and not c.pending]:
-            del self._by_tag[self._frontends.pop(reply_to).tag]
+        self._recently_finished.prune(now)
+        self._frontends.drop_idle()  # their sockets too, by the caller
 
     def _take_outputs(self, sent_at: float) -> Outputs:
-        deltas = []
-        for reply_to, out in self._frontends.items():
-            batch = out.take(self.worker, sent_at)
-            if batch is not None:
-                deltas.append((reply_to, batch))
+        deltas = self._frontends.take(self.worker, sent_at)
         notice = None
         if self._notice_rids or self._notice_unknown:
             notice = StopNotice(self.worker, self._notice_rids, self._notice_finishes, self._notice_unknown)
@@ -433,12 +338,11 @@ class WorkerCore:
         return Outputs(deltas, notice)
 
     def frontends(self) -> list[str]:
-        return list(self._frontends)
+        return self._frontends.endpoints()
 
     def live_requests_of(self, reply_to: str) -> int:
         """Live requests whose deltas go to this frontend endpoint."""
-        out = self._frontends.get(reply_to)
-        return out.live if out is not None else 0
+        return self._frontends.live_requests_of(reply_to)
 
 
 def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> StreamTable:
@@ -449,36 +353,3 @@ def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> St
     table.open(rid, (), params or DecodeParams())  # type: ignore[arg-type]
     table.close(rid)  # type: ignore[arg-type]
     return table
-
-
-def _check_batch(batch: DetokBatch) -> None:
-    """MalformedBatch unless the batch's columns (and logprob columns) fit together."""
-    _check_columns(batch)
-    if batch.logprobs is not None:
-        _check_logprobs(batch)
-
-
-def _check_columns(batch: DetokBatch) -> None:
-    """MalformedBatch unless the batch's packed columns fit together (checked before any state
-    changes; the table checks again as it steps)."""
-    n, rem = divmod(len(batch.rids), 8)
-    if rem or len(batch.starts) != 4 * n or len(batch.tokens) % 4:
-        raise MalformedBatch(
-            f"packed columns of {len(batch.rids)} (rids), {len(batch.starts)} (starts) and {len(batch.tokens)} (tokens) bytes"
-        )
-    n_tokens = len(batch.tokens) // 4
-    if not batch.counts:
-        if n_tokens != n:
-            raise MalformedBatch(f"{n} rids with one token each but {n_tokens} tokens")
-        return
-    if len(batch.counts) != 4 * n:
-        raise MalformedBatch(f"{len(batch.counts)} bytes of counts for {n} rids")
-    total = int(np.frombuffer(batch.counts, dtype="<u4").sum(dtype=np.int64))
-    if total != n_tokens:
-        raise MalformedBatch(f"counts add up to {total} but there are {n_tokens} tokens")
-
-
-def _check_logprobs(batch: DetokBatch) -> None:
-    problem = lp_entries.check_step_logprobs(batch.logprobs, len(batch.rids) // 8, batch.counts)  # type: ignore[arg-type]
-    if problem is not None:
-        raise MalformedBatch(problem)

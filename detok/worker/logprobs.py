@@ -29,10 +29,10 @@ from itertools import repeat
 
 import numpy as np
 
-from detok.wire.to_frontends import DeltaLogprobs
-from detok.wire.to_workers import MAX_TOP_LOGPROBS, StepLogprobs
 from detok.stream.strategy import prepare_decoding
 from detok.tokenizer.base import Tokenizer
+from detok.wire.to_frontends import DeltaLogprobs
+from detok.wire.to_workers import MAX_TOP_LOGPROBS, StepLogprobs
 
 try:  # the compiled gather (optional extension); the numpy one gives the same bytes
     from detok.worker._tokenstrings import gather as _compiled_gather

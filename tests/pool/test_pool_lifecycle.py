@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import detok
-from detok import pool as pool_module
+from detok.pool import pool as pool_module
 from detok.wire.endpoints import IpcDir
 from detok.pool.pool import DetokPool, PoolStartError
 from detok.receiver.receiver import DeltaReceiver

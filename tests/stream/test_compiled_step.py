@@ -91,7 +91,7 @@ _row = st.tuples(st.integers(0, 3), st.text(max_size=4), st.integers(0, 2**64 - 
 @given(rows=st.lists(_row, max_size=40))
 def test_group_rows_compiled_and_numpy_agree_and_keep_row_order(rows: list[tuple[int, str, int, int]]) -> None:
     """The worker's per-frontend split of a step: each tag's rows in order, nothing lost."""
-    from detok import packing
+    from detok.wire import packing
     from detok.wire.packing import pack_rids, pack_u32
 
     tags = pack_u32([t for t, _, _, _ in rows])

@@ -9,6 +9,7 @@ import pytest
 import tests.helpers.stream_roster as stream_roster
 from detok import DecodeParams, Finish
 from detok.wire.packing import pack_rids, pack_u32
+from detok.stream import mode_tables
 from detok.stream import table as table_module
 from detok.stream.table import StreamTable
 
@@ -146,9 +147,9 @@ def test_mode_tables_span_the_vocab_and_ids_past_the_byte_table_are_never_plain(
     plan = table_module.prepare_decoding(tok)
     tables = plan.tables(True, True)
     n = len(tables.pieces)
-    modes = table_module._ModeTables(n + 3, np.zeros(n + 3, dtype=bool))
+    modes = mode_tables.ModeTables(n + 3, np.zeros(n + 3, dtype=bool))
     assert modes.mode_of(tables) == 0 and modes.mode_of(plan.tables(False, False)) == 1
     assert len(modes.entries) == len(modes.texts) == len(modes.byte_ok) == 2 * (n + 3)
     assert modes.restricted and not modes.byte_ok[n : n + 3].any() and not modes.byte_ok[2 * n + 3 :].any()
-    assert not (modes.entries["flags"][n : n + 3] & table_module._T_BYTE_OK).any()
+    assert not (modes.entries["flags"][n : n + 3] & mode_tables._T_BYTE_OK).any()
     assert modes.byte_ok[: n].all() and bytes(modes.entries["inline"][n + 3 + 100]) == tables.pieces[100]

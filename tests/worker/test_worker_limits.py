@@ -20,7 +20,7 @@ from detok.wire.to_workers import DetokBatch, Registration
 from detok.receiver.receiver import DeltaReceiver
 from detok.stream.params import DecodeParams
 from detok.worker.frontend_sockets import MAX_FRONTENDS
-from detok.worker.process import MAX_QUEUE_LAG_S, _clamped_lag
+from detok.worker.serving_loop import MAX_QUEUE_LAG_S, clamped_lag as _clamped_lag
 from tests.helpers.pool_helpers import Collected, drive, reference, workload
 
 pytestmark = pytest.mark.timeout(180)

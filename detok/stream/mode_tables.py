@@ -1,0 +1,73 @@
+"""Every byte-table decode mode a StreamTable uses, concatenated into the per-id records the
+compiled step reads (and the arrays its numpy fallback gathers from)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detok.stream.byte_text import ByteTables
+
+# The compiled step's record of one (decode mode, id), as `TokenEntry` in _plainstep.c.
+_INLINE = 7
+TOKEN_ENTRY = np.dtype([("off", "<u4"), ("nbytes", "<u2"), ("nchars", "<u2"), ("flags", "u1"), ("inline", f"S{_INLINE}")])
+_T_WHOLE, _T_BYTE_OK, _T_EOS = 1, 2, 4
+assert TOKEN_ENTRY.itemsize == 16
+
+
+
+class ModeTables:
+    """Every byte-table mode in use, concatenated (mode m's id t at m * vocab + t) for numpy gathers."""
+
+    def __init__(self, vocab: int, eos: np.ndarray) -> None:
+        self.vocab = vocab
+        self.eos = eos  # bool per id: an end-of-sequence id
+        self.index: dict[int, int] = {}
+        self.texts: list[str | None] = []
+        self.entries = np.zeros(0, dtype=TOKEN_ENTRY)  # the compiled step's view of every id
+        self.utf8 = b""  # the bytes of the ids too long to fit in their entry
+        self.pieces: list[list[bytes]] = []  # each mode's bytes per id
+        self.whole = np.empty(0, dtype=bool)  # the id's bytes are whole characters
+        self.lengths = np.empty(0, dtype=np.int64)
+        # byte_ok False: never a plain row (an added token in raw-added mode, whose text depends on
+        # the token before it, or an id past the tokenizer's byte table); `restricted`: some id is not byte_ok
+        self.byte_ok = np.empty(0, dtype=bool)
+        self.restricted = False
+
+    def mode_of(self, tables: ByteTables) -> int:
+        m = self.index.get(id(tables))
+        if m is None:
+            m = self.index[id(tables)] = len(self.index)
+            # each mode spans exactly `vocab` ids (mode m's id t is at m * vocab + t)
+            n = self.vocab
+            texts = (list(tables.texts) + [None] * n)[:n]
+            pieces = (list(tables.pieces) + [b""] * n)[:n]
+            self.texts = self.texts + texts
+            self.pieces.append(pieces)
+            self.whole = np.concatenate([self.whole, np.array([t is not None for t in texts], dtype=bool)])
+            lengths = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
+            self.lengths = np.concatenate([self.lengths, lengths])
+            byte_ok = np.ones(len(texts), dtype=bool)
+            byte_ok[len(tables.pieces) :] = False  # its stream reports them as out of the vocabulary
+            if tables.raw_added:
+                byte_ok[[i for i in tables.raw_added if 0 <= i < len(texts)]] = False
+            self.restricted = self.restricted or not byte_ok.all()
+            self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
+            self._add_entries(pieces, texts, lengths, byte_ok)
+        return m
+
+    def _add_entries(self, pieces: list[bytes], texts: list[str | None], lengths: np.ndarray, byte_ok: np.ndarray) -> None:
+        nbytes = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        whole = np.array([t is not None for t in texts], dtype=bool) & (lengths < 2**16)
+        fits = nbytes < 2**16  # else: never on the compiled plain path
+        entries = np.zeros(len(pieces), dtype=TOKEN_ENTRY)
+        entries["flags"] = (whole & fits) * _T_WHOLE + (byte_ok & fits) * _T_BYTE_OK + self.eos * _T_EOS
+        entries["nbytes"] = np.where(fits, nbytes, 0)
+        entries["nchars"] = np.where(whole, lengths, 0)
+        entries["inline"] = [b if len(b) <= _INLINE else b"" for b in pieces]
+        spilled = np.flatnonzero(fits & (nbytes > _INLINE))
+        spill_len = nbytes[spilled]
+        entries["off"][spilled] = len(self.utf8) + np.cumsum(spill_len) - spill_len
+        self.utf8 += b"".join([pieces[i] for i in spilled.tolist()])
+        if len(self.utf8) >= 2**32:
+            raise ValueError("token bytes too long for the compiled step")
+        self.entries = np.concatenate([self.entries, entries])

@@ -1,0 +1,120 @@
+"""What the worker core hands to its process loop: DeltaBatch columns per frontend and the notice."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from detok.stream.table import PackedStep
+from detok.wire.packing import group_rows
+from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished
+from detok.wire.to_scheduler import StopNotice
+from detok.worker import logprobs as lp_entries
+
+_U64 = struct.Struct("<Q").pack
+_U32 = struct.Struct("<I").pack
+
+
+@dataclass(eq=False)
+class FrontendColumns:
+    """The DeltaBatch columns being filled for one frontend, as packed chunks: a whole step's
+    columns (`add_packed`) and single rows (`add`) alike, joined once when the message is taken."""
+
+    reply_to: str
+    tag: int  # this frontend's tag in the table (rows come back with it)
+    rids: list[bytes] = field(default_factory=list)
+    text: list[bytes] = field(default_factory=list)
+    lengths: list[bytes] = field(default_factory=list)
+    offsets: list[bytes] = field(default_factory=list)
+    finished: list[RequestFinished] = field(default_factory=list)
+    logprobs: list[DeltaLogprobs] = field(default_factory=list)
+    live: int = 0  # live requests of this frontend in the table
+
+    def add(self, rid: int, text: str, offset: int) -> None:
+        self.add_packed(_U64(rid), text.encode(), _U32(len(text)), _U32(offset))
+
+    def add_packed(self, rids: bytes, text: bytes, lengths: bytes, offsets: bytes) -> None:
+        self.rids.append(rids)
+        self.text.append(text)
+        self.lengths.append(lengths)
+        self.offsets.append(offsets)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.rids or self.finished or self.logprobs)
+
+    def take(self, worker: int, sent_at: float) -> DeltaBatch | None:
+        if not self.pending:
+            return None
+        join = b"".join
+        lp = lp_entries.join_parts(self.logprobs) if self.logprobs else None
+        batch = DeltaBatch(
+            worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished, lp
+        )
+        self.rids, self.text, self.lengths, self.offsets, self.finished, self.logprobs = [], [], [], [], [], []
+        return batch
+
+
+@dataclass
+class Outputs:
+    """What one input message produced: deltas per frontend endpoint and a notice for the scheduler."""
+
+    deltas: list[tuple[str, DeltaBatch]]
+    notice: StopNotice | None
+
+
+class Frontends:
+    """The frontends this worker's live requests reply to: their columns by endpoint and by tag
+    (the tag a request's rows carry in the table; 0 is reserved for unknown rids)."""
+
+    def __init__(self) -> None:
+        self._by_endpoint: dict[str, FrontendColumns] = {}
+        self._by_tag: dict[int, FrontendColumns] = {}
+        self._next_tag = 1
+
+    def columns_for(self, reply_to: str) -> FrontendColumns:
+        out = self._by_endpoint.get(reply_to)
+        if out is None:
+            while self._next_tag in self._by_tag or not 0 < self._next_tag < 2**32:  # uint32, 0 reserved
+                self._next_tag = self._next_tag % (2**32 - 1) + 1
+            out = self._by_endpoint[reply_to] = self._by_tag[self._next_tag] = FrontendColumns(reply_to, self._next_tag)
+            self._next_tag += 1
+        return out
+
+    def by_tag(self, tag: int) -> FrontendColumns | None:
+        return self._by_tag.get(tag)
+
+    def owners(self) -> list[FrontendColumns]:
+        """The frontends that own live requests."""
+        return [c for c in self._by_endpoint.values() if c.live]
+
+    def route(self, rids: bytes, result: PackedStep) -> None:
+        """Several frontends own live requests: each gets its rows' columns, split by the tag its
+        requests were opened with (rows of unknown rids, tag 0, go nowhere)."""
+        by_tag = self._by_tag
+        for tag, own_rids, text, lengths, offsets in group_rows(
+            result.tags, result.byte_lengths, result.text, rids, result.lengths, result.offsets
+        ):
+            out = by_tag.get(tag)
+            if out is not None:
+                out.add_packed(own_rids, text, lengths, offsets)
+
+    def drop_idle(self) -> None:
+        """Forget frontends with nothing live and nothing pending."""
+        for reply_to in [k for k, c in self._by_endpoint.items() if c.live == 0 and not c.pending]:
+            del self._by_tag[self._by_endpoint.pop(reply_to).tag]
+
+    def take(self, worker: int, sent_at: float) -> list[tuple[str, DeltaBatch]]:
+        deltas = []
+        for reply_to, out in self._by_endpoint.items():
+            batch = out.take(worker, sent_at)
+            if batch is not None:
+                deltas.append((reply_to, batch))
+        return deltas
+
+    def endpoints(self) -> list[str]:
+        return list(self._by_endpoint)
+
+    def live_requests_of(self, reply_to: str) -> int:
+        out = self._by_endpoint.get(reply_to)
+        return out.live if out is not None else 0
