@@ -88,6 +88,7 @@ class PointResult:
     # the difference to the client's figures is HTTP and the load generator itself
     server_ttft_mean_ms: float | None = None
     server_itl_mean_ms: float | None = None
+    text_chunks: int = 0  # text-bearing SSE chunks the clients received (ok requests)
 
     def line(self) -> str:
         return (
@@ -259,6 +260,7 @@ def summarize(concurrency: int, elapsed: float, samples: Sequence[_Sample]) -> P
         e2e_p50_ms=_ms_percentile([s.e2e for s in ok], 50),
         first_error=errors[0].error if errors else "",
         resent=sum(s.resent for s in samples),
+        text_chunks=sum(len(s.itls) + 1 for s in ok if s.output_tokens),
     )
 
 
@@ -362,9 +364,9 @@ def plot(results: Sequence[PointResult], path: str) -> None:
 class SpawnedServer:
     """`detok serve --port 0 ...` in its own process group, stopped with SIGINT like Ctrl-C."""
 
-    def __init__(self, serve_args: Sequence[str], timeout_s: float = 180.0) -> None:
+    def __init__(self, serve_args: Sequence[str], timeout_s: float = 180.0, env: dict[str, str] | None = None) -> None:
         cmd = [sys.executable, "-m", "detok.cli", "serve", "--port", "0", *serve_args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
         found: queue.Queue[str] = queue.Queue()
         # a reader thread keeps the pipe drained for the whole run and hands over the URL
         threading.Thread(target=self._read, args=(found,), daemon=True).start()

@@ -22,12 +22,11 @@ import msgspec
 import pydantic
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
-from detok.frontend import sse
 from detok.frontend.errors import RequestError, error_response, from_validation_error
 from detok.frontend.health import SchedulerWatch
 from detok.frontend.http_limits import read_body
@@ -37,6 +36,7 @@ from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequ
 from detok.frontend.openai_types import ModelCard, ModelList
 from detok.frontend.responses import ResponseContext, collect_body, stream_events
 from detok.frontend.scheduler_link import SchedulerLink
+from detok.frontend.sse_response import RAW_SEND, SseResponse
 from detok.frontend.validation import GenerationJob, ServingLimits, chat_job, completion_job
 from detok.metrics import CONTENT_TYPE, render_metrics
 from detok.receiver.receiver import RequestStream
@@ -62,6 +62,7 @@ class FrontendState:
     latency: LatencyRecorder | None = None
     metrics_dir: str | None = None
     http: HttpLimits = HttpLimits()
+    stream_interval: int = 1  # deltas per streamed chunk after the first (vLLM's --stream-interval)
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     draining: bool = False  # shutting down: new requests are refused
     watch: SchedulerWatch = dataclasses.field(init=False)
@@ -86,7 +87,7 @@ def create_app(state: FrontendState) -> FastAPI:
             if state.latency is not None:
                 state.latency.flush()
 
-    app = FastAPI(title="detok", summary="OpenAI-compatible API over the detok worker pool", lifespan=lifespan)
+    app = _DetokApp(title="detok", summary="OpenAI-compatible API over the detok worker pool", lifespan=lifespan)
     app.state.detok = state
     _install_error_handlers(app)
 
@@ -116,6 +117,14 @@ def create_app(state: FrontendState) -> FastAPI:
         return await _generate_or_500(state, request, "chat")
 
     return app
+
+
+class _DetokApp(FastAPI):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # the server's own `send`: streamed chunks go straight to it, past the per-message wrappers
+        # of the middleware (which only need to see the response start)
+        scope[RAW_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 def _authorize(state: FrontendState, request: Request) -> None:
@@ -187,11 +196,10 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             ignore_eos=job.ignore_eos,
             echo=job.echo,
             logprobs=job.logprobs,
+            stream_interval=state.stream_interval,
         )
         if job.stream:
-            return _ReleasingStreamingResponse(
-                stream_events(ctx, streams, state.latency), release, ctx, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS
-            )
+            return SseResponse(stream_events(ctx, streams, state.latency), release, ctx)
         return await _respond_unless_disconnected(request, streams, ctx, state, release)
     except BaseException:
         release()
@@ -222,25 +230,6 @@ class _Release:
         if aborted and client_gone:
             log.info("%s went away: aborted %d unfinished choice(s)", _client(self._request), aborted)
         return aborted
-
-
-class _ReleasingStreamingResponse(StreamingResponse):
-    """A streamed response that frees its request however the stream ends, even when the client
-    leaves before the body generator ever started."""
-
-    def __init__(self, content: AsyncIterator[bytes], release: _Release, ctx: ResponseContext,
-                 **kwargs: object) -> None:
-        super().__init__(content, **kwargs)  # type: ignore[arg-type]
-        self._release = release
-        self._ctx = ctx
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        except (ClientDisconnect, OSError):
-            pass  # the client went away mid-stream; release() says so
-        finally:
-            self._release(client_gone=not self._ctx.completed)
 
 
 async def _wait_for_disconnect(request: Request) -> None:

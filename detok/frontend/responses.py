@@ -23,6 +23,7 @@ from typing import Any, Literal
 import msgspec
 
 from detok.frontend import sse
+from detok.frontend.chunks import ChunkRenderer
 from detok.frontend.errors import RequestError, error_json
 from detok.frontend.latency import LatencyRecorder, RequestTimer
 from detok.frontend.logprobs_format import (
@@ -44,6 +45,7 @@ from detok.frontend.openai_types import (
     Usage,
 )
 from detok.receiver.receiver import RequestDelta, RequestStream
+from detok.receiver.token_logprobs import TokenLogprobs
 from detok.stream.params import Finish
 
 _ENCODER = msgspec.json.Encoder()
@@ -62,6 +64,7 @@ class ResponseContext:
     echo: str = ""  # text each choice starts with
     logprobs: int | None = None
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+    stream_interval: int = 1  # deltas joined into one streamed chunk (the first goes out alone)
     completed: bool = False  # the response was built to its end (not cut short by its client)
 
 
@@ -188,25 +191,55 @@ async def merged_deltas(streams: Sequence[RequestStream]) -> AsyncIterator[tuple
             task.cancel()
 
 
+def _joined(pending: list[RequestDelta]) -> RequestDelta:
+    """Several waiting deltas of one choice as one: texts concatenated, logprob entries joined."""
+    if len(pending) == 1:
+        return pending[0]
+    runs = [d.logprobs for d in pending if d.logprobs is not None]
+    last = pending[-1]
+    logprobs = TokenLogprobs.concat(runs) if runs else None
+    return RequestDelta("".join(d.text for d in pending), last.finish, last.num_tokens, logprobs)
+
+
 async def stream_events(
     ctx: ResponseContext, streams: Sequence[RequestStream], recorder: LatencyRecorder | None
 ) -> AsyncIterator[bytes]:
     """The SSE body of a streamed response, choices interleaved as their text arrives (the
-    caller aborts the requests not yet finished if this is closed early)."""
+    caller aborts the requests not yet finished if this is closed early).
+
+    Per chunk the hot path is: take what the choice's stream has (the receiver already joins the
+    deltas of several batches a slow consumer did not take yet), format its logprobs if asked, and
+    splice the text into the response's byte template (`ChunkRenderer`). With `stream_interval`
+    N > 1, a choice's deltas after its first are held until N of them (or its finish) arrived and go
+    out as one chunk, as vLLM's `--stream-interval`."""
+    render = ChunkRenderer(ctx.kind, ctx.id, ctx.created, ctx.model, len(streams))
     choices = [ChoiceState(i, ctx, recorder) for i in range(len(streams))]
     for c in choices:
         if ctx.kind == "chat":  # OpenAI's first chunk of a choice announces the role
             yield _text_chunk(ctx, c.index, "", role=True)
         if ctx.echo:
-            yield _text_chunk(ctx, c.index, ctx.echo)
+            yield render.text(c.index, ctx.echo)
+    interval = ctx.stream_interval
+    held: list[list[RequestDelta]] = [[] for _ in choices]
+    sent_first = [interval <= 1] * len(choices)
     finished = 0
     async with contextlib.aclosing(merged_deltas(streams)) as deltas:
         async for index, delta in deltas:
+            if not sent_first[index]:
+                if delta.text or delta.logprobs is not None:
+                    sent_first[index] = True  # the first text goes out at once: time to first token
+            elif interval > 1:
+                pending = held[index]
+                pending.append(delta)
+                if len(pending) < interval and delta.finish is None:
+                    continue
+                delta = _joined(pending)
+                pending.clear()
             choice = choices[index]
             logprobs = choice.logprobs(delta)
             if delta.text or logprobs is not None:
                 choice.timer.text()
-                yield _text_chunk(ctx, index, delta.text, logprobs)
+                yield render.text(index, delta.text, logprobs)
             finish = delta.finish
             if finish is None:
                 continue

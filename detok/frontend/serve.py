@@ -60,6 +60,7 @@ class ServeConfig:
     http_body_timeout: float = limits.BODY_TIMEOUT_S
     max_connections: int = limits.MAX_CONNECTIONS
     shutdown_drain: float = limits.SHUTDOWN_DRAIN_S
+    stream_interval: int = 1
 
     def http_limits(self) -> limits.HttpLimits:
         # connections past the process's file descriptor limit would fail in accept() instead
@@ -201,6 +202,7 @@ def _serve_http(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics
         latency=LatencyRecorder(frontend_metrics()),
         metrics_dir=metrics_root,
         http=cfg.http_limits(),
+        stream_interval=cfg.stream_interval,
     )
     verbose = cfg.log_level in ("debug", "info")
     server = DrainingServer(
