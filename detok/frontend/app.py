@@ -63,6 +63,7 @@ class FrontendState:
     metrics_dir: str | None = None
     http: HttpLimits = HttpLimits()
     stream_interval: int = 1  # deltas per streamed chunk after the first (vLLM's --stream-interval)
+    frontend_index: int | None = None  # `detok serve --frontends N`: this process's index (a response header)
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     draining: bool = False  # shutting down: new requests are refused
     watch: SchedulerWatch = dataclasses.field(init=False)
@@ -199,7 +200,7 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             stream_interval=state.stream_interval,
         )
         if job.stream:
-            return SseResponse(stream_events(ctx, streams, state.latency), release, ctx)
+            return SseResponse(stream_events(ctx, streams, state.latency), release, ctx, state.frontend_index)
         return await _respond_unless_disconnected(request, streams, ctx, state, release)
     except BaseException:
         release()

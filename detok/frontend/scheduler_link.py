@@ -16,18 +16,30 @@ from detok.wire.codec import new_encoder
 from detok.wire.to_scheduler import Abort, GenerateRequest
 from detok.receiver.receiver import DeltaReceiver, RequestStream
 
-_RID_COUNTER_BITS = 48  # rids: a random frontend id above a per-frontend counter (63 bits in all)
+_RID_COUNTER_BITS = 48  # rids: a frontend id above a per-frontend counter (63 bits in all)
+_RID_GENERATION_BITS = 7  # `detok serve --frontends N`: index (8 bits) | restart generation (7) | counter
+MAX_FRONTENDS = 1 << (63 - _RID_COUNTER_BITS - _RID_GENERATION_BITS)
+
+
+def rid_base(index: int, generation: int) -> int:
+    """The rid space of frontend process `index` in its `generation`-th start: distinct between
+    the frontends of one stack, and from the rids a restarted frontend's predecessor left running."""
+    if not 0 <= index < MAX_FRONTENDS:
+        raise ValueError(f"frontend index must be in [0, {MAX_FRONTENDS}), got {index}")
+    generation %= 1 << _RID_GENERATION_BITS
+    return (index << (_RID_COUNTER_BITS + _RID_GENERATION_BITS)) | (generation << _RID_COUNTER_BITS)
 
 
 class SchedulerLink:
-    def __init__(self, scheduler_endpoint: str, receiver: DeltaReceiver, hwm: int = 100_000) -> None:
+    def __init__(self, scheduler_endpoint: str, receiver: DeltaReceiver, hwm: int = 100_000,
+                 base: int | None = None) -> None:
         self._ctx = zmq.Context()
         self._push = make_socket(self._ctx, zmq.PUSH, hwm=hwm)
         self._push.connect(scheduler_endpoint)
         self.receiver = receiver
         self._encoder = new_encoder()
-        # unique across frontends sharing a scheduler without coordination
-        self._rid_base = secrets.randbits(63 - _RID_COUNTER_BITS) << _RID_COUNTER_BITS
+        # unique across frontends sharing a scheduler: given (`rid_base`), or random without coordination
+        self._rid_base = secrets.randbits(63 - _RID_COUNTER_BITS) << _RID_COUNTER_BITS if base is None else base
         self._counter = itertools.count(1)
 
     def _new_rid(self) -> int:

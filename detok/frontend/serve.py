@@ -10,6 +10,7 @@ then the pool; a signal during the clean-up is ignored, since every step of it i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("detok.serve")
 
-_GRACEFUL_SHUTDOWN_S = 2
 _RESERVED_FDS = 256  # file descriptors kept for sockets, pipes and files other than HTTP connections
 
 
@@ -61,18 +62,22 @@ class ServeConfig:
     max_connections: int = limits.MAX_CONNECTIONS
     shutdown_drain: float = limits.SHUTDOWN_DRAIN_S
     stream_interval: int = 1
+    frontends: int = 1  # HTTP processes over one port (>1: child processes, see detok.frontend.frontends)
 
     def http_limits(self) -> limits.HttpLimits:
+        """One frontend process's limits: the stack's connection bound divided among the frontends
+        (each process counts its own connections; together they hold at most --max-connections)."""
         # connections past the process's file descriptor limit would fail in accept() instead
         room = max(16, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - _RESERVED_FDS)
-        if self.max_connections > room:
-            log.warning("--max-connections %d lowered to %d (the open-files limit, less %d for the stack)",
-                        self.max_connections, room, _RESERVED_FDS)
+        share = max(1, self.max_connections // self.frontends)
+        if share > room:
+            log.warning("--max-connections %d lowered to %d per frontend (the open-files limit, less %d for the "
+                        "stack)", self.max_connections, room, _RESERVED_FDS)
         return limits.HttpLimits(
             max_body_bytes=self.max_body_bytes,
             header_timeout_s=self.http_header_timeout,
             body_timeout_s=self.http_body_timeout,
-            max_connections=min(self.max_connections, room),
+            max_connections=min(share, room),
         )
 
     @classmethod
@@ -178,62 +183,70 @@ def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
 
 
 def _serve_http(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics_root: str) -> int:
-    import uvicorn
+    from detok.frontend.frontend_process import FrontendParts, serve_frontend
 
-    from detok.frontend.app import FrontendState, create_app
-    from detok.frontend.http_limits import protocol_class
-    from detok.frontend.latency import LatencyRecorder
-    from detok.frontend.shutdown import DrainingServer
-    from detok.frontend.scheduler_link import SchedulerLink
-    from detok.frontend.validation import ServingLimits
-    from detok.metrics import frontend_metrics
-    from detok.receiver.receiver import DeltaReceiver
+    if cfg.frontends > 1:
+        return _serve_many(cfg, stack, listener, metrics_root)
+    assert stack.tokenizer is not None
+    parts = FrontendParts(stack.tokenizer, stack.requests_endpoint, stack.receiver_endpoint, stack.health,
+                          stack.health_detail, lambda: stack.scheduler_generation, metrics_root, cfg.http_limits())
+    base = f"http://{_url_host(cfg.host)}:{listener.getsockname()[1]}"
 
-    receiver = DeltaReceiver(stack.receiver_endpoint)
-    link = SchedulerLink(stack.requests_endpoint, receiver)
-    state = FrontendState(
-        tokenizer=stack.tokenizer,
-        limits=ServingLimits(cfg.served_model_name, cfg.max_model_len),
-        link=link,
-        health=stack.health,
-        health_detail=stack.health_detail,
-        scheduler_generation=lambda: stack.scheduler_generation,
-        api_key=cfg.api_key,
-        latency=LatencyRecorder(frontend_metrics()),
-        metrics_dir=metrics_root,
-        http=cfg.http_limits(),
-        stream_interval=cfg.stream_interval,
-    )
-    verbose = cfg.log_level in ("debug", "info")
-    server = DrainingServer(
-        uvicorn.Config(
-            create_app(state),
-            loop="uvloop",
-            http=protocol_class(state.http),
-            lifespan="on",
-            log_level=cfg.log_level,
-            access_log=verbose,
-            timeout_keep_alive=int(state.http.keep_alive_s),
-            timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
-        ),
-        state,
-        drain_s=cfg.shutdown_drain,
-    )
-    port = listener.getsockname()[1]
-    base = f"http://{_url_host(cfg.host)}:{port}"
-    threading.Thread(target=_after_start, args=(server, cfg, base), name="detok-serve-banner", daemon=True).start()
-    try:
-        server.run(sockets=[listener])
-    finally:
-        link.close()
-        receiver.close()
+    def banner(server: uvicorn.Server) -> None:
+        threading.Thread(target=_after_start, args=(lambda: server.started, lambda: server.should_exit, cfg, base),
+                         name="detok-serve-banner", daemon=True).start()
+
+    serve_frontend(cfg, parts, listener, banner)
     return 0
 
 
-def _after_start(server: uvicorn.Server, cfg: ServeConfig, base: str) -> None:
+def _serve_many(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics_root: str) -> int:
+    """The frontends as child processes over `listener`; this process supervises until a signal."""
+    from detok.frontend.frontend_process import FrontendSpec
+    from detok.frontend.frontends import FrontendStartError, FrontendSupervisor
+    from detok.frontend.health_share import HealthBoard
+
+    health_file = os.path.join(metrics_root, "..", os.path.basename(metrics_root) + ".health.json")
+    listener.set_inheritable(True)
+    http = cfg.http_limits()
+
+    def spec(index: int, generation: int) -> FrontendSpec:
+        return FrontendSpec(cfg, index, generation, stack.cfg.tokenizer, stack.requests_endpoint, metrics_root,
+                            health_file, http)
+
+    frontends = FrontendSupervisor(cfg.frontends, spec, listener, cfg.shutdown_drain, metrics_root)
+
+    def snapshot() -> dict[str, object]:
+        components: dict[str, bool] = dict(stack.health())
+        components["frontends"] = frontends.all_up()
+        detail = dict(stack.health_detail(), frontends=frontends.status())
+        return {"components": components, "detail": detail, "generation": stack.scheduler_generation}
+
+    board = HealthBoard(health_file, snapshot)
+    try:
+        print(f"detok serve: starting {cfg.frontends} HTTP frontends ...", file=sys.stderr, flush=True)
+        try:
+            frontends.start(120.0)
+        except FrontendStartError as e:
+            raise SystemExit(f"detok serve: {e}") from None
+        log.info("frontends: pids %s, %d connections each at most", frontends.pids(), http.max_connections)
+        base = f"http://{_url_host(cfg.host)}:{listener.getsockname()[1]}"
+        _after_start(lambda: True, lambda: False, cfg, base)
+        while True:
+            time.sleep(3600)  # until SIGINT / SIGTERM unwinds this (run_serve's handlers)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping is bounded: let it finish
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        frontends.stop()
+        board.close()
+        with contextlib.suppress(OSError):
+            os.unlink(health_file)
+
+
+def _after_start(started: Callable[[], bool], exiting: Callable[[], bool], cfg: ServeConfig, base: str) -> None:
     """Once the server accepts connections: the demo, if asked, then where everything is."""
-    while not server.started:
-        if server.should_exit:
+    while not started():
+        if exiting():
             return
         time.sleep(0.02)
     if cfg.demo:
@@ -250,7 +263,8 @@ def _print_banner(cfg: ServeConfig, base: str) -> None:
     tokenizer = cfg.tokenizer or "embedded Qwen2 (default)"
     auth = f" -H 'Authorization: Bearer {cfg.api_key}'" if cfg.api_key else ""
     print(
-        f"\ndetok serve is up: {cfg.workers} detok workers, scheduler stub ({cfg.workload}, "
+        f"\ndetok serve is up: {cfg.frontends} HTTP frontend{'s' if cfg.frontends > 1 else ''}, "
+        f"{cfg.workers} detok workers, scheduler stub ({cfg.workload}, "
         f"{cfg.step_ms:g} ms steps, batch <= {cfg.max_batch}), tokenizer {tokenizer}\n"
         f"  OpenAI API : {base}/v1   (model \"{cfg.served_model_name}\")\n"
         f"  metrics    : {base}/metrics\n"

@@ -6,11 +6,13 @@ Kept apart from `serve.py` so `detok --help` does not import FastAPI, uvicorn or
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from detok.frontend import limits
 
 DEFAULT_MODEL_NAME = "detok-stub"
+MAX_FRONTENDS = 64  # HTTP processes of one stack (rid space: 256)
 
 
 def _positive_int(text: str) -> int:
@@ -31,6 +33,16 @@ def _non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _frontends(text: str) -> int:
+    """N, or "auto": half the cores (the other half for the pool and the scheduler), at most 8."""
+    if text == "auto":
+        return max(1, min(8, (os.cpu_count() or 1) // 2))
+    value = _positive_int(text)
+    if value > MAX_FRONTENDS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_FRONTENDS}, got {value}")
     return value
 
 
@@ -73,6 +85,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=_positive_int, default=32768,
                    help="prompt + completion token limit (default: %(default)s)")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
+    p.add_argument("--frontends", type=_frontends, default=1, metavar="N|auto",
+                   help="HTTP frontend processes accepting on the one port, over one scheduler and pool; the "
+                        "connection bound is divided among them; auto: half the cores, at most 8 "
+                        "(default: %(default)s)")
     p.add_argument("--stream-interval", type=_positive_int, default=1, metavar="N",
                    help="a streamed choice's text after its first chunk goes out every N deltas (one delta per "
                         "scheduler step) or at its finish, joined; fewer, larger chunks cost the frontend less "

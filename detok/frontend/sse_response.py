@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from detok.frontend.responses import ResponseContext
 
 RAW_SEND = "detok.raw_send"
+FRONTEND_HEADER = "x-detok-frontend"  # which frontend process serves the stream (`--frontends N`)
 _HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")] + [
     (k.lower().encode(), v.encode()) for k, v in sse.HEADERS.items()
 ]
@@ -34,8 +35,11 @@ _HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")] + [
 class SseResponse(Response):
     """A Response to FastAPI (it returns Responses as they are), its own ASGI callable to the server."""
 
-    def __init__(self, body: AsyncIterator[bytes], release: Callable[..., object], ctx: ResponseContext) -> None:
+    def __init__(self, body: AsyncIterator[bytes], release: Callable[..., object], ctx: ResponseContext,
+                 frontend_index: int | None = None) -> None:
         self._body = body
+        self._headers = _HEADERS if frontend_index is None else [
+            *_HEADERS, (FRONTEND_HEADER.encode(), str(frontend_index).encode())]
         self._release = release
         self._ctx = ctx
         self.status_code = 200  # for middleware and logs that look
@@ -58,7 +62,7 @@ class SseResponse(Response):
 
         watcher = asyncio.ensure_future(watch())
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+            await send({"type": "http.response.start", "status": 200, "headers": self._headers})
             async with contextlib.aclosing(self._body) as chunks:
                 async for chunk in chunks:
                     await raw_send({"type": "http.response.body", "body": chunk, "more_body": True})

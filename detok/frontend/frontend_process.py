@@ -1,0 +1,159 @@
+"""One HTTP frontend: the OpenAI app on uvicorn over a listening socket, with its own
+`DeltaReceiver` and scheduler link. `detok serve` runs one in its own process; with
+`--frontends N` it runs N of these as child processes (`frontend_main`) over one inherited
+listening socket, each with its own rid space (`scheduler_link.rid_base`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from detok.frontend.limits import HttpLimits
+    from detok.frontend.serve import ServeConfig
+    from detok.tokenizer.base import Tokenizer
+
+log = logging.getLogger("detok.serve")
+
+_GRACEFUL_SHUTDOWN_S = 2
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontendParts:
+    """What a frontend needs from the stack (in-process, or published by the supervisor)."""
+
+    tokenizer: Tokenizer
+    requests_endpoint: str
+    receiver_endpoint: str | None  # None: an ipc endpoint of its own
+    health: Callable[[], dict[str, bool]]
+    health_detail: Callable[[], dict[str, object]]
+    scheduler_generation: Callable[[], int]
+    metrics_dir: str
+    http: HttpLimits
+    rid_base: int | None = None
+    index: int | None = None  # frontend process index (`--frontends N`), sent as a response header
+
+
+def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.socket,
+                   on_server: Callable[[uvicorn.Server], None] | None = None) -> None:
+    """Serve HTTP on `listener` until a signal stops the server (drained, see detok.frontend.shutdown)."""
+    import uvicorn
+
+    from detok.frontend.app import FrontendState, create_app
+    from detok.frontend.http_limits import protocol_class
+    from detok.frontend.latency import LatencyRecorder
+    from detok.frontend.scheduler_link import SchedulerLink
+    from detok.frontend.shutdown import DrainingServer
+    from detok.frontend.validation import ServingLimits
+    from detok.metrics import frontend_metrics
+    from detok.receiver.receiver import DeltaReceiver
+
+    receiver = DeltaReceiver(parts.receiver_endpoint)
+    link = SchedulerLink(parts.requests_endpoint, receiver, base=parts.rid_base)
+    state = FrontendState(
+        tokenizer=parts.tokenizer,
+        limits=ServingLimits(cfg.served_model_name, cfg.max_model_len),
+        link=link,
+        health=parts.health,
+        health_detail=parts.health_detail,
+        scheduler_generation=parts.scheduler_generation,
+        api_key=cfg.api_key,
+        latency=LatencyRecorder(frontend_metrics()),
+        metrics_dir=parts.metrics_dir,
+        http=parts.http,
+        stream_interval=cfg.stream_interval,
+        frontend_index=parts.index,
+    )
+    verbose = cfg.log_level in ("debug", "info")
+    server = DrainingServer(
+        uvicorn.Config(
+            create_app(state),
+            loop="uvloop",
+            http=protocol_class(state.http),
+            lifespan="on",
+            log_level=cfg.log_level,
+            access_log=verbose,
+            timeout_keep_alive=int(state.http.keep_alive_s),
+            timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
+        ),
+        state,
+        drain_s=cfg.shutdown_drain,
+    )
+    if on_server is not None:
+        on_server(server)
+    try:
+        server.run(sockets=[listener])
+    finally:
+        link.close()
+        receiver.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontendSpec:
+    """A frontend child process's start (picklable: it crosses a spawn)."""
+
+    cfg: ServeConfig
+    index: int
+    generation: int
+    tokenizer: str  # a source load_tokenizer takes
+    requests_endpoint: str
+    metrics_dir: str
+    health_file: str
+    http: HttpLimits
+
+
+def _die_with_parent() -> None:
+    """SIGTERM this process when the supervisor dies (even by SIGKILL): no orphaned frontends."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def frontend_main(spec: FrontendSpec, listener: socket.socket, ready: Connection) -> None:
+    """Entry point of a frontend child process."""
+    _die_with_parent()
+    parent = os.getppid()
+    # own process group: a terminal's Ctrl-C reaches the supervisor only, which stops the frontends
+    # with one SIGTERM each (two signals would skip the drain)
+    os.setpgrp()
+    from detok.metrics import use_metrics_dir
+
+    use_metrics_dir(spec.metrics_dir)
+    logging.basicConfig(level=spec.cfg.log_level.upper(),
+                        format=f"%(asctime)s %(name)s[frontend {spec.index}] %(levelname)s %(message)s")
+    from detok.frontend.health_share import HealthView
+    from detok.frontend.scheduler_link import rid_base
+    from detok.tokenizer.factory import load_tokenizer
+
+    tokenizer = load_tokenizer(spec.tokenizer, chat_template=spec.cfg.chat_template)
+    view = HealthView(spec.health_file)
+    parts = FrontendParts(tokenizer, spec.requests_endpoint, None, view.health, view.detail, view.generation,
+                          spec.metrics_dir, spec.http, rid_base(spec.index, spec.generation), spec.index)
+
+    def report_ready(server: Any) -> None:
+        def wait() -> None:
+            while not server.started and not server.should_exit:
+                threading.Event().wait(0.02)
+            if server.started:
+                ready.send_bytes(b"ready")
+            ready.close()
+
+        threading.Thread(target=wait, name="detok-frontend-ready", daemon=True).start()
+
+    if os.getppid() != parent:  # the supervisor died before prctl took effect
+        return
+    serve_frontend(spec.cfg, parts, listener, report_ready)
