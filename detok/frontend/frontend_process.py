@@ -44,6 +44,9 @@ class FrontendParts:
     http: HttpLimits
     rid_base: int | None = None
     index: int | None = None  # frontend process index (`--frontends N`), sent as a response header
+    # a child frontend: a terminal's Ctrl-C reaches the whole process group, and the supervisor then
+    # stops each frontend with SIGTERM; the SIGINT is not counted (a second signal skips the drain)
+    ignore_sigint: bool = False
 
 
 def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.socket,
@@ -90,6 +93,7 @@ def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.sock
         ),
         state,
         drain_s=cfg.shutdown_drain,
+        ignore_sigint=parts.ignore_sigint,
     )
     if on_server is not None:
         on_server(server)
@@ -125,11 +129,9 @@ def _die_with_parent() -> None:
 
 def frontend_main(spec: FrontendSpec, listener: socket.socket, ready: Connection) -> None:
     """Entry point of a frontend child process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle (see ignore_sigint)
     _die_with_parent()
     parent = os.getppid()
-    # own process group: a terminal's Ctrl-C reaches the supervisor only, which stops the frontends
-    # with one SIGTERM each (two signals would skip the drain)
-    os.setpgrp()
     from detok.metrics import use_metrics_dir
 
     use_metrics_dir(spec.metrics_dir)
@@ -142,7 +144,8 @@ def frontend_main(spec: FrontendSpec, listener: socket.socket, ready: Connection
     tokenizer = load_tokenizer(spec.tokenizer, chat_template=spec.cfg.chat_template)
     view = HealthView(spec.health_file)
     parts = FrontendParts(tokenizer, spec.requests_endpoint, None, view.health, view.detail, view.generation,
-                          spec.metrics_dir, spec.http, rid_base(spec.index, spec.generation), spec.index)
+                          spec.metrics_dir, spec.http, rid_base(spec.index, spec.generation), spec.index,
+                          ignore_sigint=True)
 
     def report_ready(server: Any) -> None:
         def wait() -> None:

@@ -33,8 +33,10 @@ _POLL_S = 0.02
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, state: FrontendState, drain_s: float) -> None:
+    def __init__(self, config: uvicorn.Config, state: FrontendState, drain_s: float,
+                 ignore_sigint: bool = False) -> None:
         super().__init__(config)
+        self._ignore_sigint = ignore_sigint  # a frontend child process: its supervisor sends SIGTERM
         self._state = state
         self._drain_s = drain_s
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -47,6 +49,8 @@ class DrainingServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """Called from the signal handler: hand over to the event loop."""
+        if sig == signal.SIGINT and self._ignore_sigint:
+            return
         if self._loop is None or not self.started or self.should_exit:
             super().handle_exit(sig, frame)  # not serving yet, or already stopping: uvicorn's way
             return
