@@ -24,6 +24,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+import httpx
 import uvloop
 
 from bench.load import LoadConfig, SpawnedServer, run_point
@@ -66,52 +67,59 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
 
 
-def role(cmdline: str, pid: int, root: int) -> str:
-    if pid == root:
-        return "serve"
-    if "detok-frontend" in cmdline or "frontend_process" in cmdline:
-        return "frontend"
-    if "resource_tracker" in cmdline:
-        return "tracker"
-    return "child"
+def roles(url: str, root: int, tree: dict[int, str]) -> dict[int, str]:
+    """pid -> its part of the stack, from /health's detail (the pids of every part)."""
+    detail = httpx.get(url.removesuffix("/v1") + "/health", timeout=30).json()["detail"]
+    named = {root: "serve"}
+    if detail.get("scheduler", {}).get("pid"):
+        named[detail["scheduler"]["pid"]] = "stub"
+    for w in detail.get("pool", {}).get("workers", []):
+        named[w["pid"]] = f"worker{w['index']}"
+    for f in detail.get("frontends", []):
+        named[f["pid"]] = f"frontend{f['index']}"
+    return {pid: named.get(pid, "other") for pid in tree}
 
 
 def measure(label: str, env: dict[str, str], serve_args: Sequence[str], users: int, duration: float,
             logprobs: int | None, procs: int) -> dict[str, object]:
     server = SpawnedServer(serve_args, env=env)
+    root = server.proc.pid
     try:
         cfg = LoadConfig(server.url, endpoint="chat", duration_s=duration, grace_s=30.0, logprobs=logprobs)
         uvloop.run(run_point(LoadConfig(server.url, endpoint="chat", duration_s=1.0, logprobs=logprobs), 8, False))
-        tree = process_tree(server.proc.pid)
+        tree = process_tree(root)
+        named = roles(server.url, root, tree)
         before = {pid: cpu_seconds(pid) for pid in tree}
         result = uvloop.run(run_point(cfg, users, False, procs))
         used = {pid: cpu_seconds(pid) - before[pid] for pid in tree}
     finally:
         server.close()
-    root = server.proc.pid
-    http = [pid for pid, cmd in tree.items() if role(cmd, pid, root) in ("serve", "frontend")]
-    if any(role(cmd, pid, root) == "frontend" for pid, cmd in tree.items()):
-        http = [pid for pid, cmd in tree.items() if role(cmd, pid, root) == "frontend"]
+    http = [pid for pid, name in named.items() if name.startswith("frontend")] or [root]
     frontend_cpu = sum(used[p] for p in http)
     chunks = max(1, result.text_chunks)
+    tokens = max(1, round(result.output_tokens_per_s * result.duration_s))
     return {
         "variant": label, "logprobs": logprobs, "users": users, "chunks": result.text_chunks,
         "tokens_per_s": round(result.output_tokens_per_s), "errors": result.errors,
         "ttft_p50_ms": round(result.ttft_p50_ms, 1), "ttft_p99_ms": round(result.ttft_p99_ms, 1),
         "itl_p50_ms": round(result.itl_p50_ms, 1), "itl_p99_ms": round(result.itl_p99_ms, 1),
         "frontend_cpu_s": round(frontend_cpu, 2), "frontend_us_per_chunk": round(frontend_cpu / chunks * 1e6, 1),
-        "process_cpu_s": {f"{role(tree[p], p, root)}:{p}": round(used[p], 2) for p in tree if used[p] > 0.005},
+        "frontend_us_per_token": round(frontend_cpu / tokens * 1e6, 1), "ideal_tokens_per_s": users * 50,
+        "process_cpu_s": {named[p]: round(used[p], 2) for p in tree if used[p] > 0.005},
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--before-src", default=None, help="a source tree to run as 'before' (its detok/ first on PYTHONPATH)")
-    p.add_argument("--users", type=int, default=512)
+    p.add_argument("--users", default="512", help="comma list of concurrency levels")
+    p.add_argument("--frontends", default="1", help="comma list of --frontends values (this tree only)")
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--logprobs", default="0,5", help="comma list: 0 = none, N = top-N logprobs")
     p.add_argument("--procs", type=int, default=1, help="client processes")
     p.add_argument("--serve-arg", action="append", default=[], metavar="ARG")
+    p.add_argument("--after-arg", action="append", default=[], metavar="ARG",
+                   help="a serve argument for this tree's runs only (e.g. --after-arg=--stream-interval=4)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     serve_args = ["--max-batch", "1024", "--no-spare", *args.serve_arg]
@@ -119,12 +127,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.before_src:
         env = dict(os.environ, PYTHONPATH=os.path.abspath(args.before_src))
         variants.append(("before", env))
-    variants.append(("after", dict(os.environ)))
+    runs = [(label, env, 1) for label, env in variants if label == "before"]
+    runs += [("after", dict(os.environ), int(f)) for f in args.frontends.split(",")]
     for n in [int(x) for x in args.logprobs.split(",")]:
-        for label, env in variants:
-            row = measure(label, env, serve_args, args.users, args.duration, n or None, args.procs)
-            print(json.dumps(row) if args.json else
-                  f"{label:6s} logprobs={n}  {row['frontend_us_per_chunk']:6.1f} us/chunk  "
+        for users in [int(u) for u in args.users.split(",")]:
+            for label, env, frontends in runs:
+                extra = [] if label == "before" else ["--frontends", str(frontends), *args.after_arg]
+                row = measure(label, env, [*serve_args, *extra], users, args.duration, n or None, args.procs)
+                row["frontends"] = frontends
+                print(json.dumps(row) if args.json else
+                  f"{label:6s} frontends={frontends} users={users} logprobs={n}  "
+                  f"{row['frontend_us_per_chunk']:6.1f} us/chunk {row['frontend_us_per_token']:6.1f} us/token  "
                   f"{row['tokens_per_s']} tok/s  TTFT p50/p99 {row['ttft_p50_ms']}/{row['ttft_p99_ms']} ms  "
                   f"ITL p50/p99 {row['itl_p50_ms']}/{row['itl_p99_ms']} ms  errors {row['errors']}  "
                   f"chunks {row['chunks']}  cpu {row['process_cpu_s']}", flush=True)

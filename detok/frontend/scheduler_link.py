@@ -4,12 +4,14 @@ detok workers (a `DeltaReceiver` whose endpoint travels as each request's `reply
 from __future__ import annotations
 
 import itertools
+import os
 import secrets
 import time
 
 import zmq
 
 from detok.wire.endpoints import make_socket
+from detok.wire.security import CurveKeys, SocketSecurity
 from detok.frontend.errors import RequestError
 from detok.frontend.validation import GenerationJob
 from detok.wire.codec import new_encoder
@@ -32,10 +34,15 @@ def rid_base(index: int, generation: int) -> int:
 
 class SchedulerLink:
     def __init__(self, scheduler_endpoint: str, receiver: DeltaReceiver, hwm: int = 100_000,
-                 base: int | None = None) -> None:
+                 base: int | None = None, *, keys: CurveKeys | str | os.PathLike[str] | None = None,
+                 insecure: bool = False) -> None:
+        """Connect to the scheduler's request inbox. A tcp endpoint (a frontend on another host than
+        the scheduler) needs the deployment's CURVE `keys`, or an explicit `insecure=True`."""
+        self._security = SocketSecurity(keys, insecure)
+        self._security.check(scheduler_endpoint)
         self._ctx = zmq.Context()
         self._push = make_socket(self._ctx, zmq.PUSH, hwm=hwm)
-        self._push.connect(scheduler_endpoint)
+        self._security.connect(self._push, scheduler_endpoint)
         self.receiver = receiver
         self._encoder = new_encoder()
         # unique across frontends sharing a scheduler: given (`rid_base`), or random without coordination
@@ -97,4 +104,5 @@ class SchedulerLink:
 
     def close(self) -> None:
         self._push.close()
+        self._security.close()
         self._ctx.term()
