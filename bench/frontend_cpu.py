@@ -58,13 +58,18 @@ def process_tree(root: int) -> dict[int, str]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of `pid` so far."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
+        return 0.0, 0.0
+    return int(fields[11]) / _TICK, int(fields[12]) / _TICK  # utime, stime
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_times(pid))
 
 
 def roles(url: str, root: int, tree: dict[int, str]) -> dict[int, str]:
@@ -89,13 +94,16 @@ def measure(label: str, env: dict[str, str], serve_args: Sequence[str], users: i
         uvloop.run(run_point(LoadConfig(server.url, endpoint="chat", duration_s=1.0, logprobs=logprobs), 8, False))
         tree = process_tree(root)
         named = roles(server.url, root, tree)
-        before = {pid: cpu_seconds(pid) for pid in tree}
+        before = {pid: cpu_times(pid) for pid in tree}
         result = uvloop.run(run_point(cfg, users, False, procs))
-        used = {pid: cpu_seconds(pid) - before[pid] for pid in tree}
+        after = {pid: cpu_times(pid) for pid in tree}
+        system = {pid: after[pid][1] - before[pid][1] for pid in tree}
+        used = {pid: after[pid][0] - before[pid][0] + system[pid] for pid in tree}
     finally:
         server.close()
     http = [pid for pid, name in named.items() if name.startswith("frontend")] or [root]
     frontend_cpu = sum(used[p] for p in http)
+    frontend_sys = sum(system[p] for p in http)
     chunks = max(1, result.text_chunks)
     tokens = max(1, round(result.output_tokens_per_s * result.duration_s))
     return {
@@ -104,7 +112,8 @@ def measure(label: str, env: dict[str, str], serve_args: Sequence[str], users: i
         "ttft_p50_ms": round(result.ttft_p50_ms, 1), "ttft_p99_ms": round(result.ttft_p99_ms, 1),
         "itl_p50_ms": round(result.itl_p50_ms, 1), "itl_p99_ms": round(result.itl_p99_ms, 1),
         "frontend_cpu_s": round(frontend_cpu, 2), "frontend_us_per_chunk": round(frontend_cpu / chunks * 1e6, 1),
-        "frontend_us_per_token": round(frontend_cpu / tokens * 1e6, 1), "ideal_tokens_per_s": users * 50,
+        "frontend_us_per_token": round(frontend_cpu / tokens * 1e6, 1),
+        "frontend_sys_share": round(frontend_sys / frontend_cpu, 2) if frontend_cpu else 0.0, "ideal_tokens_per_s": users * 50,
         "process_cpu_s": {named[p]: round(used[p], 2) for p in tree if used[p] > 0.005},
     }
 
@@ -137,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 row["frontends"] = frontends
                 print(json.dumps(row) if args.json else
                   f"{label:6s} frontends={frontends} users={users} logprobs={n}  "
-                  f"{row['frontend_us_per_chunk']:6.1f} us/chunk {row['frontend_us_per_token']:6.1f} us/token  "
+                  f"{row['frontend_us_per_chunk']:6.1f} us/chunk {row['frontend_us_per_token']:6.1f} us/token "
+                  f"(kernel {row['frontend_sys_share']:.0%})  "
                   f"{row['tokens_per_s']} tok/s  TTFT p50/p99 {row['ttft_p50_ms']}/{row['ttft_p99_ms']} ms  "
                   f"ITL p50/p99 {row['itl_p50_ms']}/{row['itl_p99_ms']} ms  errors {row['errors']}  "
                   f"chunks {row['chunks']}  cpu {row['process_cpu_s']}", flush=True)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 # Modules that add their own subcommand; a missing one is skipped (e.g. a build without the frontend).
-_PLUGGED_SUBCOMMANDS = ("detok.frontend.serve_cli",)
+_PLUGGED_SUBCOMMANDS = ("detok.frontend.serve_cli", "detok.frontend.remote_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -47,6 +47,8 @@ class FrontendParts:
     # a child frontend: a terminal's Ctrl-C reaches the whole process group, and the supervisor then
     # stops each frontend with SIGTERM; the SIGINT is not counted (a second signal skips the drain)
     ignore_sigint: bool = False
+    keys: str | None = None  # CURVE keys directory for tcp endpoints (a frontend on another host)
+    insecure: bool = False
 
 
 def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.socket,
@@ -63,8 +65,13 @@ def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.sock
     from detok.metrics import frontend_metrics
     from detok.receiver.receiver import DeltaReceiver
 
-    receiver = DeltaReceiver(parts.receiver_endpoint)
-    link = SchedulerLink(parts.requests_endpoint, receiver, base=parts.rid_base)
+    receiver = DeltaReceiver(parts.receiver_endpoint, keys=parts.keys, insecure=parts.insecure)
+    try:
+        link = SchedulerLink(parts.requests_endpoint, receiver, base=parts.rid_base, keys=parts.keys,
+                             insecure=parts.insecure)
+    except BaseException:
+        receiver.close()
+        raise
     state = FrontendState(
         tokenizer=parts.tokenizer,
         limits=ServingLimits(cfg.served_model_name, cfg.max_model_len),

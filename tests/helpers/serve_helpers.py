@@ -37,9 +37,9 @@ def group_pids(pgid: int) -> list[int]:
 
 
 class LiveServer:
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, command: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            serve_command("--port", "0", *args),
+            command or serve_command("--port", "0", *args),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -51,6 +51,11 @@ class LiveServer:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.base_url = self._wait_for_banner()
+
+    @classmethod
+    def command(cls, command: list[str]) -> LiveServer:
+        """Another command that prints the same `OpenAI API : URL/v1` line (e.g. `detok frontend`)."""
+        return cls(command=command)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
