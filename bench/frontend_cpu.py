@@ -109,6 +109,7 @@ def measure(label: str, env: dict[str, str], serve_args: Sequence[str], users: i
     return {
         "variant": label, "logprobs": logprobs, "users": users, "chunks": result.text_chunks,
         "tokens_per_s": round(result.output_tokens_per_s), "errors": result.errors,
+        "first_error": result.first_error[:200],
         "ttft_p50_ms": round(result.ttft_p50_ms, 1), "ttft_p99_ms": round(result.ttft_p99_ms, 1),
         "itl_p50_ms": round(result.itl_p50_ms, 1), "itl_p99_ms": round(result.itl_p99_ms, 1),
         "frontend_cpu_s": round(frontend_cpu, 2), "frontend_us_per_chunk": round(frontend_cpu / chunks * 1e6, 1),

@@ -5,7 +5,9 @@ Starlette's StreamingResponse costs, per chunk, the send wrappers of every middl
 (ServerErrorMiddleware, ExceptionMiddleware, ...: ~10% of the frontend's CPU at 512 streams, by
 py-spy) and, per response, an anyio task group. Here the response start goes through the wrapped
 `send` (the middleware must know a response started), the body chunks through the server's own
-`send`, which `detok.frontend.app` puts in the scope as `RAW_SEND`. A client that goes away is
+`send`, which `detok.frontend.app` puts in the scope as `RAW_SEND`; under uvicorn's httptools
+protocol, straight to the connection's transport with uvicorn's own framing and flow control
+(`_uvicorn_cycle`). A client that goes away is
 seen by one watcher task per response waiting on `receive()`; it cancels the streaming and the
 request is released (its unfinished choices aborted) however the stream ended.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -63,9 +65,13 @@ class SseResponse(Response):
         watcher = asyncio.ensure_future(watch())
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self._headers})
+            cycle = _uvicorn_cycle(raw_send, scope)
             async with contextlib.aclosing(self._body) as chunks:
-                async for chunk in chunks:
-                    await raw_send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if cycle is None:
+                    async for chunk in chunks:
+                        await raw_send({"type": "http.response.body", "body": chunk, "more_body": True})
+                else:
+                    await _write_chunked(cycle, chunks)
             await raw_send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not gone:
@@ -76,3 +82,26 @@ class SseResponse(Response):
         finally:
             watcher.cancel()
             self._release(client_gone=not self._ctx.completed)
+
+
+def _uvicorn_cycle(raw_send: Send, scope: Scope) -> Any:
+    """uvicorn's (httptools) request cycle behind `raw_send` when its body is chunked, else None.
+    Chunks then go to the connection's transport as uvicorn's `send` would write them (same flow
+    control, same framing) without an ASGI message and a coroutine per chunk; any other server,
+    HTTP/1.0 or a HEAD request takes the ASGI path."""
+    cycle = getattr(raw_send, "__self__", None)
+    if type(cycle).__name__ != "RequestResponseCycle" or scope.get("method") == "HEAD":
+        return None
+    if not all(hasattr(cycle, a) for a in ("flow", "transport", "disconnected", "chunked_encoding")):
+        return None
+    return cycle if cycle.chunked_encoding is True and cycle.response_started else None
+
+
+async def _write_chunked(cycle: Any, chunks: AsyncIterator[bytes]) -> None:
+    flow = cycle.flow
+    write = cycle.transport.write
+    async for chunk in chunks:
+        if flow.write_paused and not cycle.disconnected:
+            await flow.drain()  # the client reads slowly: wait (meanwhile its deltas join)
+        if not cycle.disconnected:  # a client gone: the watcher ends the stream
+            write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
