@@ -1,0 +1,58 @@
+"""`--frontends N` without processes: rid spaces, the divided connection bound, the CLI value, the
+health a frontend process reads."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from detok.frontend.health_share import STALE_AFTER_S, HealthBoard, HealthView
+from detok.frontend.scheduler_link import _RID_COUNTER_BITS, MAX_FRONTENDS, rid_base
+from detok.frontend.serve import ServeConfig
+from detok.frontend.serve_cli import _frontends
+
+
+@given(a=st.tuples(st.integers(0, MAX_FRONTENDS - 1), st.integers(0, 127)),
+       b=st.tuples(st.integers(0, MAX_FRONTENDS - 1), st.integers(0, 127)),
+       n=st.integers(1, (1 << _RID_COUNTER_BITS) - 1))
+def test_rid_spaces_are_disjoint_and_fit_63_bits(a, b, n):
+    rid_a, rid_b = rid_base(*a) | n, rid_base(*b) | n
+    assert 0 < rid_a < 1 << 63
+    assert (rid_a == rid_b) == (a == b)
+
+
+def test_rid_base_refuses_an_index_out_of_range():
+    with pytest.raises(ValueError):
+        rid_base(MAX_FRONTENDS, 0)
+
+
+def test_the_connection_bound_is_divided_among_the_frontends():
+    assert ServeConfig(max_connections=100, frontends=4).http_limits().max_connections == 25
+    assert ServeConfig(max_connections=100, frontends=1).http_limits().max_connections == 100
+
+
+def test_frontends_argument():
+    assert _frontends("3") == 3 and _frontends("auto") >= 1
+    with pytest.raises(argparse.ArgumentTypeError):
+        _frontends("0")
+
+
+def test_health_view_reads_the_board_and_a_stale_board_means_the_scheduler_is_down(tmp_path):
+    path = str(tmp_path / "health.json")
+    board = HealthBoard(path, lambda: {"components": {"pool": True, "scheduler": True}, "detail": {"x": 1},
+                                       "generation": 3})
+    try:
+        view = HealthView(path)
+        assert view.health() == {"pool": True, "scheduler": True}
+        assert view.detail() == {"x": 1} and view.generation() == 3
+    finally:
+        board.close()
+    with open(path, "w") as f:
+        json.dump({"components": {"pool": True, "scheduler": True}, "published": time.time() - STALE_AFTER_S - 1}, f)
+    assert HealthView(path).health()["scheduler"] is False
+    assert HealthView(str(tmp_path / "missing.json")).health() == {"pool": False, "scheduler": False}
