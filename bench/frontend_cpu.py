@@ -21,6 +21,7 @@ if __package__ in (None, ""):
 import argparse
 import json
 import os
+import resource
 import sys
 from collections.abc import Sequence
 
@@ -68,6 +69,12 @@ def cpu_times(pid: int) -> tuple[float, float]:
     return int(fields[11]) / _TICK, int(fields[12]) / _TICK  # utime, stime
 
 
+def _client_cpu() -> float:
+    """CPU of this process and its reaped children (the load client's processes, joined by run_point)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def cpu_seconds(pid: int) -> float:
     return sum(cpu_times(pid))
 
@@ -95,7 +102,9 @@ def measure(label: str, env: dict[str, str], serve_args: Sequence[str], users: i
         tree = process_tree(root)
         named = roles(server.url, root, tree)
         before = {pid: cpu_times(pid) for pid in tree}
+        client_before = _client_cpu()
         result = uvloop.run(run_point(cfg, users, False, procs))
+        client_cpu = _client_cpu() - client_before
         after = {pid: cpu_times(pid) for pid in tree}
         system = {pid: after[pid][1] - before[pid][1] for pid in tree}
         used = {pid: after[pid][0] - before[pid][0] + system[pid] for pid in tree}
@@ -115,6 +124,7 @@ def measure(label: str, env: dict[str, str], serve_args: Sequence[str], users: i
         "frontend_cpu_s": round(frontend_cpu, 2), "frontend_us_per_chunk": round(frontend_cpu / chunks * 1e6, 1),
         "frontend_us_per_token": round(frontend_cpu / tokens * 1e6, 1),
         "frontend_sys_share": round(frontend_sys / frontend_cpu, 2) if frontend_cpu else 0.0, "ideal_tokens_per_s": users * 50,
+        "client_cpu_s": round(client_cpu, 2), "wall_s": result.duration_s,
         "process_cpu_s": {named[p]: round(used[p], 2) for p in tree if used[p] > 0.005},
     }
 
