@@ -32,3 +32,22 @@ def resolve_model(spec: str) -> Path:
     if not path.is_file():
         raise ModelNotFoundError(f"no model file at {spec} (a Llama-family .gguf, or {SMOLLM2!r})")
     return path
+
+
+def served_context(path: str | os.PathLike[str], kv_cache_bytes: int) -> int:
+    """The context the engine serves for the model at `path`: its trained context, cut to what the
+    KV-cache budget holds for one sequence (so a lone sequence always fits). Reads the header only."""
+    from detok.tokenizer.gguf_metadata import read_gguf_metadata
+
+    meta = read_gguf_metadata(path)
+    arch = meta.get("general.architecture")
+    try:
+        context = int(meta[f"{arch}.context_length"])
+        layers = int(meta[f"{arch}.block_count"])
+        heads = int(meta[f"{arch}.attention.head_count"])
+        kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
+        dim = int(meta[f"{arch}.embedding_length"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelNotFoundError(f"{path} is not a model GGUF this engine reads (missing {e})") from None
+    per_token = layers * 2 * kv_heads * (dim // heads) * 4
+    return min(context, kv_cache_bytes // per_token)
