@@ -32,9 +32,10 @@ class EngineRig:
         self.streams: dict[int, RequestStream] = {}
 
     def request(self, prompt_ids: list[int], max_tokens: int = 8, temperature: float = 0.0, seed: int | None = 0,
-                logprobs: int | None = None, **params: object) -> GenerateRequest:
+                logprobs: int | None = None, ignore_eos: bool = False, **params: object) -> GenerateRequest:
         return GenerateRequest(next(_rids), list(prompt_ids), DecodeParams(**params), max_tokens,  # type: ignore[arg-type]
-                               self.receiver.endpoint, seed=seed, temperature=temperature, logprobs=logprobs)
+                               self.receiver.endpoint, seed=seed, temperature=temperature, logprobs=logprobs,
+                               ignore_eos=ignore_eos)
 
     def submit(self, request: GenerateRequest) -> int:
         self.streams[request.rid] = self.receiver.open(request.rid)
