@@ -62,6 +62,8 @@ class EngineStats:
     preempted: int = 0
     rejected: int = 0
     model_s: float = 0.0  # forward passes and sampling
+    decode_s: float = 0.0  # of which in steps without prefill (the steady-state rate)
+    decode_tokens: int = 0
     step_s: float = 0.0  # whole steps (model + detok's scheduler client)
 
 
@@ -203,7 +205,11 @@ class Engine:
             end = seq.append(token)
             if end is not None:
                 ends.append(end)
-        self.stats.model_s += time.perf_counter() - t_model
+        model_s = time.perf_counter() - t_model
+        self.stats.model_s += model_s
+        if all(n == 1 for _, n in plan):
+            self.stats.decode_s += model_s
+            self.stats.decode_tokens += len(tokens)
         for end in ends:
             seq = self.running.pop(end.rid)
             seq.cache = None
