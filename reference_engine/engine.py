@@ -64,7 +64,8 @@ class EngineStats:
     model_s: float = 0.0  # forward passes and sampling
     decode_s: float = 0.0  # of which in steps without prefill (the steady-state rate)
     decode_tokens: int = 0
-    step_s: float = 0.0  # whole steps (model + detok's scheduler client)
+    step_s: float = 0.0  # whole steps (model, scheduler client, the engine's own bookkeeping)
+    client_s: float = 0.0  # in detok's SchedulerClient: poll (notices), add_request, send_step
 
 
 class Engine:
@@ -163,7 +164,9 @@ class Engine:
     def step(self) -> int:
         """One engine step; returns how many sequences got a token."""
         t0 = time.perf_counter()
-        for stopped in self.client.poll():
+        stops = self.client.poll()
+        self.stats.client_s += time.perf_counter() - t0
+        for stopped in stops:
             seq = self.running.pop(stopped.rid, None)
             if seq is not None:
                 seq.cache = None  # freed at once: no more tokens for it
@@ -216,7 +219,9 @@ class Engine:
             self.stats.finished += 1
             self._log_finished(seq, end.reason)
         columns = LogprobColumns(lp_rows, lp_sampled, lp_counts, lp_ids, lp_vals) if lp_rows else None
+        t_send = time.perf_counter()
         self._full_workers = self.client.send_step(rids, tokens, starts=starts, ends=ends, logprobs=columns)
+        self.stats.client_s += time.perf_counter() - t_send
         self.stats.steps += 1
         self.stats.tokens += len(tokens)
         self.stats.step_s += time.perf_counter() - t0
@@ -259,7 +264,9 @@ class Engine:
                 break
             self.waiting.popleft()
             if not seq.registered:
+                t0 = time.perf_counter()
                 self.client.add_request(seq.request)
+                self.stats.client_s += time.perf_counter() - t0
                 seq.registered = True
                 self.stats.admitted += 1
             used += seq.pending

@@ -143,10 +143,10 @@ class Stack:
         """The scheduler child's entry point and config: the reference engine on `model`, else the
         stub. Both speak the same start-up protocol on the pipe."""
         if self.cfg.model is not None:
-            from reference_engine.process import EngineConfig
-            from reference_engine.process import child_main as engine_main
+            from reference_engine.launch import child_main as engine_main
+            from reference_engine.launch import engine_config_json
 
-            return engine_main, EngineConfig(self.cfg.model, log_level=self.cfg.log_level, parent_pid=os.getpid())
+            return engine_main, engine_config_json(self.cfg.model, self.cfg.log_level, os.getpid())
         cfg = StubConfig(
             tokenizer=self.cfg.tokenizer,
             workload=self.cfg.workload,
