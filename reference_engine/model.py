@@ -4,7 +4,7 @@ This is a *reference* engine for detok's tests and demos, not a fast one: float3
 numpy's BLAS. Weights are dequantised once at load (the choice: speed over memory; SmolLM2-135M is
 135 M parameters, ~540 MB as float32, versus ~100 MB kept quantised and dequantised per use at
 several times the cost per step). Q/K/V and gate/up are fused so a layer is four matmuls for the
-whole batch.
+whole batch; weights stay (out, in) as GGUF stores them (see `_mm`).
 
 GGUF conventions followed (llama.cpp's, not Hugging Face's): a 2-D tensor's data is laid out
 `(ne1, ne0)` = (out, in); the converter permuted the Q and K rows so RoPE rotates *adjacent*
@@ -53,11 +53,11 @@ class LlamaConfig:
 
 class LayerWeights(NamedTuple):
     attn_norm: np.ndarray  # (dim,)
-    wqkv: np.ndarray  # (dim, dim + 2 * kv_dim): Q, K, V fused, input-major for x @ w
+    wqkv: np.ndarray  # (dim + 2 * kv_dim, dim): Q, K, V fused; (out, in) as GGUF stores them, see _mm
     wo: np.ndarray  # (dim, dim)
     ffn_norm: np.ndarray  # (dim,)
-    w_gate_up: np.ndarray  # (dim, 2 * ffn_dim): gate then up
-    w_down: np.ndarray  # (ffn_dim, dim)
+    w_gate_up: np.ndarray  # (2 * ffn_dim, dim): gate then up
+    w_down: np.ndarray  # (dim, ffn_dim)
 
 
 class ModelFormatError(ValueError):
@@ -159,11 +159,11 @@ class LlamaModel:
             w_gate_up = np.concatenate([weight(p + "ffn_gate.weight"), weight(p + "ffn_up.weight")])
             layers.append(LayerWeights(
                 attn_norm=weight(p + "attn_norm.weight"),
-                wqkv=np.ascontiguousarray(wqkv.T),
-                wo=np.ascontiguousarray(weight(p + "attn_output.weight").T),
+                wqkv=wqkv,
+                wo=weight(p + "attn_output.weight"),
                 ffn_norm=weight(p + "ffn_norm.weight"),
-                w_gate_up=np.ascontiguousarray(w_gate_up.T),
-                w_down=np.ascontiguousarray(weight(p + "ffn_down.weight").T),
+                w_gate_up=w_gate_up,
+                w_down=weight(p + "ffn_down.weight"),
             ))
         output = weight("output.weight") if "output.weight" in tensors else embedding
         return cls(cfg, embedding, layers, weight("output_norm.weight"), output)
@@ -190,7 +190,7 @@ class LlamaModel:
         x = self.embedding[ids]  # (N, dim)
         hd, nq, nkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
         for li, w in enumerate(self.layers):
-            qkv = self._rms_norm(x, w.attn_norm) @ w.wqkv
+            qkv = _mm(self._rms_norm(x, w.attn_norm), w.wqkv)
             q = _rope(qkv[:, : cfg.dim].reshape(-1, nq, hd), cos, sin)
             k = _rope(qkv[:, cfg.dim : cfg.dim + cfg.kv_dim].reshape(-1, nkv, hd), cos, sin)
             v = qkv[:, cfg.dim + cfg.kv_dim :].reshape(-1, nkv, hd)
@@ -198,14 +198,14 @@ class LlamaModel:
             for si, s in enumerate(segments):
                 a, b = bounds[si], bounds[si + 1]
                 attn[a:b] = self._attend(s.cache, li, starts[si], q[a:b], k[a:b], v[a:b])
-            x = x + attn @ w.wo
-            gate_up = self._rms_norm(x, w.ffn_norm) @ w.w_gate_up
+            x = x + _mm(attn, w.wo)
+            gate_up = _mm(self._rms_norm(x, w.ffn_norm), w.w_gate_up)
             gate, up = gate_up[:, : cfg.ffn_dim], gate_up[:, cfg.ffn_dim :]
-            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w.w_down  # SwiGLU
+            x = x + _mm(gate / (1.0 + np.exp(-gate)) * up, w.w_down)  # SwiGLU
         for s, n in zip(segments, counts):
             s.cache.length += n
         last = x[bounds[1:] - 1]
-        return self._rms_norm(last, self.norm) @ self.output.T
+        return _mm(self._rms_norm(last, self.norm), self.output)
 
     def _rms_norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
         scale = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.cfg.norm_eps)
@@ -234,6 +234,13 @@ class LlamaModel:
         scores /= scores.sum(axis=-1, keepdims=True)
         out = scores @ values  # (kv_heads, group * n, hd)
         return out.reshape(cfg.n_kv_heads, group, n, cfg.head_dim).transpose(2, 0, 1, 3).reshape(n, -1)
+
+
+def _mm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x (n, in) times w (out, in) transposed -> (n, out). Computed as w @ x.T: with OpenBLAS, a
+    small batch against a wide weight is up to 2x faster that way round than x @ w.T (measured
+    at n = 2..32 on this machine; equal at n = 1)."""
+    return (w @ x.T).T
 
 
 def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:

@@ -75,7 +75,7 @@ def _reference_logits(model: LlamaModel, ids: list[int]) -> np.ndarray:
         x = model.embedding[token].astype(np.float64)
         for li, w in enumerate(model.layers):
             h = norm(x, w.attn_norm)
-            qkv = h @ w.wqkv.astype(np.float64)
+            qkv = w.wqkv.astype(np.float64) @ h  # weights are (out, in)
             q = qkv[: cfg.dim].reshape(cfg.n_heads, hd)[:, unpermute]
             k = qkv[cfg.dim : cfg.dim + cfg.kv_dim].reshape(cfg.n_kv_heads, hd)[:, unpermute]
             v = qkv[cfg.dim + cfg.kv_dim :].reshape(cfg.n_kv_heads, hd)
@@ -88,11 +88,11 @@ def _reference_logits(model: LlamaModel, ids: list[int]) -> np.ndarray:
                 scores = np.array([rope(q[head], pos) @ key for key in keys[li][kv]]) / np.sqrt(hd)
                 weights = np.exp(scores - scores.max())
                 heads.append((weights / weights.sum()) @ np.array(values[li][kv]))
-            x = x + np.concatenate(heads) @ w.wo
-            gate_up = norm(x, w.ffn_norm) @ w.w_gate_up.astype(np.float64)
+            x = x + w.wo @ np.concatenate(heads)
+            gate_up = w.w_gate_up.astype(np.float64) @ norm(x, w.ffn_norm)
             gate, up = gate_up[: cfg.ffn_dim], gate_up[cfg.ffn_dim :]
-            x = x + (gate / (1 + np.exp(-gate)) * up) @ w.w_down
-    return norm(x, model.norm) @ model.output.T.astype(np.float64)
+            x = x + w.w_down @ (gate / (1 + np.exp(-gate)) * up)
+    return model.output.astype(np.float64) @ norm(x, model.norm)
 
 
 def test_forward_matches_a_plain_reference(model, tok):
