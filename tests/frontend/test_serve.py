@@ -115,7 +115,7 @@ def test_taken_port_fails_fast_with_a_clear_message():
 
 
 def test_taken_default_port_is_an_error_too():
-    from detok.frontend.serve_cli import DEFAULT_PORT
+    from detok.frontend.limits import DEFAULT_PORT
 
     with socket.socket() as taken:
         try:
