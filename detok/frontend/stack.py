@@ -1,10 +1,12 @@
 """The process tree behind `detok serve`: a detok worker pool and the scheduler stub, started
 together (their tokenizer loads overlap), both supervised, and stopped together, leaving nothing
-behind.
+behind. With `model` set, the reference engine (a real model on CPU) takes the stub's place: same
+start-up protocol on the pipe, same supervision below ("stub" then means that scheduler process).
 
     this process (frontend + pool supervisor thread + stub watcher thread)
      ├── detok worker 0 … N-1 (+ one loaded spare)     DetokPool
      └── scheduler stub                                 scheduler_stub.process.child_main
+         or the reference engine                        reference_engine.launch.child_main
 
 Supervision of the stub: a thread waits on its process; if it dies it is started again (after
 `STUB_RESTART_BACKOFF_S[n]`, n = consecutive deaths within `_STUB_STABLE_S` of a start, so a
