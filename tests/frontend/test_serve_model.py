@@ -71,3 +71,37 @@ def test_streamed_completion_with_n_and_logprobs(server):
 def test_a_prompt_over_the_context_is_a_400(server):
     r = _post(server, "completions", {"prompt": [1] * 8192, "max_tokens": 1})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+
+
+@pytest.mark.slow
+def test_a_client_that_goes_away_frees_its_sequence_and_a_killed_engine_comes_back():
+    """A streaming client disconnects mid-answer: the worker is told (the engine aborted it, so
+    the worker holds nothing). Then the engine is SIGKILLed: supervised like the stub, it is
+    restarted (the model loads again) and answers the same greedy question the same way."""
+    import os
+    import signal
+    import time
+
+    server = LiveServer("--model", "smollm2", "--workers", "1", "--no-spare")
+    try:
+        body = {"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{server.base_url}/v1/completions", json=body, timeout=120) as r:
+            chunks = (line for line in r.iter_lines() if line.startswith("data: {"))
+            assert [next(chunks) for _ in range(3)]  # three chunks streamed, then the client leaves
+        deadline = time.monotonic() + 60  # the abort reached the engine, which told the worker
+        while 'detok_worker_live_requests{worker="0"} 0.0' not in server.get("/metrics").text:
+            assert time.monotonic() < deadline, "the disconnected request is still held by the worker"
+            time.sleep(0.1)
+        engine_pid = server.get("/health").json()["detail"]["scheduler"]["pid"]
+        os.kill(engine_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while server.get("/health").json()["detail"]["scheduler"]["generation"] != 2:
+            assert time.monotonic() < deadline, server.output
+            time.sleep(0.1)
+        r = _post(server, "chat/completions", {"messages": [{"role": "user", "content": "What is the capital of France?"}],
+                                               "temperature": 0, "max_tokens": 12})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "The capital of France is Paris."
+        assert server.stop(signal.SIGTERM) == 0, server.output
+        assert not server.leftovers(), server.output
+    finally:
+        server.kill_group()
