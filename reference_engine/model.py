@@ -172,10 +172,11 @@ class LlamaModel:
     def new_cache(self, capacity: int) -> KVCache:
         return KVCache(self.cfg, min(max(capacity, 1), self.cfg.context_length))
 
-    def forward(self, segments: Sequence[Segment]) -> np.ndarray:
+    def forward(self, segments: Sequence[Segment], every_position: bool = False) -> np.ndarray:
         """Run every segment's new tokens through the model in one pass (one matmul per weight for
         all of them), append their keys/values to each cache, and return the logits at each
-        segment's last new token: `(len(segments), vocab)` float32."""
+        segment's last new token: `(len(segments), vocab)` float32 (`every_position`: at every new
+        token, `(total new tokens, vocab)`)."""
         cfg = self.cfg
         counts = [len(s.tokens) for s in segments]
         starts = [s.cache.length for s in segments]
@@ -204,7 +205,7 @@ class LlamaModel:
             x = x + _mm(gate / (1.0 + np.exp(-gate)) * up, w.w_down)  # SwiGLU
         for s, n in zip(segments, counts):
             s.cache.length += n
-        last = x[bounds[1:] - 1]
+        last = x if every_position else x[bounds[1:] - 1]
         return _mm(self._rms_norm(last, self.norm), self.output)
 
     def _rms_norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
