@@ -138,6 +138,21 @@ class Engine:
         self.stats.finished += 1
         self.stats.aborted += 1
 
+    def fail_running(self, message: str) -> int:
+        """Finish every running sequence with an error (a step failed: their state cannot be
+        trusted, and a failing batch must not be retried forever). Returns how many."""
+        failed = list(self.running.values())
+        self.running.clear()
+        for seq in failed:
+            seq.cache = None
+            self.stats.finished += 1
+            self._log_finished(seq, "error")
+            try:
+                self.client.fail(seq.rid, message)
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not fail rid %s: %s", seq.rid, e)
+        return len(failed)
+
     def _reject(self, request: GenerateRequest, message: str) -> None:
         self.stats.rejected += 1
         log.warning("rid %s: %s", request.rid, message)

@@ -61,8 +61,9 @@ def run_loop(engine: Engine, inbox: RequestInbox, should_stop: Callable[[], bool
             continue
         try:
             engine.step()
-        except Exception:  # a step's own failure is logged; the loop goes on
+        except Exception as e:  # the batch it ran fails (with the reason); the loop goes on
             log.exception("reference engine: a step failed")
+            engine.fail_running(f"the engine failed the request: {type(e).__name__}: {e}")
 
 
 def child_main(cfg: EngineConfig, conn: Connection) -> None:

@@ -135,3 +135,31 @@ def test_a_small_kv_budget_preempts_and_recomputes(pool, model_parts, tok):
             assert rig.text(rid) == tok.decode(ids, skip_special_tokens=True)
     finally:
         rig.close()
+
+
+def test_a_failing_step_fails_its_batch_and_the_engine_goes_on(rig, tok, monkeypatch):
+    from reference_engine.process import run_loop
+
+    rid = rig.submit(rig.request(chat_ids(tok, "Hi"), max_tokens=4))
+    rig.engine._admit()
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(rig.engine.model, "forward", broken)
+
+    class Inbox:  # nothing from frontends; one round of the loop
+        socket = None
+
+        def drain(self, engine: object) -> int:
+            return 0
+
+    rounds = iter([False, True])
+    run_loop(rig.engine, Inbox(), lambda: next(rounds))  # type: ignore[arg-type]
+    rig.run_until(lambda: rid in rig.finishes)
+    assert rig.finishes[rid].reason == "error" and "boom" in rig.finishes[rid].message
+    assert rig.engine.idle and rig.engine.caches == 0
+    monkeypatch.undo()
+    again = rig.submit(rig.request(chat_ids(tok, "What is the capital of France?"), max_tokens=12))
+    rig.run_all([again])
+    assert rig.engine.finished_log[again] == (FRANCE, "stop")
