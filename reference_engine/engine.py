@@ -125,13 +125,16 @@ class Engine:
             return f"the engine's queue is full ({self.limits.max_waiting} requests wait); retry later"
         return None
 
-    def abort(self, rid: int) -> None:
-        seq = self.running.pop(rid, None)
-        if seq is None:
-            seq = next((s for s in self.waiting if s.rid == rid), None)
-            if seq is None:
-                return
+    def _pop_waiting(self, rid: int) -> Sequence | None:
+        seq = next((s for s in self.waiting if s.rid == rid), None)
+        if seq is not None:
             self.waiting.remove(seq)
+        return seq
+
+    def abort(self, rid: int) -> None:
+        seq = self.running.pop(rid, None) or self._pop_waiting(rid)
+        if seq is None:
+            return
         if seq.registered:
             self.client.abort(rid)  # tells the worker now, so it frees the request
         seq.cache = None
@@ -182,7 +185,7 @@ class Engine:
         stops = self.client.poll()
         self.stats.client_s += time.perf_counter() - t0
         for stopped in stops:
-            seq = self.running.pop(stopped.rid, None)
+            seq = self.running.pop(stopped.rid, None) or self._pop_waiting(stopped.rid)
             if seq is not None:
                 seq.cache = None  # freed at once: no more tokens for it
                 self.stats.stopped_by_workers += 1
@@ -197,32 +200,9 @@ class Engine:
         t_model = time.perf_counter()
         logits = self.model.forward([Segment(s.cache, s.tokens[s.cache.length : s.cache.length + n])  # type: ignore[union-attr]
                                      for s, n in plan])
-        ready = [(i, s) for i, (s, _) in enumerate(plan) if s.pending == 0]
-        self.stats.prefill_tokens += sum(n for s, n in plan if n > 1)
-        rids, starts, tokens, ends = [], [], [], []
-        lp_rows: list[int] = []
-        lp_sampled: list[float] = []
-        lp_counts: list[int] = []
-        lp_ids: list[int] = []
-        lp_vals: list[float] = []
-        wants = [i for i, s in ready if s.request.logprobs is not None and s.request.logprobs >= 0]
-        logprobs = dict(zip(wants, log_softmax(logits[wants]))) if wants else {}
-        for i, seq in ready:
-            token = seq.sampler.draw(seq.mask(logits[i]))
-            if i in logprobs:
-                lp = logprobs[i]
-                ids, vals = top_logprobs(lp, min(seq.request.logprobs or 0, MAX_TOP_LOGPROBS))
-                lp_rows.append(len(rids))
-                lp_sampled.append(float(lp[token]))
-                lp_counts.append(len(ids))
-                lp_ids.extend(ids.tolist())
-                lp_vals.extend(vals.tolist())
-            rids.append(seq.rid)
-            starts.append(seq.generated)
-            tokens.append(token)
-            end = seq.append(token)
-            if end is not None:
-                ends.append(end)
+        self.stats.prefill_tokens += sum(n for _, n in plan if n > 1)
+        rids, starts, tokens, ends, columns = self._sample([(i, s) for i, (s, _) in enumerate(plan) if s.pending == 0],
+                                                           logits)
         model_s = time.perf_counter() - t_model
         self.stats.model_s += model_s
         if all(n == 1 for _, n in plan):
@@ -233,7 +213,6 @@ class Engine:
             seq.cache = None
             self.stats.finished += 1
             self._log_finished(seq, end.reason)
-        columns = LogprobColumns(lp_rows, lp_sampled, lp_counts, lp_ids, lp_vals) if lp_rows else None
         t_send = time.perf_counter()
         self._full_workers = self.client.send_step(rids, tokens, starts=starts, ends=ends, logprobs=columns)
         self.stats.client_s += time.perf_counter() - t_send
@@ -241,6 +220,41 @@ class Engine:
         self.stats.tokens += len(tokens)
         self.stats.step_s += time.perf_counter() - t0
         return len(rids)
+
+    def _sample(self, ready: list[tuple[int, Sequence]], logits: np.ndarray
+                ) -> tuple[list[int], list[int], list[int], list[EndRequest], LogprobColumns | None]:
+        """A token for each sequence whose pending tokens are all in (`ready`: (logits row,
+        sequence)): the step's rids, output starts, tokens, ends, and the logprob columns of the
+        rows that asked for them."""
+        rids: list[int] = []
+        starts: list[int] = []
+        tokens: list[int] = []
+        ends: list[EndRequest] = []
+        rows: list[int] = []
+        sampled: list[float] = []
+        counts: list[int] = []
+        top_ids: list[int] = []
+        top_lps: list[float] = []
+        wants = [i for i, s in ready if s.request.logprobs is not None and s.request.logprobs >= 0]
+        logprobs = dict(zip(wants, log_softmax(logits[wants]))) if wants else {}
+        for i, seq in ready:
+            token = seq.sampler.draw(seq.mask(logits[i]))
+            lp = logprobs.get(i)
+            if lp is not None:
+                ids, vals = top_logprobs(lp, min(seq.request.logprobs or 0, MAX_TOP_LOGPROBS))
+                rows.append(len(rids))
+                sampled.append(float(lp[token]))
+                counts.append(len(ids))
+                top_ids.extend(ids.tolist())
+                top_lps.extend(vals.tolist())
+            rids.append(seq.rid)
+            starts.append(seq.generated)  # the index of this token in the output
+            tokens.append(token)
+            end = seq.append(token)
+            if end is not None:
+                ends.append(end)
+        columns = LogprobColumns(rows, sampled, counts, top_ids, top_lps) if rows else None
+        return rids, starts, tokens, ends, columns
 
     def _plan(self) -> list[tuple[Sequence, int]]:
         """(sequence, tokens it feeds) for this step: every decode, then prefill chunks, within the

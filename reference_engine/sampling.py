@@ -49,7 +49,7 @@ class SamplingState:
         p = np.exp(z)
         p /= p.sum()
         if self.top_p < 1.0:
-            order = np.argsort(-p, kind="stable")
+            order = np.argsort(-z, kind="stable")  # by logit: probabilities may round to a tie
             before = np.cumsum(p[order]) - p[order]  # mass of the more likely tokens
             drop = order[before >= self.top_p]  # the first token always stays (before = 0)
             p[drop] = 0.0
