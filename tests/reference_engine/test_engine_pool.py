@@ -11,10 +11,10 @@ from detok.pool.pool import DetokPool
 from reference_engine.engine import EngineLimits
 from reference_engine.model import Segment
 from reference_engine.sampling import log_softmax
-from tests.reference_engine.conftest import chat_ids
+from tests.reference_engine.conftest import chat_ids, needs_model
 from tests.reference_engine.rig import EngineRig
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), needs_model]
 
 FRANCE = [504, 3575, 282, 4649, 314, 7042, 30, 2]  # greedy "The capital of France is Paris." + <|im_end|>
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from reference_engine.model import LlamaModel, Segment
-from tests.reference_engine.conftest import chat_ids
+from tests.reference_engine.conftest import chat_ids, needs_model
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), needs_model]
 
 
 def greedy(model: LlamaModel, ids: list[int], n: int, eos: frozenset[int]) -> list[int]:
