@@ -48,10 +48,13 @@ class EngineRig:
         self.receiver.discard(rid)
         self.engine.handle(Abort(rid))
 
-    def pump(self) -> None:
-        if self.engine.idle:
+    def pump(self, step: bool = True) -> None:
+        """Step the engine (if asked; an idle engine's client still takes its notices), then take
+        the deltas that arrived. Not stepping never touches the client: its stop notices stay
+        for the engine's next step."""
+        if step and self.engine.idle:
             self.client.poll()
-        else:
+        elif step:
             self.engine.step()
         self.receiver.poll_blocking(0.005)
         for rid, stream in list(self.streams.items()):
@@ -66,11 +69,20 @@ class EngineRig:
                     break
                 delta = stream.take()
 
-    def run_until(self, done, deadline_s: float = DEADLINE_S) -> None:  # type: ignore[no-untyped-def]
+    def run_until(self, done, deadline_s: float = DEADLINE_S, step: bool = True) -> None:  # type: ignore[no-untyped-def]
         end = time.monotonic() + deadline_s
         while not done():
             assert time.monotonic() < end, "timed out waiting for the engine"
-            self.pump()
+            self.pump(step)
+
+    def run_lockstep(self, rid: int) -> None:
+        """One request, one step at a time: after each step, wait (not on time: on the delta) until
+        its text grew or it finished, so the worker is never more than the step in flight behind."""
+        while rid not in self.finishes:
+            seen = len(self.text(rid))
+            assert self.engine.step() == 1 or rid in self.finishes
+            self.run_until(lambda: len(self.text(rid)) > seen or rid in self.finishes, step=False)
+        self.run_until(lambda: self.engine.idle)
 
     def run_all(self, rids: list[int]) -> None:
         self.run_until(lambda: all(r in self.finishes for r in rids) and self.engine.idle)
