@@ -23,10 +23,15 @@ def engine_config_json(model: str, log_level: str, parent_pid: int) -> str:
     return json.dumps({"model": model, "log_level": log_level, "parent_pid": parent_pid})
 
 
-def child_main(config_json: str, conn: Connection) -> None:
-    """multiprocessing spawn target of `detok serve --model` (see detok.frontend.stack)."""
+def use_one_blas_thread() -> None:
+    """Set numpy's BLAS threads for this process (unless the user did); before numpy loads."""
     if not any(v in os.environ for v in _BLAS_VARIABLES):
         os.environ["OPENBLAS_NUM_THREADS"] = str(BLAS_THREADS)
+
+
+def child_main(config_json: str, conn: Connection) -> None:
+    """multiprocessing spawn target of `detok serve --model` (see detok.frontend.stack)."""
+    use_one_blas_thread()
     from reference_engine.process import EngineConfig
     from reference_engine.process import child_main as engine_main
 

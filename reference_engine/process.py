@@ -104,6 +104,27 @@ def child_main(cfg: EngineConfig, conn: Connection) -> None:
         ctx.term()
 
 
+def run_standalone(cfg: EngineConfig, workers: list[str], notify: str, requests: str) -> int:
+    """`python -m reference_engine run`: serve frontends next to a separately started pool."""
+    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    stop = StopFlag()
+    install_signal_handlers(stop, handle_sigint=True)
+    model, eos_ids = load_engine_parts(cfg.model)
+    ctx = zmq.Context()
+    client = SchedulerClient(workers, notify, context=ctx, keys=cfg.keys, insecure=cfg.insecure)
+    inbox = RequestInbox(ctx, requests, security=SocketSecurity(cfg.keys, cfg.insecure))
+    print(f"reference engine: frontends send requests to {inbox.endpoint}", flush=True)
+    engine = Engine(model, client, eos_ids, cfg.limits)
+    try:
+        run_loop(engine, inbox, lambda: bool(stop))
+    finally:
+        inbox.close()
+        client.close()
+        ctx.term()
+    print(f"reference engine stopped: {engine.stats}", flush=True)
+    return 0
+
+
 def _stop_when_pipe_closes(conn: Connection, stop: StopFlag) -> None:
     """Nothing more comes on the pipe after start-up: end-of-file means the parent closed it or died."""
 

@@ -165,3 +165,52 @@ def test_a_failing_step_fails_its_batch_and_the_engine_goes_on(rig, tok, monkeyp
     again = rig.submit(rig.request(chat_ids(tok, "What is the capital of France?"), max_tokens=12))
     rig.run_all([again])
     assert rig.engine.finished_log[again] == (FRANCE, "stop")
+
+
+def test_standalone_engine_process_next_to_a_pool(pool, tok, tmp_path):
+    """`python -m reference_engine run` next to a pool: a frontend's request over its inbox is
+    answered through the workers; SIGTERM stops it cleanly."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import zmq
+
+    from detok.receiver.receiver import DeltaReceiver
+    from detok.stream.params import DecodeParams
+    from detok.wire.codec import new_encoder
+    from detok.wire.to_scheduler import GenerateRequest
+
+    inbox = f"ipc://{tmp_path}/engine-requests"
+    notify = pool.notify_endpoint  # where the pool's workers send their notices
+    proc = subprocess.Popen([sys.executable, "-m", "reference_engine", "run", "--model", "smollm2",
+                             "--workers-endpoints", ",".join(pool.endpoints), "--notify-endpoint", notify,
+                             "--requests-endpoint", inbox], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ctx = zmq.Context()
+    receiver = DeltaReceiver()
+    push = ctx.socket(zmq.PUSH)
+    try:
+        assert "frontends send requests to" in proc.stdout.readline()
+        push.connect(inbox)
+        prompt = chat_ids(tok, "What is the capital of France?")
+        stream = receiver.open(77)
+        push.send(new_encoder().encode(GenerateRequest(77, prompt, DecodeParams(), 12, receiver.endpoint, 0,
+                                                       temperature=0.0)))
+        text, finish = "", None
+        deadline = time.monotonic() + 120
+        while finish is None and time.monotonic() < deadline:
+            receiver.poll_blocking(0.1)
+            while (delta := stream.take()) is not None:
+                text, finish = text + delta.text, delta.finish
+        assert finish is not None and finish.reason == "stop" and text == "The capital of France is Paris."
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert "reference engine stopped" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        push.close(0)
+        ctx.term()
+        receiver.close()
