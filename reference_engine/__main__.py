@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     import dataclasses
 
     from detok.wire.security import CurveKeys, InsecureTransportError, KeyFileError, SocketSecurity
-    from reference_engine.engine import EngineLimits
+    from reference_engine.limits import EngineLimits
     from reference_engine.process import EngineConfig, run_standalone
 
     try:

@@ -7,7 +7,7 @@ those decoding, a chunk of the prompt for those prefilling (decodes first, `max_
 all) - sample a token for each sequence whose pending tokens are all in, apply the stop rules, and
 send the step (tokens, ends, logprob columns) to the pool.
 
-Bounds (`EngineLimits`, named in the README): at most `max_running` sequences run at once, the KV
+Bounds (`reference_engine.limits.EngineLimits`, named in the README): at most `max_running` sequences run at once, the KV
 caches together hold at most `kv_cache_bytes` (counted by tokens written); a request over either
 waits in a queue of at most `max_waiting` (one more is finished with an error). When a decode
 step would overflow the KV budget the newest sequence is preempted: its cache is freed and it
@@ -21,7 +21,6 @@ import collections
 import dataclasses
 import logging
 import time
-from typing import Final
 
 import numpy as np
 
@@ -29,25 +28,13 @@ from detok.scheduler.client import SchedulerClient
 from detok.scheduler.step_logprobs import LogprobColumns
 from detok.wire.to_scheduler import Abort, GenerateRequest
 from detok.wire.to_workers import MAX_TOP_LOGPROBS, EndRequest
+from reference_engine.limits import EngineLimits
 from reference_engine.model import LlamaModel, Segment
 from reference_engine.sampling import log_softmax, top_logprobs
 from reference_engine.sequence import Sequence
 from scheduler_stub.validation import request_error, rid_error
 
 log = logging.getLogger("reference_engine")
-
-MAX_RUNNING_SEQUENCES: Final = 32  # the batch bound: sequences in one forward pass
-MAX_KV_CACHE_BYTES: Final = 768 << 20  # all KV caches together (SmolLM2-135M: 45 KB a token, ~17k tokens)
-MAX_STEP_TOKENS: Final = 512  # tokens through the model per step (decodes + prefill chunks)
-MAX_WAITING: Final = 4096  # requests queued for admission; one more is refused
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineLimits:
-    max_running: int = MAX_RUNNING_SEQUENCES
-    kv_cache_bytes: int = MAX_KV_CACHE_BYTES
-    max_step_tokens: int = MAX_STEP_TOKENS
-    max_waiting: int = MAX_WAITING
 
 
 @dataclasses.dataclass

@@ -21,7 +21,8 @@ import zmq
 from detok.scheduler.client import SchedulerClient
 from detok.wire.security import CurveKeys, SocketSecurity
 from detok.worker.lifecycle import StopFlag, die_with_parent, install_signal_handlers
-from reference_engine.engine import Engine, EngineLimits
+from reference_engine.engine import Engine
+from reference_engine.limits import EngineLimits
 from reference_engine.model import LlamaModel
 from reference_engine.paths import resolve_model
 from scheduler_stub.process import PoolEndpoints, StubFailed, StubLoaded, StubReady

@@ -112,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
 def _model_defaults(args: argparse.Namespace) -> None:
     """Fill what --model decides: the model file, its vocabulary as tokenizer, its name, its context."""
     if args.model is not None:
-        from reference_engine.engine import MAX_KV_CACHE_BYTES
+        from reference_engine.limits import MAX_KV_CACHE_BYTES
         from reference_engine.paths import ModelNotFoundError, resolve_model, served_context
 
         try:

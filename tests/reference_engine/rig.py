@@ -12,7 +12,8 @@ from detok.pool.pool import DetokPool
 from detok.receiver.receiver import DeltaReceiver, RequestStream
 from detok.stream.params import DecodeParams
 from detok.wire.to_scheduler import Abort, GenerateRequest
-from reference_engine.engine import Engine, EngineLimits
+from reference_engine.engine import Engine
+from reference_engine.limits import EngineLimits
 from reference_engine.model import LlamaModel
 
 DEADLINE_S = 120.0

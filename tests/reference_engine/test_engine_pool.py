@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from detok.pool.pool import DetokPool
-from reference_engine.engine import EngineLimits
+from reference_engine.limits import EngineLimits
 from reference_engine.model import Segment
 from reference_engine.sampling import log_softmax
 from tests.reference_engine.conftest import chat_ids, needs_model

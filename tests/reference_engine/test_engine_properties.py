@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from detok.stream.params import DecodeParams
 from detok.wire.to_scheduler import GenerateRequest
-from reference_engine.engine import Engine, EngineLimits
+from reference_engine.engine import Engine
+from reference_engine.limits import EngineLimits
 from reference_engine.model import Segment
 
 EXAMPLES = int(os.environ.get("DETOK_EXAMPLES", "40"))
