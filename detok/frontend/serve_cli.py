@@ -124,5 +124,8 @@ def _model_defaults(args: argparse.Namespace) -> None:
         args.model = str(path)
         args.tokenizer = args.tokenizer or args.model
         args.max_model_len = args.max_model_len or context
+        if args.max_model_len > context:  # as vLLM: refused at start, not request by request
+            raise SystemExit(f"detok serve: --max-model-len {args.max_model_len} is more than the model serves "
+                             f"({context} tokens)")
     args.served_model_name = args.served_model_name or DEFAULT_MODEL_NAME
     args.max_model_len = args.max_model_len or DEFAULT_MAX_MODEL_LEN

@@ -68,6 +68,8 @@ def test_model_fills_tokenizer_name_and_context():
     assert args.served_model_name == "smollm2" and args.max_model_len == 8192
     args = _serve_args("--model", "smollm2", "--max-model-len", "100", "--served-model-name", "s")
     assert (args.max_model_len, args.served_model_name) == (100, "s")
+    with pytest.raises(SystemExit, match="more than the model serves"):
+        _serve_args("--model", "smollm2", "--max-model-len", "8193")
 
 
 def test_a_missing_model_is_a_clear_error(tmp_path):
