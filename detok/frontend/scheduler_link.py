@@ -78,6 +78,7 @@ class SchedulerLink:
                     seed=seed,
                     temperature=job.temperature,
                     top_p=job.top_p,
+                    top_k=job.top_k,
                     ignore_eos=job.ignore_eos,
                     arrival_time=arrival,
                     logprobs=job.logprobs,

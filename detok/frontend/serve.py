@@ -41,6 +41,7 @@ _RESERVED_FDS = 256  # file descriptors kept for sockets, pipes and files other 
 
 @dataclasses.dataclass(frozen=True)
 class ServeConfig:
+    model: str | None = None  # a GGUF run by the reference engine instead of the stub
     tokenizer: str | None = None
     chat_template: str | None = None
     host: str = "127.0.0.1"
@@ -162,11 +163,13 @@ def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
             spare=not cfg.no_spare,
             workload=cfg.workload,
             policy=policy,
+            model=cfg.model,
             metrics_dir=metrics_root,
             log_level=cfg.log_level.upper(),
         )
     )
-    print(f"detok serve: starting {cfg.workers} detok workers and the scheduler stub ...", file=sys.stderr, flush=True)
+    scheduler = f"the reference engine on {cfg.model}" if cfg.model else "the scheduler stub"
+    print(f"detok serve: starting {cfg.workers} detok workers and {scheduler} ...", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     try:
         stack.start()
@@ -262,10 +265,11 @@ def _after_start(started: Callable[[], bool], exiting: Callable[[], bool], cfg: 
 def _print_banner(cfg: ServeConfig, base: str) -> None:
     tokenizer = cfg.tokenizer or "embedded Qwen2 (default)"
     auth = f" -H 'Authorization: Bearer {cfg.api_key}'" if cfg.api_key else ""
+    scheduler = (f"reference engine (CPU, context {cfg.max_model_len})" if cfg.model else
+                 f"scheduler stub ({cfg.workload}, {cfg.step_ms:g} ms steps, batch <= {cfg.max_batch})")
     print(
         f"\ndetok serve is up: {cfg.frontends} HTTP frontend{'s' if cfg.frontends > 1 else ''}, "
-        f"{cfg.workers} detok workers, scheduler stub ({cfg.workload}, "
-        f"{cfg.step_ms:g} ms steps, batch <= {cfg.max_batch}), tokenizer {tokenizer}\n"
+        f"{cfg.workers} detok workers, {scheduler}, tokenizer {tokenizer}\n"
         f"  OpenAI API : {base}/v1   (model \"{cfg.served_model_name}\")\n"
         f"  metrics    : {base}/metrics\n"
         f"  health     : {base}/health\n"

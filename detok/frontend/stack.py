@@ -1,10 +1,12 @@
 """The process tree behind `detok serve`: a detok worker pool and the scheduler stub, started
 together (their tokenizer loads overlap), both supervised, and stopped together, leaving nothing
-behind.
+behind. With `model` set, the reference engine (a real model on CPU) takes the stub's place: same
+start-up protocol on the pipe, same supervision below ("stub" then means that scheduler process).
 
     this process (frontend + pool supervisor thread + stub watcher thread)
      ├── detok worker 0 … N-1 (+ one loaded spare)     DetokPool
      └── scheduler stub                                 scheduler_stub.process.child_main
+         or the reference engine                        reference_engine.launch.child_main
 
 Supervision of the stub: a thread waits on its process; if it dies it is started again (after
 `STUB_RESTART_BACKOFF_S[n]`, n = consecutive deaths within `_STUB_STABLE_S` of a start, so a
@@ -24,7 +26,8 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Final, Literal
+from collections.abc import Callable
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -58,6 +61,7 @@ class StackConfig:
     policy: StepPolicy = StepPolicy()
     metrics_dir: str | None = None
     log_level: str = "WARNING"
+    model: str | None = None  # a GGUF: the reference engine runs it in the stub's place
     start_timeout_s: float = 120.0
     stall_timeout_s: float = STALL_TIMEOUT_S  # a worker silent this long is stalled (detok.pool.supervisor)
     replace_stalled: bool = True
@@ -126,14 +130,8 @@ class Stack:
     def _spawn_stub(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         parent_conn, child_conn = ctx.Pipe(duplex=True)
-        cfg = StubConfig(
-            tokenizer=self.cfg.tokenizer,
-            workload=self.cfg.workload,
-            policy=self.cfg.policy,
-            log_level=self.cfg.log_level,
-            parent_pid=os.getpid(),
-        )
-        stub = ctx.Process(target=child_main, args=(cfg, child_conn), name="detok-scheduler-stub", daemon=True)
+        target, cfg = self._scheduler_process()
+        stub = ctx.Process(target=target, args=(cfg, child_conn), name="detok-scheduler", daemon=True)
         with self._lock:
             if self._stopping.is_set():
                 parent_conn.close()
@@ -142,6 +140,23 @@ class Stack:
             stub.start()
             self._stub, self._stub_conn = stub, parent_conn
         child_conn.close()
+
+    def _scheduler_process(self) -> tuple[Callable[[Any, Connection], None], object]:
+        """The scheduler child's entry point and config: the reference engine on `model`, else the
+        stub. Both speak the same start-up protocol on the pipe."""
+        if self.cfg.model is not None:
+            from reference_engine.launch import child_main as engine_main
+            from reference_engine.launch import engine_config_json
+
+            return engine_main, engine_config_json(self.cfg.model, self.cfg.log_level, os.getpid())
+        cfg = StubConfig(
+            tokenizer=self.cfg.tokenizer,
+            workload=self.cfg.workload,
+            policy=self.cfg.policy,
+            log_level=self.cfg.log_level,
+            parent_pid=os.getpid(),
+        )
+        return child_main, cfg
 
     def _handshake(self, deadline: float) -> None:
         """The stub loaded: give it the pool's endpoints and wait until it serves."""

@@ -8,6 +8,7 @@ the scheduler or a worker. Every bound is a named constant of `detok.frontend.li
 from __future__ import annotations
 
 import dataclasses
+import secrets
 
 from detok.frontend import limits
 from detok.frontend.chat_messages import message_text, template_messages
@@ -27,6 +28,7 @@ _RESERVED_TEMPLATE_KWARGS = frozenset({"chat_template", "tokenize"})
 class ServingLimits:
     model_name: str
     max_model_len: int
+    random_seed: bool = False  # a request without a seed samples at random (a real engine); else seed 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +45,7 @@ class GenerationJob:
     echo: str = ""  # text every choice starts with (`echo`)
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = -1
 
     def choice_seeds(self) -> list[int]:
         """One seed per choice, distinct, within the int64 range (wrapping around)."""
@@ -160,7 +163,8 @@ def _job(
         prompt_ids=prompt_ids,
         max_tokens=max_tokens,
         params=params,
-        seed=0 if req.seed is None else req.seed,  # the stub is deterministic: no seed means seed 0
+        # no seed: seed 0 for the stub (deterministic), a random one for a real model (as vLLM)
+        seed=req.seed if req.seed is not None else secrets.randbits(63) if lim.random_seed else 0,
         ignore_eos=bool(req.ignore_eos),
         stream=stream,
         include_usage=bool(stream and req.stream_options and req.stream_options.include_usage),
@@ -169,6 +173,7 @@ def _job(
         echo=echo,
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
+        top_k=-1 if req.top_k is None else req.top_k,
     )
 
 

