@@ -1,0 +1,69 @@
+"""The two parser interfaces every family implements.
+
+Both are incremental: `feed` takes the next piece of raw text and returns what is certain so far;
+text that could still become a marker (a prefix of `<tool_call>`, a bare `{` opening a JSON call) is
+held back and returned by a later `feed` or by `finish`, never dropped. A parser never sees the future,
+and its joined output must not depend on how the text was cut into pieces.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from detok.parsing.types import Piece, ToolCallDelta, ToolSpec
+
+
+class ReasoningParser(ABC):
+    """Splits raw text into reasoning text and the content that follows (or precedes) it."""
+
+    # vLLM's name first, then aliases (SGLang's names)
+    names: ClassVar[tuple[str, ...]]
+    # marker strings this family uses; the worker detects the ones that are single tokens by id
+    markers: ClassVar[tuple[str, ...]]
+    # markers that must be single tokens of the tokenizer (else: error at start naming them)
+    required_tokens: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, *, starts_in_reasoning: bool | None, token_markers: frozenset[str]) -> None:
+        """`token_markers`: the markers that are single tokens of this tokenizer (fed as marker
+        pieces); the others can only appear as plain text and are matched in the text."""
+
+    @abstractmethod
+    def feed(self, piece: Piece) -> tuple[str, list[Piece]]:
+        """Return (reasoning text, content pieces). Content pieces keep their markers so a tool
+        parser after this one still sees tool markers by id."""
+
+    @abstractmethod
+    def finish(self) -> tuple[str, list[Piece]]:
+        """The end of the output: flush everything held back."""
+
+
+class ToolParser(ABC):
+    """Splits content into plain content and tool-call deltas."""
+
+    names: ClassVar[tuple[str, ...]]
+    markers: ClassVar[tuple[str, ...]]
+    required_tokens: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        *,
+        tools: Sequence[ToolSpec],
+        token_markers: frozenset[str],
+        call_id: Callable[[int], str],
+    ) -> None:
+        """`call_id(index)` gives the id of the call at that index (deterministic per request)."""
+
+    @abstractmethod
+    def feed(self, piece: Piece) -> tuple[str, list[ToolCallDelta]]:
+        """Return (content text, tool-call deltas) for the next content piece."""
+
+    @abstractmethod
+    def finish(self) -> tuple[str, list[ToolCallDelta]]:
+        """The end of the output: flush; an unfinished call is closed as the family's peer does."""
+
+    @property
+    @abstractmethod
+    def calls_emitted(self) -> int:
+        """How many calls have been emitted (a name sent); drives finish_reason "tool_calls"."""

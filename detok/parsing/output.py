@@ -1,0 +1,76 @@
+"""A request's parsing: its reasoning parser, then its tool parser on the content, as one object."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from detok.parsing.base import ReasoningParser, ToolParser
+from detok.parsing.registry import marker_token_ids, reasoning_parser_class, tool_parser_class
+from detok.parsing.types import OutputParsing, Piece, ToolCallDelta, TypedDelta
+
+
+def call_id_maker(seed: str) -> Callable[[int], str]:
+    """Deterministic call ids ("call_" + 24 hex), equal on a replay of the same request."""
+    import hashlib
+
+    def call_id(index: int) -> str:
+        digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=12).hexdigest()
+        return f"call_{digest}"
+
+    return call_id
+
+
+class OutputParser:
+    """Feeds pieces through reasoning, then tools. `marker_ids` maps each marker token id the worker
+    must cut steps at to its marker string."""
+
+    def __init__(self, parsing: OutputParsing, token_id: Callable[[str], int | None]) -> None:
+        self.marker_ids: dict[int, str] = {}
+        self._reasoning: ReasoningParser | None = None
+        self._tools: ToolParser | None = None
+        if parsing.reasoning_parser:
+            family = reasoning_parser_class(parsing.reasoning_parser)
+            found = marker_token_ids(family, token_id)
+            self.marker_ids.update({i: m for m, i in found.items()})
+            self._reasoning = family(
+                starts_in_reasoning=parsing.starts_in_reasoning, token_markers=frozenset(found)
+            )
+        if parsing.tool_parser:
+            tfamily = tool_parser_class(parsing.tool_parser)
+            tfound = marker_token_ids(tfamily, token_id)
+            self.marker_ids.update({i: m for m, i in tfound.items()})
+            self._tools = tfamily(
+                tools=parsing.tools,
+                token_markers=frozenset(tfound),
+                call_id=call_id_maker(parsing.call_id_seed),
+            )
+
+    @property
+    def calls_emitted(self) -> int:
+        return self._tools.calls_emitted if self._tools is not None else 0
+
+    def feed(self, piece: Piece) -> TypedDelta:
+        if self._reasoning is None:
+            return self._content([piece], "")
+        reasoning, pieces = self._reasoning.feed(piece)
+        return self._content(pieces, reasoning)
+
+    def finish(self) -> TypedDelta:
+        reasoning, pieces = self._reasoning.finish() if self._reasoning is not None else ("", [])
+        out = self._content(pieces, reasoning)
+        if self._tools is not None:
+            content, calls = self._tools.finish()
+            out.content += content
+            out.tool_calls.extend(calls)
+        return out
+
+    def _content(self, pieces: list[Piece], reasoning: str) -> TypedDelta:
+        if self._tools is None:
+            return TypedDelta(reasoning=reasoning, content="".join(p.text for p in pieces))
+        content: list[str] = []
+        calls: list[ToolCallDelta] = []
+        for p in pieces:
+            text, deltas = self._tools.feed(p)
+            content.append(text)
+            calls.extend(deltas)
+        return TypedDelta(reasoning=reasoning, content="".join(content), tool_calls=calls)

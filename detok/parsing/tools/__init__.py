@@ -1,0 +1,7 @@
+"""Tool-call parser families, one module each. `FAMILIES` lists them for the registry."""
+
+from __future__ import annotations
+
+from detok.parsing.base import ToolParser
+
+FAMILIES: list[type[ToolParser]] = []

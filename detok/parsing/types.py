@@ -1,0 +1,61 @@
+"""The values the parsers exchange with the worker and the frontend.
+
+`ToolSpec` and `OutputParsing` travel in a request's registration (msgspec Structs, no pickle);
+`ToolCallDelta` and `TypedDelta` are what a parser returns for each piece of text it is fed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import msgspec
+
+
+class ToolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One tool of a request: its function name and JSON-schema parameters (None: untyped)."""
+
+    name: str
+    parameters: dict[str, Any] | None = None
+
+
+class OutputParsing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How a request's output is parsed; in its registration. All None/empty: plain text (no parser)."""
+
+    reasoning_parser: str | None = None
+    tool_parser: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    # None: the family's default (e.g. deepseek_r1 starts inside reasoning, qwen3 does not);
+    # True when the prompt already opened `<think>` (templates, enable_thinking / thinking kwargs).
+    starts_in_reasoning: bool | None = None
+    # Tool-call ids are derived from this and the call's index, so a replay after a worker's death
+    # produces the same ids (never random).
+    call_id_seed: str = ""
+
+
+class ToolCallDelta(msgspec.Struct, frozen=True, array_like=True):
+    """A fragment of one tool call. The first delta of a call carries `id` and `name`;
+    the `arguments` fragments of one index, joined, are the call's JSON arguments text."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+class TypedDelta(msgspec.Struct):
+    """What one piece (or the end) of a request's text became."""
+
+    reasoning: str = ""
+    content: str = ""
+    tool_calls: list[ToolCallDelta] = msgspec.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.reasoning or self.content or self.tool_calls)
+
+
+class Piece(NamedTuple):
+    """Raw text fed to a parser: plain text (`marker` None), or exactly the text of one marker token
+    (`marker` is that marker's string, e.g. "<think>"), detected by token id by the worker."""
+
+    text: str
+    marker: str | None = None
