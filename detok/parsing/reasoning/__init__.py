@@ -3,5 +3,7 @@
 from __future__ import annotations
 
 from detok.parsing.base import ReasoningParser
+from detok.parsing.reasoning.deepseek_r1 import DeepSeekR1Parser
+from detok.parsing.reasoning.qwen3 import Qwen3Parser
 
-FAMILIES: list[type[ReasoningParser]] = []
+FAMILIES: list[type[ReasoningParser]] = [DeepSeekR1Parser, Qwen3Parser]
