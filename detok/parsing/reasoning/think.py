@@ -23,6 +23,11 @@ from detok.parsing.types import Piece
 
 _BEFORE, _REASONING, _PENDING, _AFTER = range(4)
 
+# How much text after an implicit end marker is awaited for its confirmation (vLLM looks 8 tokens
+# ahead): whitespace beyond this without the confirming text means it was a mention in reasoning.
+# Decided on this window of the text alone, so the result does not depend on how it was cut.
+IMPLICIT_END_LOOKAHEAD = 256
+
 
 class ThinkParser(ReasoningParser):
     start: ClassVar[str] = "<think>"
@@ -159,7 +164,8 @@ class ThinkParser(ReasoningParser):
 
     def _pending_text(self, text: str) -> None:
         self._pending += text
-        after = self._pending.lstrip()
+        window = self._pending[:IMPLICIT_END_LOOKAHEAD]
+        after = window.lstrip()
         confirm = self.implicit_confirm
         assert confirm is not None and self._imp_piece is not None
         if confirm.match(after):
@@ -168,8 +174,8 @@ class ThinkParser(ReasoningParser):
             self._c.append(Piece(self._pending))
             self._pending = ""
             return
-        prefix = self.implicit_confirm_prefix
-        if not after or prefix.startswith(after):
+        full = len(window) == IMPLICIT_END_LOOKAHEAD
+        if not full and (not after or self.implicit_confirm_prefix.startswith(after)):
             return  # could still be confirmed
         self._reject_pending()
 
