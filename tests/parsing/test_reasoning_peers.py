@@ -18,6 +18,10 @@ from tests.parsing import vocabularies as voc
 MATRIX: dict[str, tuple[list[rc.Case], list[Callable[[], Tokenizer]]]] = {
     "deepseek_r1": (rc.DEEPSEEK_R1, [voc.deepseek, voc.qwen, voc.gpt2]),
     "qwen3": (rc.QWEN3, [voc.qwen, voc.deepseek, voc.gpt2]),
+    # GLM's markers are Qwen's strings (no GLM vocabulary here); Kimi's section marker added to Qwen's
+    "glm45": (rc.GLM45, [voc.qwen, voc.gpt2]),
+    "kimi_k2": (rc.KIMI_K2, [voc.qwen_kimi, voc.gpt2]),
+    "mistral": (rc.MISTRAL, [voc.mistral]),
 }
 
 

@@ -3,11 +3,13 @@ the families differ only in their markers and defaults.
 
 States: before reasoning (content; the start marker opens reasoning), reasoning (the end marker closes
 it), pending (an implicit end such as Qwen3.5's `<tool_call>` inside reasoning, waiting for the text that
-confirms it) and after (everything is content, passed through untouched as the peers do).
+confirms it) and after (content; a start marker opens reasoning again only in `reopen` families, as
+vLLM's GLM and Mistral configs, else it is answer text as in vLLM's qwen3).
 
-Marker text never reaches reasoning or content: the start marker is dropped (also repeated inside
-reasoning), the end marker is dropped, a stray end marker before any reasoning is dropped. An implicit
-end marker is kept and goes to content, where the tool parser needs it. A marker that is one token of
+The reasoning markers' text never reaches reasoning or content: the start marker is dropped (also
+repeated inside reasoning), the end marker is dropped, a stray end marker outside reasoning is dropped
+(vLLM's engine absorbs it). An implicit end marker is kept and goes to content, where the tool parser
+needs it. A marker that is one token of
 the tokenizer is recognised only as a marker `Piece` (by id, never split); a marker that is plain text
 of this tokenizer is found in the text, holding back only a tail that could still become one.
 """
@@ -39,12 +41,13 @@ class ThinkParser(ReasoningParser):
     implicit_confirm: ClassVar[re.Pattern[str] | None] = None
     implicit_confirm_prefix: ClassVar[str] = ""
     default_starts_in_reasoning: ClassVar[bool] = False
-    # False: when the output does not start in reasoning, it never enters it (vLLM's identity mode)
-    enters_on_start: ClassVar[bool] = True
+    # True: a start marker in the answer opens another reasoning block (vLLM's glm47 / mistral engine
+    # configs: CONTENT + THINK_START -> REASONING); False: it is answer text
+    reopen: ClassVar[bool] = False
 
     def __init__(self, *, starts_in_reasoning: bool | None, token_markers: frozenset[str]) -> None:
         sir = self.default_starts_in_reasoning if starts_in_reasoning is None else starts_in_reasoning
-        self._state = _REASONING if sir else (_BEFORE if self.enters_on_start else _AFTER)
+        self._state = _REASONING if sir else _BEFORE
         imp = self.implicit_end
         # the markers matched in text (not single tokens here), per state
         text_start = () if self.start in token_markers else (self.start,)
@@ -53,6 +56,7 @@ class ThinkParser(ReasoningParser):
         self._live = {
             _BEFORE: text_start + text_end,
             _REASONING: text_start + text_end + text_imp,
+            _AFTER: (text_start if self.reopen else ()) + text_end,
         }
         self._imp_piece = Piece(imp, imp if imp in token_markers else None) if imp else None
         self._held = ""  # a tail of text that may still become a text marker
@@ -64,9 +68,7 @@ class ThinkParser(ReasoningParser):
     def feed(self, piece: Piece) -> tuple[str, list[Piece]]:
         st = self._state
         if piece.marker is None:
-            # the common cases first: no marker can be in this text for this state
-            if st == _AFTER:
-                return "", [piece]
+            # the common case first: no marker can be in this text for this state
             if st != _PENDING and not self._held and not self._live[st]:
                 return (piece.text, []) if st == _REASONING else ("", [piece])
             self._text(piece.text)
@@ -108,9 +110,6 @@ class ThinkParser(ReasoningParser):
         buf = self._held + text
         self._held = ""
         while buf:
-            if self._state == _AFTER:
-                self._c.append(Piece(buf))
-                return
             if self._state == _PENDING:
                 self._pending_text(buf)
                 return
@@ -138,18 +137,18 @@ class ThinkParser(ReasoningParser):
 
     def _on_marker(self, piece: Piece) -> None:
         m, st = piece.text, self._state
-        if st == _AFTER:
-            self._c.append(piece)
-        elif m == self.start:
-            if st == _BEFORE:
+        if m == self.start:
+            if st == _BEFORE or (st == _AFTER and self.reopen):
                 self._state = _REASONING
+            elif st == _AFTER:
+                self._c.append(piece)
             # a repeated start inside reasoning is dropped
         elif m == self.end:
             if st == _REASONING:
                 self._state = _AFTER
-            # a stray end before any reasoning is dropped
+            # a stray end outside reasoning is dropped (vLLM's engine absorbs it)
         elif m == self.implicit_end:
-            if st == _BEFORE:
+            if st != _REASONING:
                 self._c.append(piece)
             elif self.implicit_confirm is None:
                 self._state = _AFTER
