@@ -44,6 +44,8 @@ class OutputParser:
                 token_markers=frozenset(tfound),
                 call_id=call_id_maker(parsing.call_id_seed),
             )
+            if self._reasoning is not None:
+                self._reasoning.tools_follow = True
 
     @property
     def calls_emitted(self) -> int:

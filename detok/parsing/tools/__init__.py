@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from detok.parsing.base import ToolParser
+from detok.parsing.tools.openai_harmony import OpenAIHarmonyToolParser
 
-FAMILIES: list[type[ToolParser]] = []
+FAMILIES: list[type[ToolParser]] = [OpenAIHarmonyToolParser]
