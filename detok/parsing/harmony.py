@@ -77,6 +77,15 @@ class HarmonyReader:
         self._parts: list[Piece] = []  # the header so far (markers as marker pieces)
         self._raw: list[Piece] = []  # the same, as it arrived (for a downstream parser)
         self._header_len = 0
+        # fast-path flags for the parsers, kept current by feed/finish: a text piece fed now is
+        # that body's text unchanged (in_plain_body), or stray text unchanged (in_plain_idle)
+        self.in_plain_body = False
+        self.in_plain_idle = self._split.passthrough
+
+    def _refresh(self) -> None:
+        plain = self._split.passthrough
+        self.in_plain_body = plain and self._state == _BODY
+        self.in_plain_idle = plain and self._state == _IDLE
 
     def marker_piece(self, m: str) -> Piece:
         """A marker as this tokenizer has it: a marker piece if it is one token, else text."""
@@ -86,6 +95,7 @@ class HarmonyReader:
         out: list[tuple[int, object]] = []
         for p in self._split.feed(piece):
             self._step(p, out)
+        self._refresh()
         return out
 
     def finish(self) -> list[tuple[int, object]]:
@@ -97,6 +107,7 @@ class HarmonyReader:
         elif self._state == _BODY:
             out.append((CLOSE, None))
         self._state = _IDLE
+        self._refresh()
         return out
 
     def _step(self, p: Piece, out: list[tuple[int, object]]) -> None:

@@ -47,7 +47,13 @@ class MarkerSplitter:
 
     def __init__(self, text_markers: Sequence[str]) -> None:
         self._markers = tuple(text_markers)
+        self._firsts = "".join(sorted({m[0] for m in self._markers}))
         self._held = ""
+
+    @property
+    def passthrough(self) -> bool:
+        """Text fed now comes out unchanged (no text markers, nothing held)."""
+        return not self._markers and not self._held
 
     def feed(self, piece: Piece) -> list[Piece]:
         if piece.marker is not None:
@@ -57,6 +63,8 @@ class MarkerSplitter:
             return out
         if not self._markers:
             return [piece] if piece.text else []
+        if not self._held and not any(c in piece.text for c in self._firsts):
+            return [piece] if piece.text else []  # no marker can start in this text
         buf = self._held + piece.text
         out: list[Piece] = []
         while buf:

@@ -29,6 +29,15 @@ class GptOssParser(ReasoningParser):
         self._started = False  # the current message has had text
 
     def feed(self, piece: Piece) -> tuple[str, list[Piece]]:
+        if piece.marker is None and self._reader.in_plain_body:  # the per-token fast path
+            kind = self._kind
+            if kind == _TOOL:
+                return "", [piece]
+            if self._started:
+                if kind == _REASONING:
+                    return piece.text, []
+                if kind == _CONTENT:
+                    return "", [piece]
         return self._route(self._reader.feed(piece))
 
     def finish(self) -> tuple[str, list[Piece]]:

@@ -63,17 +63,31 @@ class ThinkParser(ReasoningParser):
         self._pending = ""  # text after an unconfirmed implicit end
         self._r: list[str] = []
         self._c: list[Piece] = []
+        self._quiet = not self._live[self._state]  # no text can hold a marker now: the fast path
+        # first characters of each state's text markers: text without them holds no marker
+        self._firsts = {st: "".join(sorted({m[0] for m in live})) for st, live in self._live.items()}
+
+    def _settle(self) -> None:
+        st = self._state
+        self._quiet = st != _PENDING and not self._held and not self._live[st]
 
     # ---- the interface ------------------------------------------------------------------------
     def feed(self, piece: Piece) -> tuple[str, list[Piece]]:
-        st = self._state
         if piece.marker is None:
-            # the common case first: no marker can be in this text for this state
-            if st != _PENDING and not self._held and not self._live[st]:
+            st = self._state
+            if self._quiet:  # the common case: no marker can be in this state's text
                 return (piece.text, []) if st == _REASONING else ("", [piece])
+            if st != _PENDING and not self._held:  # text markers: a text without their first chars
+                text = piece.text
+                for c in self._firsts[st]:
+                    if c in text:
+                        break
+                else:
+                    return (text, []) if st == _REASONING else ("", [piece])
             self._text(piece.text)
         else:
             self._marker(piece)
+        self._settle()
         return self._out()
 
     def finish(self) -> tuple[str, list[Piece]]:
@@ -85,6 +99,7 @@ class ThinkParser(ReasoningParser):
         if self._held:
             self._emit(self._held)
             self._held = ""
+        self._settle()
         return self._out()
 
     # ---- the machine --------------------------------------------------------------------------
@@ -106,6 +121,9 @@ class ThinkParser(ReasoningParser):
     def _text(self, text: str) -> None:
         if self._state == _PENDING:
             self._pending_text(text)
+            return
+        if not self._held and not any(c in text for c in self._firsts[self._state]):
+            self._emit(text)
             return
         buf = self._held + text
         self._held = ""

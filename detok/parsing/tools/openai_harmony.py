@@ -45,6 +45,15 @@ class OpenAIHarmonyToolParser(ToolParser):
         return self._calls
 
     def feed(self, piece: Piece) -> tuple[str, list[ToolCallDelta]]:
+        if piece.marker is None and piece.text:  # the per-token fast paths
+            reader = self._reader
+            if reader.in_plain_body:
+                if self._kind == _CONTENT and self._started:
+                    return piece.text, []
+                if self._kind == _CALL and self._args_started:
+                    return "", [ToolCallDelta(self._calls - 1, arguments=piece.text)]
+            elif reader.in_plain_idle:  # content text (what openai_gptoss passes on, or stray)
+                return piece.text, []
         return self._route(self._reader.feed(piece))
 
     def finish(self) -> tuple[str, list[ToolCallDelta]]:
