@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from detok.parsing.base import ToolParser
+from detok.parsing.tools.hermes import HermesToolParser
 
-FAMILIES: list[type[ToolParser]] = []
+FAMILIES: list[type[ToolParser]] = [HermesToolParser]
