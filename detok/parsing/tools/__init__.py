@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from detok.parsing.base import ToolParser
 from detok.parsing.tools.hermes import HermesToolParser
+from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
 
-FAMILIES: list[type[ToolParser]] = [HermesToolParser]
+FAMILIES: list[type[ToolParser]] = [HermesToolParser, Qwen3CoderToolParser]
