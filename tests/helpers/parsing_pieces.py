@@ -106,3 +106,25 @@ def text_pieces(text: str, markers: Sequence[str]) -> list[Piece]:
             out.append(Piece(text[i]))
             i += 1
     return out
+
+
+def added_marker_pieces(tok, text: str, markers: Sequence[str]) -> list[Piece]:  # type: ignore[no-untyped-def]
+    """For a marker set the tokenizer lacks: the markers as if added to its vocabulary (one marker
+    piece each), the text between them the tokenizer's real tokens (one piece per token)."""
+    out: list[Piece] = []
+    ordered = sorted(markers, key=len, reverse=True)
+    i = start = 0
+    while i <= len(text):
+        hit = next((m for m in ordered if text.startswith(m, i)), None) if i < len(text) else ""
+        if hit is None:
+            i += 1
+            continue
+        if i > start:
+            out.extend(token_pieces(tok, text[start:i], {}))
+        if hit:
+            out.append(Piece(hit, hit))
+            i += len(hit)
+            start = i
+        else:
+            break
+    return out

@@ -54,7 +54,8 @@ class CallObjectStream:
 
     def feed(self, text: str) -> tuple[str | None, str, str | None]:
         """Return (the name when it became known now, arguments text, the text after the object or
-        None while it is open). After a failure (`failed`), the rest is ignored."""
+        None while it is open). On a failure (`failed`) the rest is the text from the offending
+        character on; later feeds are ignored."""
         new_name: str | None = None
         args: list[str] = []
         if self.done or self.failed:
@@ -68,16 +69,17 @@ class CallObjectStream:
                 emitted, rest = sub.feed(text[i:] if i else text)
                 if emitted:
                     self._route(emitted, args)
+                if sub.failed:
+                    self.failed = True
+                    return new_name, "".join(args), rest
                 if rest is None:
-                    if sub.failed:
-                        self.failed = True
                     break
                 i = n - len(rest)
                 got = self._end_sub(args)
                 if got is not None:
                     new_name = got
                 if self.failed:
-                    break
+                    return new_name, "".join(args), text[i:]
                 continue
             c = text[i]
             if c in " \t\n\r":
@@ -86,7 +88,7 @@ class CallObjectStream:
             if st == _START:
                 if c != "{":
                     self.failed = True
-                    break
+                    return new_name, "".join(args), text[i:]
                 self._state = _KEY_OR_CLOSE
                 i += 1
             elif st == _KEY_OR_CLOSE or st == _KEY:
@@ -97,11 +99,11 @@ class CallObjectStream:
                     return new_name, "".join(args), text[i + 1 :]
                 else:
                     self.failed = True
-                    break
+                    return new_name, "".join(args), text[i:]
             elif st == _COLON:
                 if c != ":":
                     self.failed = True
-                    break
+                    return new_name, "".join(args), text[i:]
                 self._state = _VALUE
                 i += 1
             elif st == _VALUE:
@@ -123,7 +125,7 @@ class CallObjectStream:
                     return new_name, "".join(args), text[i + 1 :]
                 else:
                     self.failed = True
-                    break
+                    return new_name, "".join(args), text[i:]
         return new_name, "".join(args), None
 
     def _begin_sub(self, reading: int) -> None:

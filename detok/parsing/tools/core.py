@@ -82,6 +82,8 @@ class StreamingToolParser(ToolParser):
 
     # markers looked for in the text even when the tokenizer has them as tokens (e.g. `<function=`)
     text_markers: ClassVar[tuple[str, ...]] = ()
+    # characters dropped between and after calls (when nothing else follows before the next call)
+    separators: ClassVar[str] = " \t\n\r"
 
     def __init__(
         self,
@@ -146,7 +148,7 @@ class StreamingToolParser(ToolParser):
         if not text:
             return
         if self._after_call:
-            if not text.strip():
+            if not text.strip(self.separators):
                 self._idle_space += text
                 return
             text = self._idle_space + text

@@ -51,7 +51,8 @@ class JsonValueStream:
 
     def feed(self, text: str) -> tuple[str, str | None]:
         """Return (valid text to pass on, the text after the value or None while it is not done).
-        After a failure everything fed is ignored (`failed` set); call `close()`."""
+        On a failure (`failed` set) the text from the offending character on is returned as the
+        rest; later feeds are ignored; call `close()`."""
         if self.done or self.failed:
             return "", (text if self.done else None)
         buf = self._held + text if self._held else text
@@ -189,6 +190,8 @@ class JsonValueStream:
                 continue
             self.failed = True
             break
+        if self.failed:
+            return "".join(out), buf[i:]
         return "".join(out), None
 
     def _start_member(self, out: list[str]) -> None:
