@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from detok.parsing.base import ToolParser
+from detok.parsing.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
 from detok.parsing.tools.hermes import HermesToolParser
 from detok.parsing.tools.llama3_json import Llama3JsonToolParser
 from detok.parsing.tools.mistral import MistralToolParser
 from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
 
-FAMILIES: list[type[ToolParser]] = [HermesToolParser, Qwen3CoderToolParser, Llama3JsonToolParser, MistralToolParser]
+FAMILIES: list[type[ToolParser]] = [HermesToolParser, Qwen3CoderToolParser, Llama3JsonToolParser, MistralToolParser,
+    DeepSeekV3ToolParser, DeepSeekV31ToolParser]
