@@ -31,6 +31,7 @@ class Result:
 
 
 def tools_of(*specs: tuple[str, dict | None] | str) -> tuple[ToolSpec, ...]:
+    """ToolSpecs from names or (name, parameters) pairs."""
     out = []
     for s in specs:
         out.append(ToolSpec(s) if isinstance(s, str) else ToolSpec(s[0], s[1]))

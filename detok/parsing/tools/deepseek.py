@@ -26,11 +26,20 @@ MAX_NAME = 256
 _CONTENT, _SECTION, _TYPE, _NAME, _PREARGS, _ARGS, _TAIL = range(7)
 
 
-class _DeepSeekToolParser(StreamingToolParser):
+class SectionToolParser(StreamingToolParser):
+    """A calls section of calls `CALL_BEGIN name SEP arguments CALL_END` (DeepSeek, Kimi K2)."""
+
     markers = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
     required_tokens = (CALLS_BEGIN, CALL_BEGIN, CALL_END, SEP)
+    calls_begin: tuple[str, ...] = (CALLS_BEGIN,)
+    calls_end: tuple[str, ...] = (CALLS_END,)
+    call_begin, call_end, sep = CALL_BEGIN, CALL_END, SEP
     # V3 writes a type ("function") before the separator and the name after it
     _type_first = False
+
+    def _call_name(self, raw: str) -> tuple[str, str | None]:
+        """(function name, native call id or None) from the text before the separator."""
+        return raw.strip(), None
 
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
@@ -41,26 +50,26 @@ class _DeepSeekToolParser(StreamingToolParser):
 
     def _on_marker(self, marker: str) -> None:
         st = self._state
-        if marker == CALLS_BEGIN:
+        if marker in self.calls_begin:
             self._end_call()
             self._end_section()
             self._section = [marker]
             self._state = _SECTION
-        elif marker == CALLS_END:
+        elif marker in self.calls_end:
             self._end_call()
             if self._section:
                 self._section.append(marker)
             self._end_section()
             self._state = _CONTENT
-        elif marker == CALL_BEGIN:  # also without the section marker (lenient)
+        elif marker == self.call_begin:  # also without the section marker (lenient)
             self._end_call()
             self._section = []
             self._name = []
             self._state = _TYPE if self._type_first else _NAME
-        elif marker == CALL_END:
+        elif marker == self.call_end:
             self._end_call()
             self._state = _SECTION
-        elif marker == SEP:
+        elif marker == self.sep:
             if st == _TYPE:
                 self._state = _NAME
             elif st == _NAME and not self._type_first:
@@ -113,12 +122,12 @@ class _DeepSeekToolParser(StreamingToolParser):
                 return
 
     def _begin_args(self, state: int) -> None:
-        name = "".join(self._name).strip()
+        name, native_id = self._call_name("".join(self._name))
         self._name = []
         if not name:
             self._state = _TAIL
             return
-        self._open_call(name)
+        self._open_call(name, native_id)
         self._value = JsonValueStream()
         self._state = state
 
@@ -141,10 +150,10 @@ class _DeepSeekToolParser(StreamingToolParser):
         self._state = _CONTENT
 
 
-class DeepSeekV3ToolParser(_DeepSeekToolParser):
+class DeepSeekV3ToolParser(SectionToolParser):
     names = ("deepseek_v3", "deepseekv3")
     _type_first = True
 
 
-class DeepSeekV31ToolParser(_DeepSeekToolParser):
+class DeepSeekV31ToolParser(SectionToolParser):
     names = ("deepseek_v31", "deepseekv31")
