@@ -108,8 +108,18 @@ GLM45 = [
         starts=False,
         note="vLLM streamed (its legacy non-streamed result returned the text with <think> as content)",
     ),
-    # SGLang Glm45Detector: <tool_call> ends reasoning, kept for the tool parser
+    # SGLang TestGlm45Detector (force_reasoning=False: starts=False; the forced cases starts=True)
     Case("sgl_tool_interrupt", "<think>plan<tool_call>get_weather<arg_key>city</arg_key>", "plan", "<tool_call>get_weather<arg_key>city</arg_key>", starts=False),
+    Case("sgl_normal_reasoning", "<think>Let me think about this step by step</think>The answer is 42.", "Let me think about this step by step", "The answer is 42.", starts=False),
+    Case("sgl_tool_interrupt_data", "<think>I need to think<tool_call>tool call data", "I need to think", "<tool_call>tool call data", starts=False),
+    Case("sgl_multiple_tool_calls_first", "<think>thinking<tool_call>first tool<tool_call>second tool<tool_call>final tool", "thinking", "<tool_call>first tool<tool_call>second tool<tool_call>final tool", starts=False),
+    Case("sgl_truncated", "<think>This is incomplete", "This is incomplete", "", starts=False),
+    Case("sgl_normal_text_only", "Just the answer without any reasoning.", "", "Just the answer without any reasoning.", starts=False),
+    Case("sgl_streaming_flow", "<think>thinking...</think>answer", "thinking...", "answer", starts=False),
+    Case("sgl_tool_interrupt_split", "<think>thinking<tool_call>tool args", "thinking", "<tool_call>tool args", starts=False),
+    Case("sgl_empty_reasoning_with_tool", "<think><tool_call>tool call", "", "<tool_call>tool call", starts=False),
+    Case("sgl_forced", "This is reasoning", "This is reasoning", "", starts=True),
+    Case("sgl_forced_tool", "More reasoning<tool_call>tool call", "More reasoning", "<tool_call>tool call", starts=True),
     # vLLM glm47 config: a <think> in the answer opens reasoning again; a stray </think> is absorbed
     Case("reopen", "a</think>b<think>c</think>d</think>e", "ac", "bde"),
 ]
@@ -126,6 +136,7 @@ KIMI_K2 = [
     Case("sgl_tool_interrupt", "<think>thinking<|tool_calls_section_begin|><|tool_call_begin|>", "thinking", "<|tool_calls_section_begin|><|tool_call_begin|>", starts=False),
     Case("sgl_streaming_interrupt", "<think>reasoning<|tool_calls_section_begin|>", "reasoning", "<|tool_calls_section_begin|>", starts=False),
     Case("sgl_no_thinking", "Direct answer.", "", "Direct answer.", starts=False),
+    Case("sgl_after_interrupt_is_normal", "<think>reasoning<|tool_calls_section_begin|><|tool_call_begin|>", "reasoning", "<|tool_calls_section_begin|><|tool_call_begin|>", starts=False),
 ]
 
 MISTRAL = [
