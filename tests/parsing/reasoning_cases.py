@@ -47,6 +47,15 @@ DEEPSEEK_R1 = [
     Case("sgl_r1_format", "I need to think about this. The answer is 42.", "I need to think about this. The answer is 42.", ""),
     Case("sgl_end_token", "I think this is the answer</think>The final answer is 42.", "I think this is the answer", "The final answer is 42."),
     Case("sgl_start_token", "<think>I need to think about this.</think>The answer is 42.", "I need to think about this.", "The answer is 42."),
+    # SGLang TestIntegrationScenarios
+    Case(
+        "sgl_complete_response",
+        "I need to solve this step by step. First, I'll analyze the problem. The given equation is x + 2 = 5. "
+        "To solve for x, I subtract 2 from both sides: x = 5 - 2 = 3.</think>The answer is x = 3.",
+        "I need to solve this step by step. First, I'll analyze the problem. The given equation is x + 2 = 5. "
+        "To solve for x, I subtract 2 from both sides: x = 5 - 2 = 3.",
+        "The answer is x = 3.",
+    ),
 ]
 
 QWEN3 = [
@@ -79,6 +88,24 @@ QWEN3 = [
     Case("sgl_base_start", "<think>This is reasoning", "This is reasoning", "", starts=False),
     Case("sgl_base_complete", "<think>This is reasoning</think>This is normal", "This is reasoning", "This is normal", starts=False),
     Case("sgl_base_mixed", "<think>reasoning</think>normal", "reasoning", "normal", starts=False),
+    # SGLang TestReasoningParser / TestIntegrationScenarios
+    Case("sgl_parse_non_stream", "<think>Let me think</think>The answer is 42.", "Let me think", "The answer is 42.", starts=False),
+    Case("sgl_stream_chunks", "<think>thinking...</think>answer", "thinking...", "answer", starts=False),
+    Case(
+        "sgl_streaming_scenario",
+        "<think>Let me analyze this problem. I need to consider multiple factors.</think>Based on my analysis, the solution is to use a different approach.",
+        "Let me analyze this problem. I need to consider multiple factors.",
+        "Based on my analysis, the solution is to use a different approach.",
+        starts=False,
+    ),
+    Case("sgl_empty_reasoning_block", "<think></think>Just the answer.", "", "Just the answer.", starts=False),
+    Case(
+        "sgl_forced_complete",
+        "Let me solve this step by step. The equation is x + 2 = 5. Subtracting 2 from both sides gives x = 3.</think>The solution is x = 3.",
+        "Let me solve this step by step. The equation is x + 2 = 5. Subtracting 2 from both sides gives x = 3.",
+        "The solution is x = 3.",
+        starts=True,
+    ),
     # vLLM's lookahead: a <tool_call> merely mentioned while thinking does not end it
     Case("tool_call_mention", "Use <tool_call> tags later.</think>Done", "Use <tool_call> tags later.", "Done"),
 ]
