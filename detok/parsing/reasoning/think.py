@@ -3,12 +3,13 @@ the families differ only in their markers and defaults.
 
 States: before reasoning (content; the start marker opens reasoning), reasoning (the end marker closes
 it), pending (an implicit end such as Qwen3.5's `<tool_call>` inside reasoning, waiting for the text that
-confirms it) and after (content; a start marker opens reasoning again only in `reopen` families, as
-vLLM's GLM and Mistral configs, else it is answer text as in vLLM's qwen3).
+confirms it) and after (content; a start marker opens reasoning again in `reopen` families, as vLLM's
+GLM and Mistral configs).
 
 The reasoning markers' text never reaches reasoning or content: the start marker is dropped (also
-repeated inside reasoning), the end marker is dropped, a stray end marker outside reasoning is dropped
-(vLLM's engine absorbs it). An implicit end marker is kept and goes to content, where the tool parser
+repeated inside reasoning, and in the answer of a family that does not reopen, where the peers pass it
+on as text), the end marker is dropped, a stray end marker outside reasoning is dropped (vLLM's engine
+absorbs it). An implicit end marker is kept and goes to content, where the tool parser
 needs it. A marker that is one token of
 the tokenizer is recognised only as a marker `Piece` (by id, never split); a marker that is plain text
 of this tokenizer is found in the text, holding back only a tail that could still become one.
@@ -56,7 +57,7 @@ class ThinkParser(ReasoningParser):
         self._live = {
             _BEFORE: text_start + text_end,
             _REASONING: text_start + text_end + text_imp,
-            _AFTER: (text_start if self.reopen else ()) + text_end,
+            _AFTER: text_start + text_end,
         }
         self._imp_piece = Piece(imp, imp if imp in token_markers else None) if imp else None
         self._held = ""  # a tail of text that may still become a text marker
@@ -158,9 +159,8 @@ class ThinkParser(ReasoningParser):
         if m == self.start:
             if st == _BEFORE or (st == _AFTER and self.reopen):
                 self._state = _REASONING
-            elif st == _AFTER:
-                self._c.append(piece)
-            # a repeated start inside reasoning is dropped
+            # a repeated start inside reasoning is dropped, and so is one in the answer of a family
+            # that does not reopen (marker text never reaches content)
         elif m == self.end:
             if st == _REASONING:
                 self._state = _AFTER
