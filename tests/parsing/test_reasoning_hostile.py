@@ -91,3 +91,13 @@ def test_implicit_end_waits_a_bounded_window() -> None:
     # within the window it ends reasoning, the marker piece kept for the tool parser
     r, c = feed_all(Qwen3Parser(starts_in_reasoning=True, token_markers=tm), [Piece("<tool_call>", "<tool_call>"), Piece("\n<function=f>")])
     assert r == "" and c[0] == Piece("<tool_call>", "<tool_call>") and "".join(p.text for p in c) == "<tool_call>\n<function=f>"
+
+
+def test_text_after_a_confirmed_implicit_end_is_scanned_as_answer() -> None:
+    """Markers as text: the confirming text and what follows it in the same piece go through the
+    answer's scanner, the same result whether `</think>` arrives with it or after it."""
+    from detok.parsing.reasoning.qwen3 import Qwen3Parser
+
+    whole = parse(Qwen3Parser, ["r", "<tool_call>", "\n<function=x></think>tail"], False)
+    split = parse(Qwen3Parser, ["r", "<tool_call>", "\n<function=x>", "</think>", "tail"], False)
+    assert whole == split == ("r", "<tool_call>\n<function=x>tail")

@@ -19,7 +19,7 @@ from tests.parsing.test_reasoning_peers import MATRIX
 EXAMPLES = int(os.environ.get("DETOK_EXAMPLES", "60"))
 
 ORDINARY = ["Hello", " world", "\n", "  ", "x", "北京", "🫨", "<", ">", "/", "[", "]", "|", "=", "{", "}"]
-EXTRA = ["<function=bash>", "<function name", "\n<function=", "<parameter=x>", "<|tool_call_begin|>"]
+EXTRA = ["<function=bash>", "<function name", "\n<function=", "<parameter=x>", "<|tool_call_begin|>", "<tool_call>\n<function=f>"]
 
 
 def fragments(family: str) -> list[str]:

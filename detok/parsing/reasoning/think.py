@@ -186,10 +186,10 @@ class ThinkParser(ReasoningParser):
         confirm = self.implicit_confirm
         assert confirm is not None and self._imp_piece is not None
         if confirm.match(after):
+            rest, self._pending = self._pending, ""
             self._state = _AFTER
             self._c.append(self._imp_piece)
-            self._c.append(Piece(self._pending))
-            self._pending = ""
+            self._text(rest)  # scanned as answer text (a text end marker in it is dropped there too)
             return
         full = len(window) == IMPLICIT_END_LOOKAHEAD
         if not full and (not after or self.implicit_confirm_prefix.startswith(after)):
