@@ -146,3 +146,33 @@ def test_garbage_after_return_is_content() -> None:
     ids = tok.encode("<|channel|>final<|message|>ok<|return|>" + garbage)
     reasoning, content, calls = parse(op, token_pieces(tok, ids, op.marker_ids))
     assert (reasoning, content, calls) == ("", "ok" + garbage, [])
+
+
+SOUP = [
+    "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|call|>", "<|return|>",
+    "<|", "|>", "<|chan", "nel|>", "assistant", "analysis", "final", "commentary", " to=functions.f",
+    " to=python", " json", "{\"a\": 1}", "Hello", " ", "\n", "北京", "x",
+]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_any_harmony_soup_any_grouping(data: st.DataObject) -> None:
+    """Random Harmony-ish text (markers, partial markers, headers, bodies in any order): one piece per
+    token, all at once, and random regroupings give the same reasoning, content and calls."""
+    tok = data.draw(st.sampled_from([voc.harmony, voc.gpt2]), label="vocabulary")()
+    config = data.draw(st.sampled_from(list(CONFIGS)), label="config")
+    text = "".join(data.draw(st.lists(st.sampled_from(SOUP), max_size=30), label="fragments"))
+    case = hc.HCase("soup", text, "", "")
+    rng = random.Random(data.draw(st.integers(0, 2**32), label="seed"))
+    whole = run(case, tok, config, run_pieces)
+    want = (whole[0], whole[1], assemble(whole[2]))
+    for cut in (token_pieces, lambda t, i, m: regroup(token_pieces(t, i, m), rng, 0.5)):
+        got = run(case, tok, config, cut)
+        assert (got[0], got[1], assemble(got[2])) == want
+    stripped = text
+    for marker in SOUP[:7]:
+        stripped = stripped.replace(marker, "")
+    for marker in SOUP[:7]:
+        if marker not in stripped:  # not spelled out of partial markers around a dropped one
+            assert marker not in want[0] and marker not in want[1]
