@@ -74,7 +74,7 @@ class CallObjectStream:
                     return new_name, "".join(args), rest
                 if rest is None:
                     break
-                i = n - len(rest)
+                text, i, n = rest, 0, len(rest)  # the rest may hold text the sub held back
                 got = self._end_sub(args)
                 if got is not None:
                     new_name = got

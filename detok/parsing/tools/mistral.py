@@ -76,7 +76,8 @@ class MistralToolParser(StreamingToolParser):
                 stripped = text.lstrip()
                 if not stripped:
                     return
-                self._state = _ARRAY if stripped[0] == "[" else _NAME
+                # `[` opens the array; a bare `{` is one call object without the brackets
+                self._state = _ARRAY if stripped[0] in "[{" else _NAME
                 self._array_sep = False
                 text = stripped[1:] if stripped[0] == "[" else stripped
             elif st == _NAME:
@@ -93,7 +94,8 @@ class MistralToolParser(StreamingToolParser):
                     text = text[brace:]
                     continue
                 if not self._begin_call():
-                    return
+                    text = text[brace:]
+                    continue
                 self._state = _ARGS
                 text = text[brace:]
             elif st == _CALL_ID:  # the model's own id: skipped (ids are ours, of Mistral's shape)
