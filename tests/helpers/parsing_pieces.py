@@ -1,130 +1,129 @@
-"""Pieces as the worker makes them, for parser tests: a text encoded by a real tokenizer, cut at the
-marker token ids (each marker token its own piece), the other tokens' text one piece per token (a
-token ending inside a UTF-8 character joins the next). `regroup` merges neighbouring plain pieces the
-way a step of several ids would (never across a marker), so a test can replay any grouping.
+"""Feed a parser what a worker feeds it: the decoded text of a request's ids, cut at marker ids.
+
+A marker that is one token of the tokenizer becomes a marker `Piece` (detected by id, never split);
+every other id's text is plain text. Runs are decoded keeping added tokens (`skip_special=False` by
+default): the models' own tokenizer.json marks `<tool_call>`, `<think>` and the like not special (so the
+worker's text keeps them), while detok's tiktoken presets mark every added token special.
+`token_pieces` gives one piece per id (a scheduler sending one id per step), `run_pieces` one text
+piece per run between markers (all ids at once); `regroup` cuts and joins text pieces anew.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from detok.parsing.registry import marker_token_ids
 from detok.parsing.types import Piece
+from detok.tokenizer.base import Tokenizer
 
 
-def marker_ids(family: type, tok) -> dict[int, str]:  # type: ignore[no-untyped-def]
-    """The family's markers that are one token of `tok` (id -> marker), as the worker finds them."""
-    return {i: m for m, i in marker_token_ids(family, single_token_id(tok)).items()}
+def marker_ids(tok: Tokenizer, markers: Iterable[str]) -> dict[int, str]:
+    """{id: marker} for the markers that are exactly one token of `tok` (the worker's check)."""
+    found: dict[int, str] = {}
+    for m in markers:
+        tid = tok.token_to_id(m)
+        if tid is not None and tok.encode(m) == [tid]:
+            found[tid] = m
+    return found
 
 
-def single_token_id(tok) -> Callable[[str], int | None]:  # type: ignore[no-untyped-def]
-    """token_id(text): the id when `text` is exactly one token of `tok` (as `encode` sees it)."""
+def single_token(tok: Tokenizer) -> Callable[[str], int | None]:
+    """`token_id(text)` as OutputParser wants it: the id of a text that is exactly one token."""
 
     def token_id(text: str) -> int | None:
-        i = tok.token_to_id(text)
-        if i is None:
-            return None
-        return i if tok.encode(text) == [i] else None
+        tid = tok.token_to_id(text)
+        return tid if tid is not None and tok.encode(text) == [tid] else None
 
     return token_id
 
 
-def token_pieces(tok, text: str, markers: dict[int, str]) -> list[Piece]:  # type: ignore[no-untyped-def]
-    """One piece per token of `text` (markers by id); their texts join to `text` (asserted)."""
-    ids = tok.encode(text)
-    pieces: list[Piece] = []
-    segment: list[int] = []
-
-    def flush() -> None:
-        done = ""
-        for k in range(1, len(segment) + 1):
-            now = tok.decode(segment[:k], skip_special_tokens=False)
-            if now.endswith("\ufffd") and k < len(segment):
-                continue  # inside a character: the next token completes it
-            pieces.append(Piece(now[len(done) :]))
-            done = now
-        segment.clear()
-
+def _runs(ids: Sequence[int], markers: dict[int, str]) -> list[list[int] | str]:
+    out: list[list[int] | str] = []
+    run: list[int] = []
     for i in ids:
         if i in markers:
-            flush()
-            pieces.append(Piece(markers[i], markers[i]))
-        else:
-            segment.append(i)
-    flush()
-    joined = "".join(p.text for p in pieces)
-    assert joined == text, (joined, text)
-    return [p for p in pieces if p.text]
-
-
-def regroup(pieces: Sequence[Piece], sizes: Callable[[], int]) -> list[Piece]:
-    """Merge runs of plain pieces into groups of `sizes()` pieces; markers stay alone."""
-    out: list[Piece] = []
-    run: list[str] = []
-    want = sizes()
-    for p in pieces:
-        if p.marker is not None:
             if run:
-                out.append(Piece("".join(run)))
+                out.append(run)
                 run = []
-            out.append(p)
-            want = sizes()
-            continue
-        run.append(p.text)
-        if len(run) >= want:
-            out.append(Piece("".join(run)))
-            run = []
-            want = sizes()
+            out.append(markers[i])
+        else:
+            run.append(i)
     if run:
-        out.append(Piece("".join(run)))
+        out.append(run)
     return out
 
 
-def random_groups(pieces: Sequence[Piece], seed: int, most: int = 8) -> list[Piece]:
-    rng = random.Random(seed)
-    return regroup(pieces, lambda: rng.randint(1, most))
-
-
-def all_at_once(pieces: Sequence[Piece]) -> list[Piece]:
-    return regroup(pieces, lambda: 1 << 30)
-
-
-def text_pieces(text: str, markers: Sequence[str]) -> list[Piece]:
-    """Pieces of `text` with the given marker strings cut out as marker pieces (no tokenizer: for
-    markers added to a vocabulary), the text between them one piece per character."""
+def run_pieces(
+    tok: Tokenizer, ids: Sequence[int], markers: dict[int, str], skip_special: bool = False
+) -> list[Piece]:
+    """All ids at once: one text piece per run of ordinary ids, one marker piece per marker id."""
     out: list[Piece] = []
-    i = 0
-    ordered = sorted(markers, key=len, reverse=True)
-    while i < len(text):
-        for m in ordered:
-            if text.startswith(m, i):
-                out.append(Piece(m, m))
-                i += len(m)
-                break
+    for r in _runs(ids, markers):
+        if isinstance(r, str):
+            out.append(Piece(r, r))
         else:
-            out.append(Piece(text[i]))
-            i += 1
+            text = tok.decode(r, skip_special_tokens=skip_special)
+            if text:
+                out.append(Piece(text))
     return out
 
 
-def added_marker_pieces(tok, text: str, markers: Sequence[str]) -> list[Piece]:  # type: ignore[no-untyped-def]
-    """For a marker set the tokenizer lacks: the markers as if added to its vocabulary (one marker
-    piece each), the text between them the tokenizer's real tokens (one piece per token)."""
+def token_pieces(
+    tok: Tokenizer, ids: Sequence[int], markers: dict[int, str], skip_special: bool = False
+) -> list[Piece]:
+    """One id per step: each ordinary id's new text (a character split over ids waits for its last
+    byte, as the worker's stream holds U+FFFD), each marker id its marker piece."""
     out: list[Piece] = []
-    ordered = sorted(markers, key=len, reverse=True)
-    i = start = 0
-    while i <= len(text):
-        hit = next((m for m in ordered if text.startswith(m, i)), None) if i < len(text) else ""
-        if hit is None:
-            i += 1
+    for r in _runs(ids, markers):
+        if isinstance(r, str):
+            out.append(Piece(r, r))
             continue
-        if i > start:
-            out.extend(token_pieces(tok, text[start:i], {}))
-        if hit:
-            out.append(Piece(hit, hit))
-            i += len(hit)
-            start = i
-        else:
-            break
+        done = ""
+        for k in range(1, len(r) + 1):
+            text = tok.decode(r[:k], skip_special_tokens=skip_special)
+            if k < len(r) and text.endswith("\ufffd"):
+                continue
+            if len(text) > len(done) and text.startswith(done):
+                out.append(Piece(text[len(done) :]))
+                done = text
+        # a decoder that rewrites earlier text (rare): the run's final text wins
+        if done != tok.decode(r, skip_special_tokens=skip_special):
+            raise AssertionError(f"incremental decode of {r} is not prefix-stable")
     return out
+
+
+def regroup(pieces: Sequence[Piece], rng: random.Random, cut_share: float = 0.3) -> list[Piece]:
+    """The same text cut differently: text pieces split at random points and adjacent text pieces
+    joined at random; marker pieces stay whole and in place."""
+    text = [p for p in pieces]
+    split: list[Piece] = []
+    for p in text:
+        if p.marker is not None or len(p.text) < 2:
+            split.append(p)
+            continue
+        points = sorted({rng.randrange(1, len(p.text)) for _ in range(len(p.text)) if rng.random() < cut_share})
+        last = 0
+        for at in [*points, len(p.text)]:
+            split.append(Piece(p.text[last:at]))
+            last = at
+    joined: list[Piece] = []
+    for p in split:
+        if p.marker is None and joined and joined[-1].marker is None and rng.random() < 0.5:
+            joined[-1] = Piece(joined[-1].text + p.text)
+        else:
+            joined.append(p)
+    return joined
+
+
+def feed_all(parser: object, pieces: Iterable[Piece]) -> tuple[str, list[Piece]]:
+    """Feed a ReasoningParser every piece, then finish: (joined reasoning, content pieces)."""
+    reasoning: list[str] = []
+    content: list[Piece] = []
+    for p in pieces:
+        r, c = parser.feed(p)  # type: ignore[attr-defined]
+        reasoning.append(r)
+        content.extend(c)
+    r, c = parser.finish()  # type: ignore[attr-defined]
+    reasoning.append(r)
+    content.extend(c)
+    return "".join(reasoning), content

@@ -88,7 +88,7 @@ def assert_valid_arguments(result: Result) -> None:
 def run_all_groupings(family: type, pieces: Sequence[Piece], **kwargs: object) -> Result:
     """The result of one piece per token, checked equal to all-at-once, steps of 2, 3, 5, 8 and
     random steps; arguments valid JSON. Returns the per-token run."""
-    from tests.helpers.parsing_pieces import all_at_once, random_groups, regroup
+    from tests.helpers.tool_pieces import all_at_once, random_groups, regroup
 
     base = run_parser(family, pieces, **kwargs)  # type: ignore[arg-type]
     assert_valid_arguments(base)

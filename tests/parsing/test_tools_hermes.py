@@ -9,7 +9,7 @@ import json
 import pytest
 
 from detok.parsing.tools.hermes import HermesToolParser
-from tests.helpers.parsing_pieces import marker_ids, token_pieces
+from tests.helpers.tool_pieces import marker_ids, token_pieces
 from tests.helpers.tool_parsing import run_all_groupings
 
 # (text, expected content, expected [(name, arguments as parsed JSON)])

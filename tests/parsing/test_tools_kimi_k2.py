@@ -9,7 +9,7 @@ import json
 import pytest
 
 from detok.parsing.tools.kimi_k2 import KimiK2ToolParser
-from tests.helpers.parsing_pieces import added_marker_pieces
+from tests.helpers.tool_pieces import added_marker_pieces
 from tests.helpers.tool_parsing import run_all_groupings, tools_of
 
 SB, SE = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from detok.parsing.tools.llama3_json import Llama3JsonToolParser
-from tests.helpers.parsing_pieces import added_marker_pieces
+from tests.helpers.tool_pieces import added_marker_pieces
 from tests.helpers.tokenizers_available import llama3_tokenizer_json
 from tests.helpers.tool_parsing import run_all_groupings
 

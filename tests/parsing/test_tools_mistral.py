@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from detok.parsing.tools.mistral import MistralToolParser
-from tests.helpers.parsing_pieces import added_marker_pieces
+from tests.helpers.tool_pieces import added_marker_pieces
 from tests.helpers.tokenizers_available import mistral_spm, mistral_tekken
 from tests.helpers.tool_parsing import run_all_groupings
 
@@ -69,6 +69,6 @@ def test_peer_cases(case: int, mistral_tok) -> None:  # type: ignore[no-untyped-
 
 def test_tool_calls_is_a_control_token_of_tekken() -> None:
     from detok.tokenizer.factory import load_tokenizer
-    from tests.helpers.parsing_pieces import marker_ids
+    from tests.helpers.tool_pieces import marker_ids
 
     assert "[TOOL_CALLS]" in marker_ids(MistralToolParser, load_tokenizer(str(mistral_tekken("240911")))).values()
