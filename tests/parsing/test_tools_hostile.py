@@ -15,7 +15,7 @@ from detok.parsing.tools.core import MAX_TOOL_CALLS
 from detok.parsing.tools.hermes import HermesToolParser
 from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
 from detok.parsing.types import OutputParsing, Piece
-from tests.helpers.parsing_pieces import marker_ids, single_token_id, text_pieces, token_pieces
+from tests.helpers.tool_pieces import marker_ids, single_token_id, text_pieces, token_pieces
 from tests.helpers.tool_parsing import assert_valid_arguments, run_all_groupings, run_parser, tools_of
 
 # one call per family, as text with its markers

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from detok.parsing.tools import FAMILIES
 from detok.parsing.types import Piece
-from tests.helpers.parsing_pieces import all_at_once, text_pieces
+from tests.helpers.tool_pieces import all_at_once, text_pieces
 from tests.helpers.tool_parsing import assert_valid_arguments, run_parser, tools_of
 
 JSON_BITS = ['{"name": "f", "arguments": {"a": 1}}', '{"name": "g", "parameters": ', '{"name": "h"',
