@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-_STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
+STRING_RUN = _STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
 _ESCAPE = re.compile(r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
 _ESCAPE_PREFIX = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
@@ -53,6 +53,8 @@ class JsonValueStream:
         """Return (valid text to pass on, the text after the value or None while it is not done).
         On a failure (`failed` set) the text from the offending character on is returned as the
         rest; later feeds are ignored; call `close()`."""
+        if self._in_string and not self._held and _STRING_RUN.fullmatch(text):
+            return text, None  # the common case: more of a string
         if self.done or self.failed:
             return "", (text if self.done else None)
         buf = self._held + text if self._held else text

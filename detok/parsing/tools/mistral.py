@@ -107,6 +107,13 @@ class MistralToolParser(StreamingToolParser):
             else:  # _ITEM
                 text = self._item_text(text)
 
+    def _current_sink(self):  # type: ignore[no-untyped-def]
+        if self._state == _ARGS:
+            return self._value
+        if self._state == _ITEM and self._obj is not None:
+            return self._obj.args_sink
+        return None
+
     def _begin_call(self) -> bool:
         name = "".join(self._name).strip()
         self._name = []
