@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
 from detok.parsing.base import ToolParser
-from detok.parsing.tools.json_stream import JsonValueStream
+from detok.parsing.tools.json_stream import SAFE_IN_STRING, JsonValueStream
 from detok.parsing.types import Piece, ToolCallDelta, ToolSpec
 
 # calls emitted per response at most; later calls are parsed and dropped
@@ -140,6 +140,15 @@ class StreamingToolParser(ToolParser):
                     return "", []
                 self._args_sent = True
                 return "", [ToolCallDelta(self._calls - 1, None, None, text)]
+            elif (sink._in_string and SAFE_IN_STRING.fullmatch(sink._held + text if sink._held else text)
+                  and self._splitter.quiet(text)):
+                # escapes (maybe the end of one held back), no closing quote: the stream stays inside
+                # the string and cannot fail, so the family's slow path would only pass on its output
+                out, _ = sink.feed(text)
+                if not out or self._dropping:
+                    return "", []
+                self._args_sent = True
+                return "", [ToolCallDelta(self._calls - 1, None, None, out)]
         if piece.marker is not None:
             events = self._splitter.flush()
             events.append((piece.marker, piece.text))
