@@ -152,6 +152,8 @@ class StreamingToolParser(ToolParser):
         if piece.marker is not None:
             events = self._splitter.flush()
             events.append((piece.marker, piece.text))
+        elif self._splitter.quiet(piece.text):  # no marker can start in it: one text event
+            events = [(None, piece.text)]
         else:
             events = self._splitter.feed(piece.text)
         for marker, text in events:
