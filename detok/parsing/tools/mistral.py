@@ -39,6 +39,8 @@ def mistral_id(call_id: str) -> str:
 class MistralToolParser(StreamingToolParser):
     names = ("mistral",)
     markers = (TOOL_CALLS, ARGS, CALL_ID)
+    # as vLLM: a Mistral vocabulary without its tool-call token is a configuration error
+    required_tokens = (TOOL_CALLS,)
 
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
