@@ -6,7 +6,8 @@ Harmony output (no reasoning parser: `analysis` messages are left out, `final` a
 are content joined with "\n", as vLLM's parse_chat_output) or what `openai_gptoss` passes on (content
 text, and each tool-call message raw). Recipients outside `functions.` (built-in tools) are not calls
 of the request's tools and are left out, as in vLLM. Names are not checked against the request's tools
-here (vLLM does not either).
+here (vLLM does not either), and the arguments are passed on as the model wrote them, JSON or not
+(as vLLM; OpenAI's API documents that arguments may be invalid JSON). Calls past MAX_TOOL_CALLS are left out.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from detok.parsing.base import ToolParser
 from detok.parsing.harmony import CLOSE, HEAD, MARKERS, STRAY, TEXT, HarmonyReader, Head
+from detok.parsing.tools.core import MAX_TOOL_CALLS
 from detok.parsing.types import Piece, ToolCallDelta, ToolSpec
 
 _CONTENT, _CALL, _NONE = range(3)
@@ -89,7 +91,8 @@ class OpenAIHarmonyToolParser(ToolParser):
     def _open(self, head: Head, calls: list[ToolCallDelta]) -> None:
         self._started = False
         if head.recipient is not None:
-            if head.recipient.startswith(_PREFIX) and len(head.recipient) > len(_PREFIX):
+            # past MAX_TOOL_CALLS a call is left out, as every family does (a bound on one response)
+            if head.recipient.startswith(_PREFIX) and len(head.recipient) > len(_PREFIX) and self._calls < MAX_TOOL_CALLS:
                 index = self._calls
                 self._calls += 1
                 self._kind = _CALL
