@@ -14,6 +14,9 @@ Two ways to consume:
 
 Replays are de-duplicated by char offset: a delta that starts before what a request already has
 is cut, one that would leave a gap is kept and counted (`gaps`). The first finish of a rid wins.
+A rid may be opened again once its stream finished: the finish carries its registration
+generation, and a message that finishes an earlier generation of the rid again (a worker's replay
+of the earlier request) is dropped whole for that rid, so it never reaches the new stream.
 Logprob entries (requests that asked for them) are de-duplicated the same way, by token index.
 Without asyncio (benchmarks, tests), `poll_blocking` receives and dispatches on the calling thread.
 """
@@ -41,6 +44,9 @@ from detok.receiver.token_logprobs import TokenLogprobs, split_logprobs
 log = logging.getLogger("detok.receiver")
 
 _DRAIN_MAX = 256  # messages dispatched per wake-up before yielding to the event loop
+# Finished registration generations remembered (per rid, the latest), to drop replayed output of
+# requests already finished; the oldest are forgotten beyond this many rids.
+FINISHED_GENS_MAX = 200_000
 
 
 class RequestDelta(NamedTuple):
@@ -125,7 +131,9 @@ class RequestStream:
             self._logprobs = []
         if self.finish is not None:
             self._done = True
-            self._receiver._streams.pop(self.rid, None)
+            streams = self._receiver._streams
+            if streams.get(self.rid) is self:  # (not a later request opened with the same rid)
+                del streams[self.rid]
             return RequestDelta(text, self.finish, self.num_tokens, logprobs)
         return RequestDelta(text, logprobs=logprobs)
 
@@ -181,6 +189,7 @@ class DeltaReceiver:
         self._sync_sock: zmq.Socket = zmq.Socket.shadow(self._sock.underlying)
         self._decoder = wire.frontend_inbound_decoder()
         self._streams: dict[int, RequestStream] = {}
+        self._finished_gens: dict[int, int] = {}  # rid -> latest registration generation finished
         self.on_batch = on_batch
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
@@ -190,9 +199,11 @@ class DeltaReceiver:
 
     # ---- requests -------------------------------------------------------------------------------
     def open(self, rid: int) -> RequestStream:
-        """The delta stream of `rid`; open it before the request is submitted."""
+        """The delta stream of `rid`; open it before the request is submitted. Opening a rid
+        whose stream is open and not finished returns that stream; once it finished (even if its
+        consumer has not taken the finish yet), a new stream for a new request."""
         stream = self._streams.get(rid)
-        if stream is None:
+        if stream is None or stream.finish is not None:
             stream = self._streams[rid] = RequestStream(rid, self)
         return stream
 
@@ -262,6 +273,16 @@ class DeltaReceiver:
         if self.on_batch is not None:
             self.on_batch(batch)
         streams = self._streams
+        stale = None
+        if batch.finished:
+            stale = self._stale(batch)
+            gens = self._finished_gens
+            for done in batch.finished:
+                if done.gen and (stale is None or done.rid not in stale):
+                    gens.pop(done.rid, None)  # re-inserted: the newest last, evicted last
+                    gens[done.rid] = done.gen
+            while len(gens) > FINISHED_GENS_MAX:
+                del gens[next(iter(gens))]
         if not streams:
             return
         try:
@@ -272,6 +293,9 @@ class DeltaReceiver:
             log.warning("dropped a delta message whose columns do not fit together: %s", e)
             return
         get = streams.get
+        if stale:
+            streams = {r: s for r, s in streams.items() if r not in stale}
+            get = streams.get
         for rid, text, offset in rows:
             stream = get(rid)
             if stream is not None:
@@ -284,6 +308,20 @@ class DeltaReceiver:
             stream = get(done.rid)
             if stream is not None:
                 stream._end(done.finish, done.num_tokens)
+
+    def _stale(self, batch: DeltaBatch) -> set[int] | None:
+        """Rids this message finishes again in a generation they already finished in: a replay
+        of an earlier request with that rid (all its rows in the message are stale too)."""
+        gens = self._finished_gens
+        if not gens:
+            return None
+        stale = None
+        for done in batch.finished:
+            if done.gen and done.gen <= gens.get(done.rid, 0):
+                if stale is None:
+                    stale = set()
+                stale.add(done.rid)
+        return stale
 
     # ---- shutdown -------------------------------------------------------------------------------
     def close(self) -> None:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
+import msgspec
 import numpy as np
 import zmq
 
@@ -47,9 +48,19 @@ REPLAY_RETRY_S = 0.5
 # send_step / flush take pending notices (replay requests, acknowledgements) at most this often;
 # poll() always does.
 NOTICE_CHECK_S = 0.001
+# add_request of a rid the client still holds live waits this long for the worker's notice that
+# finished it (a stop string, seen by the frontend before the notice reached the scheduler)
+# before refusing the request id as in use.
+REUSE_NOTICE_WAIT_S = 0.5
+
+
+class RequestIdInUse(ValueError):
+    """add_request of a rid whose earlier request is still live (neither ended by the scheduler
+    nor finished by its worker). A rid may be used again once its request finished."""
 
 
 EndLike = EndRequest | tuple[int, str] | tuple[int, str, int | None]
+_EMPTY_STEP = (np.empty(0, np.uint64), np.empty(0, np.uint32), None, np.empty(0, np.uint32))
 
 
 class SchedulerClient:
@@ -79,6 +90,9 @@ class SchedulerClient:
             self._notify = make_socket(self._ctx, zmq.PULL, hwm=hwm)
             self._security.bind(self._notify, notify_endpoint)
         self._encoder = wire.new_encoder()
+        # registration generations: increasing, and across clients too (a receiver takes a
+        # finish of a generation not above the last it saw for a rid as a replay of it)
+        self._gen = time.time_ns() // 1000
         self._decoder = wire.scheduler_notice_decoder()
         self._book = ReplayBook(self._n)  # every request a replay may have to rebuild
         self._live = self._book.live
@@ -106,12 +120,42 @@ class SchedulerClient:
         return shard_of(rid, self._n)
 
     def add_request(self, request: GenerateRequest | Registration) -> int:
-        """Register a request; the registration goes with the next message to its worker."""
+        """Register a request; the registration goes with the next message to its worker.
+
+        A rid may be used again once its earlier request finished (ended, aborted or failed by
+        the scheduler, or finished by its worker: stop string, stop id, error); the new request
+        is a new registration generation, and nothing of the earlier one (late notices, ends,
+        replays after a worker's death) touches it. A rid whose request is still live raises
+        `RequestIdInUse` (after up to REUSE_NOTICE_WAIT_S for a worker notice finishing it)."""
         reg = wire.registration_for(request) if isinstance(request, GenerateRequest) else request
         worker = shard_of(reg.rid, self._n)
+        if reg.rid in self._book:
+            self._reuse(worker, reg.rid)
+        self._gen += 1
+        reg = msgspec.structs.replace(reg, gen=self._gen)
         self._book.register(worker, reg)
         self._new[worker].append(reg)
         return worker
+
+    def _reuse(self, worker: int, rid: int) -> None:
+        """`rid` is registered again: its earlier request must be over, and whatever of it is
+        still staged goes first (an end staged with the new registration would end the new one)."""
+        if rid in self._live:
+            self._take_notices()
+            deadline = time.monotonic() + REUSE_NOTICE_WAIT_S
+            while rid in self._live and self._notify is not None and (left := deadline - time.monotonic()) > 0:
+                self._notify.poll(max(1, int(left * 1000)))
+                self._take_notices()
+            if rid in self._live:
+                raise RequestIdInUse(
+                    f"request id {rid} is still live (registered and not finished): a request id may "
+                    "be used again only after its request finished (end, abort, fail, or a stop the worker reported)"
+                )
+        # the scheduler is done with the earlier request: a Stopped of it not polled yet would
+        # otherwise stop the new one
+        self._stopped = [s for s in self._stopped if s.rid != rid]
+        if any(e.rid == rid for e in self._ends[worker]) or any(r.rid == rid for r in self._new[worker]):
+            self._send_batch(worker, time.time(), *_EMPTY_STEP)
 
     def end(self, rid: int, reason: str = "length", matched: int | None = None) -> None:
         """The scheduler ended a request (eos, stop token, length): sent with the next step."""
@@ -192,10 +236,9 @@ class SchedulerClient:
         """Send staged registrations and ends now (no tokens); returns workers with a full queue."""
         self._take_notices_soon()
         now = time.time()
-        empty64, empty32 = np.empty(0, np.uint64), np.empty(0, np.uint32)
         for w in range(self._n):
             if self._new[w] or self._ends[w]:
-                self._send_batch(w, now, empty64, empty32, None, empty32)
+                self._send_batch(w, now, *_EMPTY_STEP)
             else:
                 self._queues.drain(w)
         return self._queues.full()
@@ -219,6 +262,8 @@ class SchedulerClient:
             logprobs,
         )
         self._book.sent(w, seq, columns, ends)
+        if new:
+            self._book.registrations_sent(seq, new)
         batch = wire.DetokBatch(seq, now, new, *columns[:4], ends, logprobs)
         self._queues.send(w, self._encoder.encode(batch))
 
@@ -308,10 +353,18 @@ class SchedulerClient:
         self._book.acknowledged(w, msg.seq, now)
 
     def _on_stop_notice(self, msg: wire.StopNotice) -> None:
-        for rid, finish in zip(msg.rids, msg.finishes):
-            if self._book.stopped(rid, self._seq[msg.worker]) is not None:
+        gens = msg.gens if len(msg.gens) == len(msg.rids) else [0] * len(msg.rids)
+        for rid, finish, gen in zip(msg.rids, msg.finishes, gens):
+            tracked = self._book.stopped(rid, gen, self._seq[msg.worker], msg.seq)
+            if tracked is not None:
                 self._stopped.append(Stopped(rid, finish))
-        lost = [self._book.forget(r) for r in msg.unknown_rids if r in self._live]
+                if finish.reason == "error":
+                    # a replay cannot derive this finish (idle timeout, refused frontend...): it
+                    # is replayed as an end, so a new process finishes the request the same way
+                    tracked.end = EndRequest(rid, "error", None, finish.message)
+        live = self._live
+        # (a notice from before a rid's registration reached the worker is about an earlier request)
+        lost = [self._book.forget(r) for r in msg.unknown_rids if r in live and self._book.is_current(live[r], 0, msg.seq)]
         if lost:
             # A worker that serves without the registration of a live request (never after a
             # replay, which carries every registration): the frontend is told through it.
@@ -334,6 +387,7 @@ class SchedulerClient:
         self._seq[w] += 1
         seq = self._seq[w]
         self._book.track_ends(w, seq, ends)
+        self._book.registrations_sent(seq, registrations)
         c = columns or EMPTY
         batch = wire.DetokBatch(seq, time.time(), registrations, c.rids, c.starts, c.counts, c.tokens, ends, c.logprobs)
         self._queues.send(w, self._encoder.encode(wire.Replay(instance, batch, reason)))

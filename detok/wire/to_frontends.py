@@ -17,11 +17,14 @@ from detok.wire.packing import join_texts, pack_rids, pack_u32, split_text, unpa
 
 
 class RequestFinished(msgspec.Struct, array_like=True, gc=False, frozen=True):
-    """A request ended; `num_tokens` is how many output tokens the worker consumed for it."""
+    """A request ended; `num_tokens` is how many output tokens the worker consumed for it. `gen`:
+    the registration generation it ended (0: unknown), so a receiver can tell a replayed finish of
+    an earlier request with the same rid from the current one's."""
 
     rid: int
     finish: Finish
     num_tokens: int
+    gen: int = 0
 
 
 class DeltaLogprobs(msgspec.Struct, array_like=True, gc=False):
