@@ -334,6 +334,12 @@ class DeltaReceiver:
         if self._dir is not None:
             self._dir_finalizer()
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     async def __aenter__(self) -> Self:
         await self.start()
         return self

@@ -133,7 +133,8 @@ class SchedulerClient:
             self._reuse(worker, reg.rid)
         self._gen += 1
         reg = msgspec.structs.replace(reg, gen=self._gen)
-        self._book.register(worker, reg)
+        # staged registrations go with the next message to their worker, whichever it is
+        self._book.register(worker, reg, self._seq[worker] + 1)
         self._new[worker].append(reg)
         return worker
 
@@ -262,8 +263,6 @@ class SchedulerClient:
             logprobs,
         )
         self._book.sent(w, seq, columns, ends)
-        if new:
-            self._book.registrations_sent(seq, new)
         batch = wire.DetokBatch(seq, now, new, *columns[:4], ends, logprobs)
         self._queues.send(w, self._encoder.encode(batch))
 
@@ -387,7 +386,6 @@ class SchedulerClient:
         self._seq[w] += 1
         seq = self._seq[w]
         self._book.track_ends(w, seq, ends)
-        self._book.registrations_sent(seq, registrations)
         c = columns or EMPTY
         batch = wire.DetokBatch(seq, time.time(), registrations, c.rids, c.starts, c.counts, c.tokens, ends, c.logprobs)
         self._queues.send(w, self._encoder.encode(wire.Replay(instance, batch, reason)))

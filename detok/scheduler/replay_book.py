@@ -39,7 +39,6 @@ ACKED_KEEP_S: Final = 0.25
 # Ended requests whose worker has not acknowledged them (e.g. it is down): at most this many are
 # kept per worker; older ones lose replay protection (logged).
 UNACKED_ENDS_MAX: Final = 200_000
-NOT_SENT: Final = 1 << 62
 
 
 class Tracked:
@@ -53,9 +52,9 @@ class Tracked:
         self.first = first  # its first journal chunk
         self.sent = 0  # output tokens sent, when the client computes starts itself
         self.end: EndRequest | None = None  # the scheduler's end, once sent (replayed with it)
-        # the batch that first carried its registration to the worker (none yet: a notice the
-        # worker sent before that batch cannot be about this request)
-        self.seq = NOT_SENT
+        # the batch that first carries its registration to the worker: a notice the worker sent
+        # before handling that batch cannot be about this request
+        self.seq = 0
 
     @property
     def gen(self) -> int:
@@ -78,9 +77,11 @@ class ReplayBook:
         self._warned_unacked = float("-inf")
 
     # ---- requests -------------------------------------------------------------------------------
-    def register(self, worker: int, reg: Registration) -> None:
+    def register(self, worker: int, reg: Registration, seq: int = 0) -> None:
+        """A new request; its registration goes to the worker in batch `seq`."""
         self.forget(reg.rid)  # a rid used again: its earlier request is not replayed any more
-        self.live[reg.rid] = Tracked(worker, reg, self._journals[worker].register(reg.rid))
+        tracked = self.live[reg.rid] = Tracked(worker, reg, self._journals[worker].register(reg.rid))
+        tracked.seq = seq
 
     def end(self, end: EndRequest) -> Tracked | None:
         """The scheduler ends a live request: kept, with its end, until acknowledged."""
@@ -134,13 +135,6 @@ class ReplayBook:
             if len(self._unacked[w]) > UNACKED_ENDS_MAX:
                 self._forget_unacked(w)
         journal.trim(self._keeps, self._kept_lists[w])
-
-    def registrations_sent(self, seq: int, registrations: Sequence[Registration]) -> None:
-        """These registrations went to their worker in batch `seq` (the first time counts)."""
-        for reg in registrations:
-            tracked = self.live.get(reg.rid)
-            if tracked is not None and tracked.registration is reg and tracked.seq == NOT_SENT:
-                tracked.seq = seq
 
     def _keeps(self, first: int, rid: int) -> bool:
         tracked = self.live.get(rid) or self._ended.get(rid)
