@@ -36,7 +36,7 @@ rounds_st = st.lists(
         kill=st.sampled_from([False, False, False, True]),
     ),
     min_size=6,
-    max_size=18,
+    max_size=14,
 )
 
 
@@ -60,7 +60,7 @@ def rig(request):
             yield pool, client, rx
 
 
-@settings(max_examples=25 if SLOW else 6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25 if SLOW else 4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rounds=rounds_st, seed=st.integers(0, 2**16))
 def test_reused_rids_get_their_own_text_through_every_finish_and_kill(tok, ids, rig, rounds, seed) -> None:
     pool, client, rx = rig
