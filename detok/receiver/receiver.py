@@ -50,7 +50,8 @@ FINISHED_GENS_MAX = 200_000
 
 
 class RequestDelta(NamedTuple):
-    """New text of one request; `finish` and `num_tokens` (output tokens) are set on the last.
+    """New text of one request; `finish` is set on the last. `num_tokens`: the request's output
+    tokens so far (the running count the workers report; the final count on the last delta).
     `logprobs`: the entries of the output tokens that arrived since the last delta, if the request
     asked for logprobs (entries may come with no text: a token held as part of a character)."""
 
@@ -64,7 +65,8 @@ class RequestStream:
     """Async iterator over one request's deltas; ends after the delta carrying the finish."""
 
     __slots__ = (
-        "_chunks", "_done", "_logprobs", "_next_token", "_received", "_receiver", "_waiter", "finish", "num_tokens", "rid",
+        "_chunks", "_done", "_logprobs", "_next_token", "_received", "_receiver", "_tokens", "_waiter", "finish",
+        "num_tokens", "rid",
     )
 
     def __init__(self, rid: int, receiver: DeltaReceiver) -> None:
@@ -73,6 +75,7 @@ class RequestStream:
         self._received = 0  # chars received so far: the offset the next delta should have
         self._logprobs: list[TokenLogprobs] = []
         self._next_token = 0  # logprob entries received so far: the token index the next should have
+        self._tokens: int | None = None  # output tokens so far, as the workers report them
         self.finish: Finish | None = None
         self.num_tokens: int | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -135,7 +138,7 @@ class RequestStream:
             if streams.get(self.rid) is self:  # (not a later request opened with the same rid)
                 del streams[self.rid]
             return RequestDelta(text, self.finish, self.num_tokens, logprobs)
-        return RequestDelta(text, logprobs=logprobs)
+        return RequestDelta(text, None, self._tokens, logprobs)
 
     @property
     def done(self) -> bool:
@@ -288,6 +291,7 @@ class DeltaReceiver:
         try:
             rows = batch.rows()
             entries = split_logprobs(batch.logprobs) if batch.logprobs is not None else ()
+            counts = batch.token_counts() if batch.num_tokens else None
         except ValueError as e:
             self.malformed += 1
             log.warning("dropped a delta message whose columns do not fit together: %s", e)
@@ -296,10 +300,18 @@ class DeltaReceiver:
         if stale:
             streams = {r: s for r, s in streams.items() if r not in stale}
             get = streams.get
-        for rid, text, offset in rows:
-            stream = get(rid)
-            if stream is not None:
-                stream._feed(text, offset)
+        if counts is None:
+            for rid, text, offset in rows:
+                stream = get(rid)
+                if stream is not None:
+                    stream._feed(text, offset)
+        else:
+            for (rid, text, offset), n in zip(rows, counts):
+                stream = get(rid)
+                if stream is not None:
+                    if stream._tokens is None or n > stream._tokens:
+                        stream._tokens = n
+                    stream._feed(text, offset)
         for rid, run in entries:
             stream = get(rid)
             if stream is not None:

@@ -72,6 +72,9 @@ class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
     offsets: bytes  # uint32 per row
     finished: list[RequestFinished]
     logprobs: DeltaLogprobs | None = None  # entries of requests that asked; applied before `finished`
+    # uint32 per row: the request's output tokens consumed after the row (usage in every chunk);
+    # empty: not given
+    num_tokens: bytes = b""
 
     @classmethod
     def from_rows(
@@ -85,6 +88,15 @@ class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
     def texts(self) -> list[str]:
         """The per-row texts; ValueError if `text` and `lengths` do not fit together."""
         return split_text(self.text, self.lengths)
+
+    def token_counts(self) -> list[int] | None:
+        """`num_tokens` per row, or None if not given; ValueError if it does not fit the rows."""
+        if not self.num_tokens:
+            return None
+        counts = unpack_u32(self.num_tokens)
+        if len(counts) * 8 != len(self.rids):
+            raise ValueError(f"{len(self.rids) // 8} rows and {len(counts)} token counts")
+        return counts.tolist()  # type: ignore[no-any-return]
 
     def rows(self) -> zip[tuple[int, str, int]]:
         """(rid, text, offset) per row, as Python objects; ValueError if the columns do not fit."""

@@ -218,7 +218,7 @@ class WorkerCore:
             # per-rid Python. Rows with empty text stay (most rows have text): unknown or late
             # rids among them are not open at that frontend, or already finished there, so its
             # receiver drops them.
-            owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets)
+            owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets, result.num_tokens)
         else:
             self._frontends.route(batch.rids, result)
         if batch.logprobs is not None:
@@ -274,7 +274,7 @@ class WorkerCore:
         self._forget(rid, entry, closed=True)
         self._remember_finished(rid, gen)
         if text:
-            entry.out.add(rid, text, offset)
+            entry.out.add(rid, text, offset, num_tokens)
         if message is None and finish is not None:
             message = finish.message
         self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens, gen)  # type: ignore[arg-type]
@@ -287,7 +287,7 @@ class WorkerCore:
         self._forget(rid, entry, closed=True)
         self._remember_finished(rid, gen)
         if text:
-            entry.out.add(rid, text, offset)
+            entry.out.add(rid, text, offset, num_tokens)
         self._emit_finish(entry.out, rid, finish, num_tokens, gen)
         if notify:
             self._notify(rid, finish, gen)
