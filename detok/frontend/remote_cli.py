@@ -44,7 +44,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=_positive_int, default=32768)
     p.add_argument("--api-key", default=None)
     p.add_argument("--stream-interval", type=_positive_int, default=1, metavar="N")
-    p.add_argument("--max-connections", type=_positive_int, default=limits.MAX_CONNECTIONS)
+    p.add_argument("--max-connections", type=_positive_int, default=limits.MAX_CONNECTIONS,
+                   help="open connections at once; one more gets a 503 (default: %(default)s)")
+    p.add_argument("--timeout-keep-alive", type=float, default=limits.KEEP_ALIVE_S, metavar="S",
+                   help="seconds an idle kept-alive connection stays open (default: %(default)s)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_run)
     return p

@@ -95,6 +95,29 @@ def _metric(server, name: str, **labels: str) -> float:
 # ---- basics ------------------------------------------------------------------------------------
 
 
+def test_an_idle_kept_alive_connection_outlives_uvicorns_5_s(server):
+    """--timeout-keep-alive (default 60 s): a connection idle for longer than uvicorn's 5 s still
+    serves the next request (a client pool reusing it does not race the server's close)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(server.base_url)
+    request = f"GET /health HTTP/1.1\r\nHost: {url.hostname}\r\n\r\n".encode()
+    with socket.create_connection((url.hostname, url.port), timeout=30) as conn:
+        replies = []
+        for pause in (0, 6):
+            time.sleep(pause)
+            conn.sendall(request)  # on the same connection both times
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+            replies.append(reply)
+    assert all(r.startswith(b"HTTP/1.1 200") for r in replies), replies
+
+
 def test_health_models_and_metrics(server, client):
     health = server.get("/health")
     assert health.status_code == 200
