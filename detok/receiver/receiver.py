@@ -181,13 +181,16 @@ class DeltaReceiver:
         if self._dir is not None:  # removed at close, or at interpreter exit if never closed
             self._dir_finalizer = weakref.finalize(self, self._dir.remove)
         self._ctx = zmq.asyncio.Context()
+        self._ctx._socket_class = _ReceiverSocket  # type: ignore[attr-defined]
         self._sock: zmq.asyncio.Socket = make_socket(self._ctx, zmq.PULL, hwm=hwm)  # type: ignore[assignment]
         try:
             self._security.bind(self._sock, endpoint or self._dir.endpoint("deltas"))  # type: ignore[union-attr]
         except zmq.ZMQError:
-            self.close()
+            _close_receiver(self._sock, self._security, self._ctx, self._dir_finalizer if self._dir is not None else None)
             raise
         self.endpoint = connectable(bound_endpoint(self._sock))
+        self._finalizer = weakref.finalize(self, _close_receiver, self._sock, self._security, self._ctx,
+                                           self._dir_finalizer if self._dir is not None else None)
         # A blocking twin of the same socket, for poll_blocking (never used while start() runs).
         self._sync_sock: zmq.Socket = zmq.Socket.shadow(self._sock.underlying)
         self._decoder = wire.frontend_inbound_decoder()
@@ -337,14 +340,16 @@ class DeltaReceiver:
 
     # ---- shutdown -------------------------------------------------------------------------------
     def close(self) -> None:
+        """Stop receiving, close the socket, stop the CURVE authenticator, terminate the context,
+        remove the ipc directory. Idempotent; also run at garbage collection or interpreter exit."""
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        self._sock.close(linger=0)
-        self._security.close()
-        self._ctx.term()
-        if self._dir is not None:
-            self._dir_finalizer()
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
 
     def __enter__(self) -> Self:
         return self
@@ -358,3 +363,22 @@ class DeltaReceiver:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+class _ReceiverSocket(zmq.asyncio.Socket):
+    """pyzmq's asyncio socket, whose event handler also returns once the socket is closed: pyzmq
+    checks only its shadow socket, which a close does not mark, so a handler the loop had already
+    scheduled would otherwise read a closed socket (ContextTerminated tracebacks at exit)."""
+
+    def _handle_events(self, fd: int = 0, events: int = 0) -> None:
+        if self._closed:  # (the socket object's own flag: no call into libzmq)
+            return
+        super()._handle_events(fd, events)
+
+
+def _close_receiver(sock: zmq.Socket, security: SocketSecurity, ctx: zmq.Context, remove_dir: Callable[[], object] | None) -> None:
+    sock.close(linger=0)
+    security.close()
+    ctx.term()
+    if remove_dir is not None:
+        remove_dir()

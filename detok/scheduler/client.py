@@ -20,6 +20,7 @@ import collections
 import logging
 import os
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
@@ -89,6 +90,11 @@ class SchedulerClient:
         if notify_endpoint:
             self._notify = make_socket(self._ctx, zmq.PULL, hwm=hwm)
             self._security.bind(self._notify, notify_endpoint)
+        # closed by close(), by garbage collection or at interpreter exit, whichever comes first:
+        # the authenticator thread stopped before the context is terminated (else term() hangs)
+        self._finalizer = weakref.finalize(
+            self, _close_client, self._queues, self._notify, self._security, self._ctx if self._own_ctx else None
+        )
         self._encoder = wire.new_encoder()
         # registration generations: increasing, and across clients too (a receiver takes a
         # finish of a generation not above the last it saw for a rid as a replay of it)
@@ -399,15 +405,25 @@ class SchedulerClient:
 
     # ---- shutdown -------------------------------------------------------------------------------
     def close(self) -> None:
-        self._queues.close()
-        if self._notify is not None:
-            self._notify.close()
-        self._security.close()
-        if self._own_ctx:
-            self._ctx.term()
+        """Close the sockets (queued messages get the bounded linger), stop the CURVE
+        authenticator, terminate the context if the client made it. Idempotent."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_client(queues: WorkerQueues, notify: zmq.Socket | None, security: SocketSecurity, ctx: zmq.Context | None) -> None:
+    queues.close()
+    if notify is not None:
+        notify.close(linger=0)
+    security.close()
+    if ctx is not None:
+        ctx.term()
