@@ -400,7 +400,8 @@ class SchedulerClient:
             self.replayed_tokens += len(c.tokens) // 4
             state = self._states[w]
             self._states[w] = state._replace(replays=state.replays + 1)
-            log.warning("replaying %d requests (%d token ids) to detok worker %d: %s",
+            # a process starting with nothing to rebuild is normal; one that loses requests is not
+            (log.warning if registrations else log.info)("replaying %d requests (%d token ids) to detok worker %d: %s",
                         len(registrations), len(c.tokens) // 4, w, reason)
 
     # ---- shutdown -------------------------------------------------------------------------------
