@@ -126,7 +126,8 @@ def _add_worker(subparsers: Any) -> None:
                    help="finish a request with an error after this long without tokens")
     p.add_argument("--metrics-dir", default=None, help="prometheus multiprocess directory (default: none)")
     _add_security_args(p)
-    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                   help="log level of the worker")
     p.set_defaults(func=_run_worker)
 
 
