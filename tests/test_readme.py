@@ -142,3 +142,47 @@ def test_missing_keys_is_the_same_error_from_pool_and_worker(tmp_path: Path) -> 
 def test_readme_refers_to_nothing_outside_the_repository() -> None:
     for outside in ("DESIGN", "seed 003", "issue 1", "issue 2", "../shared"):
         assert outside not in README, outside
+
+
+# ---- every command the README shows -------------------------------------------------------------
+
+
+def _commands() -> list[str]:
+    """Every command the README shows: inline `python ...` spans and command lines of code blocks."""
+    found = re.findall(r"`((?:python|detok) [^`]+)`", README)
+    for block in re.findall(r"```(?:sh)?\n(.*?)```", README, re.S):
+        joined = block.replace("\\\n", " ")
+        found += [line.split("  #")[0].strip() for line in joined.splitlines() if re.match(r"(python|detok) ", line)]
+    return [c for c in found if "..." not in c]
+
+
+def _program(command: str) -> list[str] | None:
+    words = command.split()
+    if words[0] == "detok":
+        return [sys.executable, "-m", "detok.cli", words[1]]
+    if words[1] == "-m":
+        return [sys.executable, "-m", words[2], *([words[3]] if words[2] in ("scheduler_stub", "reference_engine") else [])]
+    if words[1].startswith("bench/"):
+        return [sys.executable, words[1]]
+    return None
+
+
+def test_every_option_of_every_command_in_the_readme_exists() -> None:
+    """The flags of each README command are ones its program's --help lists (commands the README
+    shows with long runs are checked this way rather than run)."""
+    helps: dict[tuple[str, ...], str] = {}
+    commands = _commands()
+    assert len(commands) > 20
+    for command in commands:
+        program = _program(command)
+        if program is None:
+            continue
+        key = tuple(program)
+        if key not in helps:
+            out = subprocess.run([*program, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+            assert out.returncode == 0, (command, out.stderr[-2000:])
+            helps[key] = out.stdout
+        flags = {f.split("=")[0] for f in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?:=\S*)?", command)}
+        flags -= {f.split("=")[0] for f in re.findall(r"--serve-arg=(--[a-z0-9-]+)", command)}  # passed on to serve
+        missing = {f for f in flags if f not in helps[key]}
+        assert not missing, f"`{command}`: {sorted(missing)} not in `{' '.join(program[1:])} --help`"
