@@ -198,6 +198,7 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             echo=job.echo,
             logprobs=job.logprobs,
             stream_interval=state.stream_interval,
+            continuous_usage=job.continuous_usage,
         )
         if job.stream:
             return SseResponse(stream_events(ctx, streams, state.latency), release, ctx, state.frontend_index)

@@ -61,6 +61,7 @@ class ServeConfig:
     http_header_timeout: float = limits.HEADER_TIMEOUT_S
     http_body_timeout: float = limits.BODY_TIMEOUT_S
     max_connections: int = limits.MAX_CONNECTIONS
+    timeout_keep_alive: float = limits.KEEP_ALIVE_S
     shutdown_drain: float = limits.SHUTDOWN_DRAIN_S
     stream_interval: int = 1
     frontends: int = 1  # HTTP processes over one port (>1: child processes, see detok.frontend.frontends)
@@ -79,6 +80,7 @@ class ServeConfig:
             header_timeout_s=self.http_header_timeout,
             body_timeout_s=self.http_body_timeout,
             max_connections=min(share, room),
+            keep_alive_s=self.timeout_keep_alive,
         )
 
     @classmethod

@@ -40,6 +40,7 @@ class GenerationJob:
     ignore_eos: bool
     stream: bool
     include_usage: bool
+    continuous_usage: bool = False  # usage in every chunk: stream_options.continuous_usage_stats
     n: int = 1
     logprobs: int | None = None  # None: none; k: the sampled token's logprob and k alternatives
     echo: str = ""  # text every choice starts with (`echo`)
@@ -168,6 +169,9 @@ def _job(
         ignore_eos=bool(req.ignore_eos),
         stream=stream,
         include_usage=bool(stream and req.stream_options and req.stream_options.include_usage),
+        # as vLLM: running usage in every chunk only together with include_usage
+        continuous_usage=bool(stream and req.stream_options and req.stream_options.include_usage
+                              and req.stream_options.continuous_usage_stats),
         n=req.n or 1,
         logprobs=logprobs,
         echo=echo,

@@ -1,5 +1,7 @@
 """Rids a worker finished recently: their late tokens (sent before the scheduler saw the finish)
-are ignored quietly instead of being reported as unknown."""
+are ignored quietly instead of being reported as unknown. Each remembers the registration
+generation it finished, so a replay does not reopen that request but does open a later
+registration of the same rid."""
 
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ FINISHED_MEMORY_MAX = 200_000
 class FinishedRids:
     """rid -> when it finished, oldest first: evicted and pruned from the front in O(1)."""
 
-    __slots__ = ("_at",)
+    __slots__ = ("_at", "_gen")
 
     def __init__(self) -> None:
         self._at: OrderedDict[int, float] = OrderedDict()
+        self._gen: dict[int, int] = {}  # rid -> generation finished (rids with a non-zero one)
 
     def __contains__(self, rid: object) -> bool:
         return rid in self._at
@@ -27,13 +30,22 @@ class FinishedRids:
 
     def pop(self, rid: int) -> None:
         self._at.pop(rid, None)
+        self._gen.pop(rid, None)
 
-    def remember(self, rid: int) -> None:
+    def finished(self, rid: int, gen: int) -> bool:
+        """This very registration (rid, gen) finished here (gen 0: any registration of rid)."""
+        return rid in self._at and (not gen or self._gen.get(rid) == gen)
+
+    def remember(self, rid: int, gen: int = 0) -> None:
         at = self._at
         at[rid] = time.monotonic()
         at.move_to_end(rid)  # a rid finished again is the newest, keeping the order by time
+        if gen:
+            self._gen[rid] = gen
+        else:
+            self._gen.pop(rid, None)
         if len(at) > FINISHED_MEMORY_MAX:
-            at.popitem(last=False)
+            self._gen.pop(at.popitem(last=False)[0], None)
 
     def prune(self, now: float) -> None:
         at = self._at
@@ -41,4 +53,4 @@ class FinishedRids:
         while at:
             if next(iter(at.values())) > horizon:
                 break
-            at.popitem(last=False)
+            self._gen.pop(at.popitem(last=False)[0], None)

@@ -152,6 +152,26 @@ def test_huge_headers_are_431(server):
     assert _status(response) == 431
 
 
+@pytest.mark.parametrize("size", [70_000, 100_000, 200_000])
+def test_a_header_over_the_bound_in_one_write_is_431(server, size):
+    """The write that completes the headers counts too: 100 KB sent at once is refused, not served."""
+    with _connect(server) as sock:
+        try:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\nX-Big: " + b"a" * size + b"\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        response = _read_to_eof(sock)
+    assert _status(response) == 431 and b"HTTP/1.1 400" not in response
+
+
+def test_headers_just_under_the_bound_are_served(server):
+    with _connect(server) as sock:
+        filler = b"a" * (65536 - 200)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\nConnection: close\r\nX-Big: " + filler + b"\r\n\r\n")
+        response = _read_to_eof(sock)
+    assert _status(response) == 200
+
+
 def test_connections_past_the_bound_get_503_and_the_server_keeps_serving(server):
     socks = [_connect(server) for _ in range(MAX_CONNECTIONS + 5)]
     try:

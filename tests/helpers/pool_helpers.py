@@ -88,11 +88,12 @@ def drive(
     end_reason: str = "length",
     between_steps: Callable[[int], None] | None = None,
     step_sleep: float = 0.0,
+    register: bool = True,
 ) -> list:
-    """Register and step all requests to the end (several tokens per step when max_count > 1),
-    ending each with `end_reason`. Returns what client.poll() reported."""
+    """Register (unless the caller did) and step all requests to the end (several tokens per
+    step when max_count > 1), ending each with `end_reason`. Returns what client.poll() reported."""
     rng = random.Random(seed)
-    for r in requests:
+    for r in requests if register else ():
         client.add_request(Registration(r.rid, reply_to, r.context, r.params))
     pos = {r.rid: 0 for r in requests}
     by_rid = {r.rid: r for r in requests}
