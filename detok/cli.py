@@ -179,6 +179,9 @@ def _add_pool(subparsers: Any) -> None:
 
 
 def _run_pool(args: argparse.Namespace) -> int:
+    from detok.wire.owned_dirs import remove_orphans
+
+    remove_orphans()  # what a SIGKILLed pool or stack left in the temp dir (never a running one's)
     if args.metrics_dir:  # before prometheus_client is imported: the supervisor's own metrics go there too
         from detok.metrics import use_metrics_dir
 
