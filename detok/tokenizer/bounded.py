@@ -17,10 +17,11 @@ from collections.abc import Iterator
 
 from detok.tokenizer.base import Tokenizer
 
-# Texts are counted in chunks of this many characters (≈4-16K tokens), a few chunks per call: the
-# work done past the limit is at most one call's worth.
+# Texts are counted in chunks of this many characters (≈4-16K tokens), one chunk per call: the
+# work done past the limit is at most one chunk's, and a call with one text keeps the tokenizer on
+# the calling thread (several texts spread over every core by rayon, taking CPU from the streams).
 CHUNK_CHARS = 16_384
-CHUNKS_PER_CALL = 4
+CHUNKS_PER_CALL = 1
 # A cut can add tokens the whole text would not have (a word or a special token split in two, a
 # SentencePiece prefix space): each cut is allowed this many before the count proves anything.
 SLACK_PER_CUT = 16
