@@ -222,6 +222,14 @@ def _stats(prefix: str, values: list[float]) -> dict[str, float]:
     return {f"{prefix}_p50_ms": _ms(values, 50), f"{prefix}_p99_ms": _ms(values, 99), f"{prefix}_max_ms": _ms(values, 100)}
 
 
+def _timeline(rss: list[tuple[float, float]]) -> list[float]:
+    """The RSS samples one per second (the first sample of each second)."""
+    out: dict[int, float] = {}
+    for t, r in rss:
+        out.setdefault(int(t), round(r, 1))
+    return list(out.values())
+
+
 def _phase(args: argparse.Namespace, server: SpawnedServer, name: str, heavy: bool) -> dict[str, Any]:
     _common.log(f"phase {name}: {args.users} users for {args.duration_s:g} s{' + the heavy client' if heavy else ''}")
     probe = _Helper(_probe, server.url.removesuffix("/v1"), server.proc.pid)
@@ -232,7 +240,8 @@ def _phase(args: argparse.Namespace, server: SpawnedServer, name: str, heavy: bo
     record: dict[str, Any] = {"bench": "heavy", "phase": name, "users": args.users, "requests": len(ttfts),
                               **_stats("ttft", ttfts), **_stats("itl", itls), **_stats("health", health),
                               "rss_start_mb": round(rss[0][1], 1), "rss_peak_mb": round(max(r for _, r in rss), 1),
-                              "rss_end_mb": round(rss[-1][1], 1), "user_errors": len(errors)}
+                              "rss_end_mb": round(rss[-1][1], 1), "rss_timeline_1s_mb": _timeline(rss),
+                              "user_errors": len(errors)}
     if errors:
         record["first_user_error"] = errors[0]
     if heavy:
@@ -268,11 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.after_s)
         _, rss = probe.result()
         at5 = next((r for t, r in rss if t >= 5.0), rss[-1][1])
-        timeline = [round(r, 1) for t, r in rss[:: max(1, len(rss) // max(1, int(args.after_s)))]]
         _common.report(args.json, {"bench": "heavy", "phase": "after", "rss_steady_mb": quiet["rss_start_mb"],
                                    "rss_peak_mb": heavy["rss_peak_mb"], "rss_after_5s_mb": round(at5, 1),
                                    f"rss_after_{args.after_s:g}s_mb": round(rss[-1][1], 1),
-                                   "rss_timeline_1s_mb": timeline})
+                                   "rss_timeline_1s_mb": _timeline(rss)})
     finally:
         server.close()
     return 0
