@@ -122,7 +122,7 @@ def _context_error(lim: ServingLimits, count: str, param: str) -> RequestError:
     )
 
 
-def prompt_ids(tok: Tokenizer, text: str, add_special_tokens: bool, lim: ServingLimits, param: str) -> list[int]:
+def encode_prompt(tok: Tokenizer, text: str, add_special_tokens: bool, lim: ServingLimits, param: str) -> list[int]:
     """The prompt's ids (exactly `tok.encode`'s), or the context-length 400 as soon as counting
     shows the text cannot fit: a prompt of a million tokens is not tokenized whole to refuse it."""
     ids = encode_within(tok, text, lim.max_model_len - 1, add_special_tokens)
@@ -210,7 +210,7 @@ def _completion_prompt(
             raise RequestError("prompt: send one prompt per request (batched prompts are not supported)", "prompt")
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return prompt_ids(tok, prompt, add_special_tokens, lim, "prompt"), prompt
+        return encode_prompt(tok, prompt, add_special_tokens, lim, "prompt"), prompt
     _check_ids(prompt, tok, "prompt")  # type: ignore[arg-type]
     return list(prompt), None  # type: ignore[arg-type]
 
@@ -245,5 +245,5 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
         echo = message_text(req.messages[-1])
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    ids = prompt_ids(tok, text, bool(req.add_special_tokens), lim, "messages")
+    ids = encode_prompt(tok, text, bool(req.add_special_tokens), lim, "messages")
     return _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo)
