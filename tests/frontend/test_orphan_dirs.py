@@ -100,3 +100,21 @@ def test_remove_orphans_judges_by_the_owner_lock(tmp_path: Path) -> None:
         child.kill()
         mine.remove()
     assert not mine.path.exists()
+
+
+def test_detok_pool_start_removes_an_orphan() -> None:
+    script = ("import time; from detok.wire.owned_dirs import OwnedDir; d = OwnedDir('detok-orphan-');"
+              " print(d.path, flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    orphan = Path(child.stdout.readline().strip())  # type: ignore[union-attr]
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(10)
+    assert orphan.exists()
+    pool = subprocess.Popen([sys.executable, "-m", "detok.cli", "pool", "--tokenizer", "mock", "--workers", "1",
+                             "--no-spare"], stdout=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        assert pool.stdout is not None and pool.stdout.readline().startswith("{")  # started: its info line
+        assert not orphan.exists()
+    finally:
+        pool.send_signal(signal.SIGTERM)
+        assert pool.wait(60) == 0
