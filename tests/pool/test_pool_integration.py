@@ -22,6 +22,7 @@ from detok.receiver.receiver import DeltaReceiver
 from detok.stream.params import DecodeParams
 from tests.helpers.pool_helpers import Collected, drive, reference, workload
 from tests.helpers.tokenizers_available import hf_qwen2_dir
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -90,7 +91,13 @@ def test_stop_strings_finish_the_request_and_notify_the_scheduler(tok, client, r
     got = Collected(rx, [r.rid for r in requests])
     stopped = drive(client, requests, rx.endpoint, step_sleep=0.002)
     got.wait_finished()
-    stopped += client.poll(timeout=0.5)
+    want_stopped = {r.rid for r in requests if got.finish[r.rid].reason == "stop"}
+
+    def all_notices() -> bool:  # each StopNotice reaches the client (later than the delta, maybe)
+        stopped.extend(client.poll(timeout=0.05))
+        return want_stopped <= {s.rid for s in stopped}
+
+    wait_until(all_notices, 60, 0.0, "a StopNotice never reached the scheduler client")
     expected_stops = 0
     for r in requests:
         text, finish = reference(tok, r)
@@ -188,14 +195,35 @@ def test_async_iterators_on_uvloop(tok, client) -> None:
         assert results[r.rid] == (reference(tok, r)[0], "length")
 
 
-def test_the_workers_publish_metrics(pool) -> None:
-    deadline = time.monotonic() + 5
-    while True:
-        text = render_metrics(pool.metrics_dir).decode()
-        if 'detok_worker_tokens_total{worker="1"}' in text or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    for name in (
+def test_the_workers_publish_metrics(tok) -> None:
+    """Its own pool: what it counts (tokens on both workers, a string stop, an abort) it caused
+    itself, whatever ran before it."""
+    with DetokPool(hf_qwen2_dir(), workers=2, spare=False, idle_timeout_s=60) as own, own.client() as client:
+        rx = DeltaReceiver()
+        try:
+            requests = workload(tok, 8, 20, seed=8, first_rid=8_000)
+            assert {client.worker_of(r.rid) for r in requests} == {0, 1}
+            text = tok.decode(requests[0].tokens)
+            requests[0].params = DecodeParams(stop=(text[len(text) // 2 :][:3],))
+            got = Collected(rx, [r.rid for r in requests])
+
+            def abort_one(step: int) -> None:
+                if step == 5:
+                    client.abort(requests[1].rid)
+
+            drive(client, requests, rx.endpoint, between_steps=abort_one)
+            got.wait_finished(timeout=60)
+            assert got.finish[requests[0].rid].reason == "stop" and got.finish[requests[1].rid].reason == "abort"
+            names = _METRIC_NAMES
+            text = wait_until(lambda: (lambda t: t if all(n in t for n in names) else "")(
+                render_metrics(own.metrics_dir).decode()), 60, 0.1, "some worker metric never appeared")
+        finally:
+            rx.close()
+    for name in _METRIC_NAMES:
+        assert name in text, name
+
+
+_METRIC_NAMES = (
         'detok_worker_tokens_total{worker="0"}',
         'detok_worker_tokens_total{worker="1"}',
         "detok_worker_batch_size_bucket",
@@ -204,8 +232,7 @@ def test_the_workers_publish_metrics(pool) -> None:
         'detok_worker_stops_total{kind="string"',
         'detok_worker_requests_finished_total{reason="abort"',
         "detok_worker_live_requests",
-    ):
-        assert name in text, name
+)
 
 
 def test_a_client_can_be_built_from_endpoints(pool, tok) -> None:
