@@ -68,7 +68,7 @@ class Collected:
                     self.finish[rid] = delta.finish
                     self.num_tokens[rid] = delta.num_tokens or 0
 
-    def wait_finished(self, rids: list[int] | None = None, timeout: float = 20.0) -> None:
+    def wait_finished(self, rids: list[int] | None = None, timeout: float = 60.0) -> None:
         wanted = set(self.streams if rids is None else rids)
         deadline = time.monotonic() + timeout
         while not wanted <= self.finish.keys():
