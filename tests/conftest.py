@@ -31,9 +31,10 @@ if SLOW:
 STRICT_SKIPS = os.environ.get("DETOK_STRICT_SKIPS") == "1" or os.environ.get("CI", "").lower() == "true"
 
 # ---- hermetic run folder (one per test process: xdist workers each import this file) -----------
-RUN_DIR = Path(tempfile.mkdtemp(prefix="detok-tests-"))
+# short: ipc:// socket paths under it (pytest's tmp_path included) must stay under 107 bytes
+RUN_DIR = Path(tempfile.mkdtemp(prefix="dt-"))
 atexit.register(shutil.rmtree, RUN_DIR, True)
-_TMP = RUN_DIR / "tmp"
+_TMP = RUN_DIR / "t"
 _TMP.mkdir()
 for _var, _sub in (
     ("DETOK_CACHE_DIR", "detok-cache"),

@@ -57,3 +57,18 @@ def output_matches(read: Callable[[], str], predicate: Callable[[str], bool], ti
     """Waits until the text `read()` returns satisfies `predicate` (e.g. a log line appeared); returns it."""
     return wait_until(lambda: (lambda text: text if predicate(text) else "")(read()), timeout,
                       what=lambda: f"output so far:\n{read()[-3000:]}")
+
+
+async def async_wait_until(condition: Callable[[], T], timeout: float = DEFAULT_TIMEOUT_S, interval: float = 0.01,
+                           what: str = "") -> T:
+    """`wait_until` inside an event loop: polls without blocking the loop."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached in {timeout} s: {what or getattr(condition, '__name__', condition)}")
+        await asyncio.sleep(interval)
