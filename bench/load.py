@@ -43,7 +43,6 @@ import threading
 import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,7 +50,6 @@ import msgspec
 import numpy as np
 import uvloop
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench._common import progress  # noqa: E402
 from bench._sse_client import HttpError, SseConnection  # noqa: E402
 

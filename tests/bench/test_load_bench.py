@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import sys
 import threading
 import time
 from pathlib import Path

@@ -114,15 +114,19 @@ def test_taken_port_fails_fast_with_a_clear_message():
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
 
 
-def test_taken_default_port_is_an_error_too():
-    from detok.frontend.limits import DEFAULT_PORT
+def test_taken_default_port_is_an_error_too(monkeypatch):
+    """Without --port, DEFAULT_PORT is bound the same way (a taken one is an error with a hint).
+    Hermetic: the default is pointed at a port this test holds, never the real 8000."""
+    from detok.frontend import limits, serve
+    from detok.cli import build_parser
 
     with socket.socket() as taken:
-        try:
-            taken.bind(("127.0.0.1", DEFAULT_PORT))
-            taken.listen()
-        except OSError:
-            pass  # already taken by another process: just as good
-        result = subprocess.run(serve_command(), capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0
-    assert f"cannot listen on 127.0.0.1:{DEFAULT_PORT}" in result.stderr and "--port" in result.stderr
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setattr(limits, "DEFAULT_PORT", port)
+        with pytest.raises(SystemExit) as refused:
+            serve._bind("127.0.0.1", None)
+    message = str(refused.value)
+    assert f"cannot listen on 127.0.0.1:{port}" in message and "--port" in message, message
+    assert build_parser().parse_args(["serve"]).port is None  # `detok serve` without --port: the default
