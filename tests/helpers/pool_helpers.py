@@ -119,7 +119,7 @@ def drive(
         step += 1
         if step_sleep:
             time.sleep(step_sleep)
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + 60.0
     while any(client.backlog(w) for w in range(client.workers)) and time.monotonic() < deadline:
         client.flush()
         time.sleep(0.01)
