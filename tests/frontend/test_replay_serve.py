@@ -53,11 +53,17 @@ def test_streamed_equals_non_streamed_while_workers_are_killed() -> None:
                     pass  # the process went already, or /health was busy: try again
                 stop.wait(0.05)
 
-    client = openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="unused", timeout=120, max_retries=0)
+    def new_client() -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="unused", timeout=120, max_retries=0)
+
+    # one client (connection pool) per phase: a kept-alive connection idle since its stream ended
+    # may be closed by the server (keep-alive timeout) just as the next phase reuses it, an HTTP
+    # race of the client's, not the server's; every request here opens its own connection
+    stream_client, whole_client = new_client(), new_client()
 
     async def streamed(seed: int) -> tuple[str, str | None]:
         text, reason = [], None
-        stream = await client.chat.completions.create(
+        stream = await stream_client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": f"tell me {seed}"}], seed=seed, max_tokens=150,
             stream=True, stop=["。"] if seed % 3 == 0 else None,
         )
@@ -69,7 +75,7 @@ def test_streamed_equals_non_streamed_while_workers_are_killed() -> None:
         return "".join(text), reason
 
     async def whole(seed: int) -> tuple[str, str | None]:
-        out = await client.chat.completions.create(
+        out = await whole_client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": f"tell me {seed}"}], seed=seed, max_tokens=150,
             stop=["。"] if seed % 3 == 0 else None,
         )

@@ -124,3 +124,15 @@ def drive(
         client.flush()
         time.sleep(0.01)
     return stopped
+
+
+def poll_until(client: SchedulerClient, done: Callable[[list], bool], timeout: float = 60.0) -> list:
+    """Polls the scheduler client (as a scheduler does every step) until `done(stopped so far)`;
+    returns what it reported. Fails after `timeout` s (generous: a loaded box is slow)."""
+    stopped: list = []
+    deadline = time.monotonic() + timeout
+    while not done(stopped):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out polling the scheduler client ({len(stopped)} stopped so far)")
+        stopped.extend(client.poll(0.05))
+    return stopped

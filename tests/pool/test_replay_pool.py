@@ -23,6 +23,7 @@ from detok.receiver.receiver import DeltaReceiver
 from detok.wire.security import generate_keys
 from detok.stream.params import DecodeParams
 from tests.helpers.pool_helpers import Collected, Request, drive, reference, workload
+from tests.helpers.waiting import wait_until
 from tests.helpers.tokenizers_available import hf_qwen2_dir
 
 pytestmark = pytest.mark.timeout(240)
@@ -35,11 +36,7 @@ def tok() -> detok.Tokenizer:
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+    wait_until(predicate, max(timeout, 60.0), 0.01, what)  # generous: a loaded box is slow
 
 
 def _with_stops(requests: list[Request]) -> list[Request]:

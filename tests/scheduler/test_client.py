@@ -16,6 +16,7 @@ from detok.scheduler.client import SchedulerClient, shard_array, shard_of
 from detok.wire.endpoints import IpcDir
 from detok.stream.params import DecodeParams, Finish
 from tests.helpers.fake_workers import FakeWorkers
+from tests.helpers.pool_helpers import poll_until
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -114,12 +115,7 @@ def test_a_full_queue_is_reported_not_waited_on_and_order_is_kept(ipc) -> None:
 
 
 def _poll_until(client: SchedulerClient, predicate, timeout: float = 60.0) -> list:
-    stopped: list = []
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        stopped += client.poll(timeout=0.05)
-    assert predicate(), "timed out"
-    return stopped
+    return poll_until(client, lambda _stopped: predicate(), timeout)
 
 
 def test_a_new_client_resets_every_worker(ipc) -> None:

@@ -21,7 +21,7 @@ from detok.receiver.receiver import DeltaReceiver
 from detok.stream.params import DecodeParams
 from detok.worker.frontend_sockets import MAX_FRONTENDS
 from detok.worker.serving_loop import MAX_QUEUE_LAG_S, clamped_lag as _clamped_lag
-from tests.helpers.pool_helpers import Collected, drive, reference, workload
+from tests.helpers.pool_helpers import Collected, drive, poll_until, reference, workload
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -38,11 +38,7 @@ def pool():
 
 
 def _poll_until(client, want: int, timeout: float) -> list:
-    stopped: list = []
-    deadline = time.monotonic() + timeout
-    while len(stopped) < want and time.monotonic() < deadline:
-        stopped.extend(client.poll(0.1))
-    return stopped
+    return poll_until(client, lambda stopped: len(stopped) >= want, timeout)
 
 
 def test_1100_distinct_frontends_are_bounded_and_refused_cleanly(tok, pool) -> None:
