@@ -14,7 +14,7 @@ import pytest
 
 from detok.tokenizer.default import load_default_tokenizer
 from scheduler_stub.workload import embedded_corpus_text
-from tests.helpers.serve_helpers import LiveServer
+from tests.helpers.serve_helpers import LiveServer, openai_client
 from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -39,12 +39,12 @@ def server():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, timeout=60, max_retries=0)
+    return openai_client(server.base_url + "/v1", API_KEY)
 
 
 @pytest.fixture(scope="module")
 def aclient(server):
-    return openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, timeout=60, max_retries=0)
+    return openai_client(server.base_url + "/v1", API_KEY, asynchronous=True)
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,9 @@ import signal
 import threading
 
 import httpx
-import openai
 import pytest
 
-from tests.helpers.serve_helpers import LiveServer
+from tests.helpers.serve_helpers import LiveServer, openai_client
 
 pytestmark = pytest.mark.timeout(300)
 MODEL = "detok-stub"
@@ -53,13 +52,11 @@ def test_streamed_equals_non_streamed_while_workers_are_killed() -> None:
                     pass  # the process went already, or /health was busy: try again
                 stop.wait(0.05)
 
-    def new_client() -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="unused", timeout=120, max_retries=0)
-
-    # one client (connection pool) per phase: a kept-alive connection idle since its stream ended
-    # may be closed by the server (keep-alive timeout) just as the next phase reuses it, an HTTP
-    # race of the client's, not the server's; every request here opens its own connection
-    stream_client, whole_client = new_client(), new_client()
+    # one client (connection pool) per phase, whose idle connections expire before the server's
+    # keep-alive timeout: a connection idle since its stream ended is never reused as the server
+    # closes it (a client-side HTTP race, not the server's)
+    stream_client, whole_client = (openai_client(server.base_url + "/v1", "unused", asynchronous=True)
+                                   for _ in range(2))
 
     async def streamed(seed: int) -> tuple[str, str | None]:
         text, reason = [], None

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from scheduler_stub.workload import embedded_corpus_text
-from tests.helpers.serve_helpers import LiveServer, serve_command
+from tests.helpers.serve_helpers import LiveServer, openai_client, serve_command
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -49,7 +49,7 @@ def test_real_tokenizer_random_workload_and_sigint_to_main_process():
         "--workers", "1", "--no-spare", "--step-ms", "2", "--served-model-name", "gpt2-stub",
     )
     try:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="none", timeout=60, max_retries=0)
+        client = openai_client(server.base_url + "/v1")
         whole = client.completions.create(model="gpt2-stub", prompt="Hello", max_tokens=31, seed=3)
         assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 31
         chunks = list(client.completions.create(model="gpt2-stub", prompt="Hello", max_tokens=31, seed=3, stream=True))
