@@ -73,3 +73,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"detok: run folder {RUN_DIR} (caches, tmp); strict skips {'on' if STRICT_SKIPS else 'off'}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    """The order's seed at the end of every run, `-q` included (the header that names it is not
+    printed then), so a failing order can be replayed."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int):
+        terminalreporter.write_line(f"random order: replay it with -p randomly --randomly-seed={seed}")
