@@ -7,20 +7,28 @@ that is one token arrives as a marker `Piece` instead and never needs these.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from detok.parsing.types import Piece
 
 
-def earliest(text: str, markers: Sequence[str], start: int = 0) -> tuple[int, str | None]:
-    """(position, marker) of the first marker in `text` at or after `start`; (-1, None) if none.
-    At one position the longest marker wins (so "<|end|>" never shadows a longer marker)."""
-    best, found = -1, None
-    for m in markers:
-        i = text.find(m, start)
-        if i != -1 and (best == -1 or i < best or (i == best and len(m) > len(found or ""))):
-            best, found = i, m
-    return best, found
+def find_all(text: str, markers: Sequence[str], start: int = 0) -> Iterator[tuple[int, str]]:
+    """Every marker occurrence in `text` from `start`, in order, not overlapping (at one position the
+    longest marker wins). Each marker's next occurrence is searched for once after the previous
+    match ends, so a text holding very many markers costs linear time, not a rescan per marker."""
+    nxt = {m: text.find(m, start) for m in markers}
+    while True:
+        best, found = -1, ""
+        for m, p in nxt.items():
+            if p != -1 and (best == -1 or p < best or (p == best and len(m) > len(found))):
+                best, found = p, m
+        if best == -1:
+            return
+        yield best, found
+        end = best + len(found)
+        for m, p in nxt.items():
+            if p != -1 and p < end:
+                nxt[m] = text.find(m, end)
 
 
 def partial_suffix_len(text: str, markers: Sequence[str]) -> int:
@@ -67,19 +75,17 @@ class MarkerSplitter:
             return [piece] if piece.text else []  # no marker can start in this text
         buf = self._held + piece.text
         out: list[Piece] = []
-        while buf:
-            pos, m = earliest(buf, self._markers)
-            if m is None:
-                keep = partial_suffix_len(buf, self._markers)
-                if len(buf) > keep:
-                    out.append(Piece(buf[: len(buf) - keep]))
-                self._held = buf[len(buf) - keep :]
-                return out
-            if pos:
-                out.append(Piece(buf[:pos]))
+        i = 0
+        for pos, m in find_all(buf, self._markers):
+            if pos > i:
+                out.append(Piece(buf[i:pos]))
             out.append(Piece(m, m))
-            buf = buf[pos + len(m) :]
-        self._held = ""
+            i = pos + len(m)
+        rest = buf[i:]
+        keep = partial_suffix_len(rest, self._markers)
+        if len(rest) > keep:
+            out.append(Piece(rest[: len(rest) - keep]))
+        self._held = rest[len(rest) - keep :]
         return out
 
     def finish(self) -> list[Piece]:

@@ -176,3 +176,19 @@ def test_any_harmony_soup_any_grouping(data: st.DataObject) -> None:
     for marker in SOUP[:7]:
         if marker not in stripped:  # not spelled out of partial markers around a dropped one
             assert marker not in want[0] and marker not in want[1]
+
+
+@pytest.mark.parametrize("tokens", [True, False], ids=["tokens", "text"])
+def test_hostile_many_messages_in_one_piece(tokens: bool) -> None:
+    """A replay's whole output at once: 20,000 messages (and as many calls, of which MAX_TOOL_CALLS
+    are emitted) in one piece are each read once."""
+    n = 20_000
+    text = ("<|channel|>analysis<|message|>r<|end|><|start|>assistant<|channel|>commentary to=functions.f"
+            " <|constrain|>json<|message|>{}<|call|><|start|>assistant") * n
+    op, tok = _op(tokens=tokens)
+    pieces = run_pieces(tok, tok.encode(text), op.marker_ids) if tokens else [Piece(text)]
+    reasoning, content, deltas = parse(op, pieces)
+    from detok.parsing.tools.core import MAX_TOOL_CALLS
+
+    assert reasoning == "\n".join(["r"] * n) and content == ""
+    assert assemble(deltas) == [("f", "{}")] * MAX_TOOL_CALLS  # the bound on one response's calls

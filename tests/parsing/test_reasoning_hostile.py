@@ -101,3 +101,15 @@ def test_text_after_a_confirmed_implicit_end_is_scanned_as_answer() -> None:
     whole = parse(Qwen3Parser, ["r", "<tool_call>", "\n<function=x></think>tail"], False)
     split = parse(Qwen3Parser, ["r", "<tool_call>", "\n<function=x>", "</think>", "tail"], False)
     assert whole == split == ("r", "<tool_call>\n<function=x>tail")
+
+
+def test_one_piece_with_a_hundred_thousand_text_markers() -> None:
+    """A replay sends a request's whole output at once: with markers as text, one piece may hold
+    very many of them (and many unconfirmed `<tool_call>` mentions). Each is handled once (no rescan
+    of the rest per marker, no recursion per mention)."""
+    from detok.parsing.reasoning.qwen3 import Qwen3Parser
+
+    n = 100_000
+    text = "<think>" + "a<tool_call> b" * n + "</think>" + "c</think><think>" * n
+    r, c = feed_all(Qwen3Parser(starts_in_reasoning=False, token_markers=frozenset()), [Piece(text)])
+    assert r == "a<tool_call> b" * n and "".join(p.text for p in c) == "c" * n

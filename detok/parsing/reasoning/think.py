@@ -21,7 +21,7 @@ import re
 from typing import ClassVar
 
 from detok.parsing.base import ReasoningParser
-from detok.parsing.holdback import earliest, partial_suffix_len
+from detok.parsing.holdback import find_all, partial_suffix_len
 from detok.parsing.types import Piece
 
 _BEFORE, _REASONING, _PENDING, _AFTER = range(4)
@@ -59,6 +59,7 @@ class ThinkParser(ReasoningParser):
             _REASONING: text_start + text_end + text_imp,
             _AFTER: text_start + text_end,
         }
+        self._text_markers = text_start + text_end + text_imp  # searched once per text
         self._imp_piece = Piece(imp, imp if imp in token_markers else None) if imp else None
         self._held = ""  # a tail of text that may still become a text marker
         self._pending = ""  # text after an unconfirmed implicit end
@@ -120,38 +121,63 @@ class ThinkParser(ReasoningParser):
             self._c.append(Piece(text))
 
     def _text(self, text: str) -> None:
-        if self._state == _PENDING:
-            self._pending_text(text)
-            return
-        if not self._held and not any(c in text for c in self._firsts[self._state]):
+        """Scan text in the current state: markers act on the state as they come (each found once,
+        `find_all`), text is emitted or, at the end, held if it may still become a marker."""
+        if self._state == _PENDING:  # an implicit end from an earlier piece awaits this text
+            buf, self._pending = self._pending + text, ""
+            if not self._settle_implicit_end(buf, 0):
+                self._pending = buf
+                return
+        elif not self._held and not any(c in text for c in self._firsts[self._state]):
             self._emit(text)
             return
-        buf = self._held + text
-        self._held = ""
-        while buf:
-            if self._state == _PENDING:
-                self._pending_text(buf)
-                return
-            live = self._live[self._state]
-            if not live:
-                self._emit(buf)
-                return
-            pos, m = earliest(buf, live)
-            if m is None:
-                keep = partial_suffix_len(buf, live)
-                self._emit(buf[: len(buf) - keep])
-                self._held = buf[len(buf) - keep :]
-                return
-            self._emit(buf[:pos])
-            buf = buf[pos + len(m) :]
+        else:
+            buf, self._held = self._held + text, ""
+        i = 0
+        for pos, m in find_all(buf, self._text_markers):
+            if pos < i or m not in self._live[self._state]:
+                continue  # inside text already taken, or not a marker in this state: text
+            self._emit(buf[i:pos])
+            i = pos + len(m)
             self._on_marker(Piece(m))
+            if self._state == _PENDING and not self._settle_implicit_end(buf, i):
+                self._pending = buf[i:]  # short: less than the lookahead window
+                return
+        rest = buf[i:]
+        keep = partial_suffix_len(rest, self._live[self._state])
+        self._emit(rest[: len(rest) - keep])
+        self._held = rest[len(rest) - keep :]
+
+    def _settle_implicit_end(self, buf: str, i: int) -> bool:
+        """Decide the implicit end whose text starts at buf[i] (looking at most
+        IMPLICIT_END_LOOKAHEAD characters ahead): confirmed, the state is the answer's and the
+        implicit marker goes to content; a mention, it is reasoning. The text from i is then scanned
+        in the new state by the caller. False: undecided (the text is short), nothing changed."""
+        window = buf[i : i + IMPLICIT_END_LOOKAHEAD]
+        after = window.lstrip()
+        confirm = self.implicit_confirm
+        assert confirm is not None and self._imp_piece is not None
+        if confirm.match(after):
+            self._state = _AFTER
+            self._c.append(self._imp_piece)
+            return True
+        full = len(window) == IMPLICIT_END_LOOKAHEAD
+        if not full and (not after or self.implicit_confirm_prefix.startswith(after)):
+            return False  # could still be confirmed
+        self._state = _REASONING
+        self._r.append(self.implicit_end or "")
+        return True
 
     def _marker(self, piece: Piece) -> None:
         if self._held:  # a marker token follows: the held tail can no longer become a marker
             held, self._held = self._held, ""
             self._emit(held)
-        if self._state == _PENDING:  # anything but text cannot confirm the implicit end
-            self._reject_pending()
+        if self._state == _PENDING:  # a marker token cannot confirm the implicit end: a mention
+            rest, self._pending = self._pending, ""
+            self._state = _REASONING
+            self._r.append(self.implicit_end or "")
+            if rest:
+                self._text(rest)
         self._on_marker(piece)
 
     def _on_marker(self, piece: Piece) -> None:
@@ -178,29 +204,3 @@ class ThinkParser(ReasoningParser):
             self._r.append(m)
         else:
             self._c.append(piece)
-
-    def _pending_text(self, text: str) -> None:
-        self._pending += text
-        window = self._pending[:IMPLICIT_END_LOOKAHEAD]
-        after = window.lstrip()
-        confirm = self.implicit_confirm
-        assert confirm is not None and self._imp_piece is not None
-        if confirm.match(after):
-            rest, self._pending = self._pending, ""
-            self._state = _AFTER
-            self._c.append(self._imp_piece)
-            self._text(rest)  # scanned as answer text (a text end marker in it is dropped there too)
-            return
-        full = len(window) == IMPLICIT_END_LOOKAHEAD
-        if not full and (not after or self.implicit_confirm_prefix.startswith(after)):
-            return  # could still be confirmed
-        self._reject_pending()
-
-    def _reject_pending(self) -> None:
-        """The implicit end was a mention inside reasoning: it and the text after it are reasoning
-        (the text is scanned again, it may hold an end marker)."""
-        rest, self._pending = self._pending, ""
-        self._state = _REASONING
-        self._r.append(self.implicit_end or "")
-        if rest:
-            self._text(rest)
