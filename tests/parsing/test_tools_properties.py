@@ -33,6 +33,8 @@ SNIPPETS = {
     "kimi_k2": ["<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\": 1}",
                 "<|tool_call_begin|>0<|tool_call_argument_begin|>"],
     "glm45": ["<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>x y</arg_value>\n", "<arg_key>n</arg_key><arg_value>"],
+    "openai": ['<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "x"}<|call|>',
+               "<|channel|>final<|message|>done<|end|>", "<|channel|>analysis<|message|>hm<|end|>"],
 }
 TOOLS = tools_of(("f", {"type": "object", "properties": {"a": {"type": "string"}, "n": {"type": "integer"}}}),
                  ("g", {"type": "object", "properties": {"a": {"type": "object"}}}))
