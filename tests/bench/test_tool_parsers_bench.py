@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.tool_parsers import FIXTURES, call_text, pieces_of
+from bench.tool_parsers import FIXTURES, FORMATS, call_text, pieces_of
 from bench.tool_parsers_peer import ReparseHermes
 from detok.parsing.output import call_id_maker
 from detok.parsing.tools import FAMILIES
@@ -23,7 +23,8 @@ def test_smoke_prints_a_line_per_family_and_stream() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     seen = {(r["parser"], r["stream"]) for r in records}
-    assert {(f.names[0], s) for f in FAMILIES for s in ("content", "calls")} <= seen
+    assert {(name, s) for name in FORMATS for s in ("content", "calls")} <= seen
+    assert set(FORMATS) <= {f.names[0] for f in FAMILIES}
     assert ("hermes_reparse_per_chunk", "calls_x8") in seen
     assert all(r["ns_per_token"] > 0 for r in records)
 
