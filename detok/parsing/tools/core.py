@@ -29,11 +29,11 @@ from detok.parsing.types import Piece, ToolCallDelta, ToolSpec
 MAX_TOOL_CALLS = 128
 
 
-class _TextSink:
+class TextSink:
     """`_current_sink()`'s answer when the family streams a string value of its own (`_fast_text`)."""
 
 
-TEXT_SINK = _TextSink()
+TEXT_SINK = TextSink()
 
 
 class MarkerSplitter:
@@ -130,7 +130,7 @@ class StreamingToolParser(ToolParser):
         self._after_call = False
         # the JSON stream whose string text goes straight into the open call's arguments, or
         # TEXT_SINK for a family's own string value (fast paths)
-        self._sink: JsonValueStream | _TextSink | None = None
+        self._sink: JsonValueStream | TextSink | None = None
 
     # ---- the ToolParser interface ------------------------------------------------------------
     def feed(self, piece: Piece) -> tuple[str, list[ToolCallDelta]]:
@@ -202,7 +202,7 @@ class StreamingToolParser(ToolParser):
     def _on_finish(self) -> None:
         """End of output: close what is open (the base closes an open call after this)."""
 
-    def _current_sink(self) -> JsonValueStream | _TextSink | None:
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
         """The JSON stream whose string text would pass straight into the open call's arguments
         now, or TEXT_SINK when `_fast_text` may take the text (enables the fast paths; the slow
         path gives the same result)."""

@@ -16,8 +16,12 @@ Behaviour at the edges (README):
 
 from __future__ import annotations
 
+from typing import Any
+
 from detok.parsing.tools.call_object import CallObjectStream
-from detok.parsing.tools.core import StreamingToolParser
+from detok.parsing.tools.core import StreamingToolParser, TextSink
+from detok.parsing.tools.json_stream import JsonValueStream
+
 
 START = "<tool_call>"
 END = "</tool_call>"
@@ -29,7 +33,7 @@ class HermesToolParser(StreamingToolParser):
     names = ("hermes", "qwen25", "qwen")
     markers = (START, END)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state = _CONTENT
         self._obj: CallObjectStream | None = None
@@ -69,7 +73,7 @@ class HermesToolParser(StreamingToolParser):
         elif state == _TAIL and self._raw:
             self._raw.append(text)
 
-    def _current_sink(self):  # type: ignore[no-untyped-def]
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
         obj = self._obj
         return obj.args_sink if self._state == _CALL and obj is not None else None
 

@@ -25,9 +25,12 @@ with what was parsed (vLLM streams the same, unclosed).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from detok.parsing.tools import schema_values as sv
-from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser
+from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
+from detok.parsing.tools.json_stream import JsonValueStream
+
 
 START, END = "<tool_call>", "</tool_call>"
 FUNC, FUNC_END = "<function=", "</function>"
@@ -42,7 +45,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
     names = ("qwen3_coder",)
     markers = (START, END, FUNC, FUNC_END, PARAM, PARAM_END)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state = _CONTENT
         self._name: list[str] = []
@@ -149,7 +152,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
             self._close_call()
         self._state = _CONTENT
 
-    def _current_sink(self):  # type: ignore[no-untyped-def]
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
         return TEXT_SINK if self._state == _VALUE and self._streaming else None
 
     def _fast_text(self, text: str) -> str | None:
