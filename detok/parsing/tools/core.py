@@ -138,8 +138,14 @@ class StreamingToolParser(ToolParser):
             text = piece.text
             sink = self._sink
             if sink is None:
-                if self._state == 0 and not self._after_call and self._splitter.quiet(text):
-                    return text, []
+                if self._state == 0 and not self._after_call:
+                    splitter = self._splitter  # `quiet`, inlined: this is every content token's path
+                    if not splitter._held:
+                        for c in splitter.hot:
+                            if c in text:
+                                break
+                        else:
+                            return text, []
             elif sink is TEXT_SINK:  # a family's own string value (XML formats)
                 if self._splitter.quiet(text):
                     out = self._fast_text(text)
