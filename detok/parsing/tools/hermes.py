@@ -11,7 +11,8 @@ Behaviour at the edges (README):
 - A region whose JSON breaks before the name is known (or that has no name) is given back as content
   verbatim, markers included, as vLLM's non-streamed path does for unparsable output.
 - JSON that breaks after the name, or a call cut by the end of output: the call is kept with the
-  arguments passed on so far, closed to valid JSON (vLLM streams the prefix unclosed, #30439).
+  arguments passed on so far, closed to valid JSON (vLLM passes such arguments on as written: not
+  JSON, as in vLLM #41739 for kimi_k2).
 """
 
 from __future__ import annotations
