@@ -43,9 +43,9 @@ class ChunkRenderer:
         self._heads = [head + str(i).encode() + field for i in range(choices)]
 
     def text(self, index: int, text: str, logprobs: Any = None,
-             extra: Mapping[str, Any] | None = None) -> bytes:
+             extra: Mapping[str, Any] | None = None, usage: Any = None) -> bytes:
         """The chunk carrying `text` (and `logprobs`, a Struct or None; `extra` delta fields, chat
-        only) for choice `index`."""
+        only; `usage`, a Usage Struct, for `continuous_usage_stats`) for choice `index`."""
         parts = [self._heads[index], _encode(text)]
         if self._chat:
             if extra:
@@ -56,5 +56,5 @@ class ChunkRenderer:
             raise ValueError("extra delta fields are for chat chunks only")
         parts.append(_OPEN_TAIL)
         parts.append(_NULL if logprobs is None else _encode(logprobs))
-        parts.append(_END)
+        parts.append(_END if usage is None else b'}],"usage":' + _encode(usage) + b"}\n\n")
         return b"".join(parts)

@@ -63,9 +63,6 @@ def _apply(req: _SamplingRequest, rules: dict[str, Rule]) -> None:
 def refuse_unsupported(req: _SamplingRequest) -> None:
     """Raise RequestError (400) for the first option given that this server cannot honour."""
     _apply(req, _COMMON)
-    if req.stream_options is not None and req.stream_options.continuous_usage_stats not in (None, False):
-        raise RequestError("stream_options.continuous_usage_stats: usage in every chunk is not implemented "
-                           "by this server (the final usage chunk is)", "stream_options.continuous_usage_stats")
     if isinstance(req, CompletionRequest):
         _apply(req, _COMPLETION)
     if isinstance(req, ChatCompletionRequest):

@@ -52,6 +52,10 @@ class Registration(msgspec.Struct, array_like=True, gc=False, frozen=True):
     # None: no logprobs; k >= 0: the sampled token's logprob and up to k alternatives per token
     # (the worker keeps at most MAX_TOP_LOGPROBS; a negative k counts as None)
     logprobs: int | None = None
+    # Which registration of `rid` this is (set by the SchedulerClient, unique per client; 0: not
+    # set). A rid may be used again once its request finished: finishes, notices and replays carry
+    # the generation, so nothing of the earlier request can touch the later one.
+    gen: int = 0
 
 
 class EndRequest(msgspec.Struct, array_like=True, gc=False, frozen=True):
