@@ -1,6 +1,7 @@
 """Worker CPU per token of the output parsers: CPU ns (process time) per token fed to `OutputParser.feed`, one token's
 text per call (a scheduler sending one id per step, the worst case), on reasoning text, on content
-text after it, and on tool-call arguments; against the loop alone (no parser: the worker's path
+text after it, on tool-call arguments (every tool family: a JSON string argument, or the XML
+formats' string value), and on content of a request with tools; against the loop alone (no parser: the worker's path
 without parsing makes no call at all). Side by side in one run, repetitions interleaved, median taken.
 
     python -m bench.parsers [--tokens 20000] [--repeat 5] [--json]
@@ -46,6 +47,27 @@ CONFIGS: list[tuple[str, str, str | None, str | None, str, str]] = [
 # tool arguments: (row, vocabulary, reasoning, tools, text before the arguments)
 TOOL_CONFIGS = [
     ("openai (arguments)", "harmony", "openai_gptoss", "openai", "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"),
+    ("hermes (arguments)", "qwen", None, "hermes", '<tool_call>\n{"name": "f", "arguments": '),
+    ("qwen3_coder (string value)", "qwen", None, "qwen3_coder", "<tool_call>\n<function=f>\n<parameter=text>\n"),
+    ("llama3_json (arguments)", "qwen", None, "llama3_json", '{"name": "f", "parameters": '),
+    ("mistral (arguments)", "mistral", None, "mistral", "[TOOL_CALLS]f[ARGS]"),
+    ("deepseek_v3 (arguments)", "deepseek", None, "deepseek_v3",
+     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n"),
+    ("deepseek_v31 (arguments)", "deepseek", None, "deepseek_v31", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>"),
+    ("kimi_k2 (arguments)", "qwen_kimi", None, "kimi_k2",
+     "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>"),
+    ("glm45 (string value)", "qwen", None, "glm45", "<tool_call>f\n<arg_key>text</arg_key>\n<arg_value>"),
+    ("hermes (arguments, markers as text)", "gpt2", None, "hermes", '<tool_call>\n{"name": "f", "arguments": '),
+]
+# content of a request with tools, no call in it: (row, vocabulary, tool parser)
+CONTENT_CONFIGS = [
+    ("hermes (content)", "qwen", "hermes"),
+    ("qwen3_coder (content)", "qwen", "qwen3_coder"),
+    ("llama3_json (content)", "qwen", "llama3_json"),
+    ("mistral (content)", "mistral", "mistral"),
+    ("deepseek_v31 (content)", "deepseek", "deepseek_v31"),
+    ("kimi_k2 (content)", "qwen_kimi", "kimi_k2"),
+    ("glm45 (content)", "qwen", "glm45"),
 ]
 
 
@@ -146,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     text = corpus()
     rows: list[dict[str, Any]] = []
-    todo = [(c, False) for c in CONFIGS] + [(c, True) for c in TOOL_CONFIGS]
+    todo = [(c, False) for c in CONFIGS] + [(c, True) for c in TOOL_CONFIGS] + [(c, None) for c in CONTENT_CONFIGS]
     for i, (cfg, is_tool) in enumerate(todo, 1):
         name, vocab = cfg[0], cfg[1]
         print(f"[{i}/{len(todo)}] {name}", file=sys.stderr, flush=True)
@@ -157,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         ids = tok.encode(text)[: args.tokens]
         body = tok.decode(ids).replace("<", "(")  # plain text: no marker, no marker prefix by accident
+        if is_tool is None:  # a tool parser on content without a call
+            r = measure(tok, None, cfg[2], "", body, "", args.repeat)
+            rows.append({"parser": name, "vocabulary": vocab, "tokens": int(r["tokens"]), "loop_ns": r["loop"],
+                         "content_ns": r["first"], "content_over_loop_ns": r["first"] - r["loop"]})
+            continue
         if is_tool:
             body = json.dumps({"text": body})
             r = measure(tok, cfg[2], cfg[3], cfg[4], body, "", args.repeat)

@@ -5,6 +5,8 @@ Two streams per family, tokenized by the Qwen2 fixture's real BPE (the family's 
 marker pieces, as one-token markers are): `content` (prose, no call: what every answer of a request
 with tools costs) and `calls` (a short preamble, then two calls whose arguments hold code and
 numbers: argument streaming). A request without a parser does not run this code at all (0 ns).
+Last, hermes side by side with the peers' approach (`tool_parsers_peer.py`: the whole text parsed
+again on every delta, as vLLM's hermes parser does in its frontend) on 2 and 8 such calls.
 
     python -m bench.tool_parsers [--json] [--repeat 7] [--tokens 4000]
 """
@@ -17,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from bench._common import CORPUS, FIXTURES, add_common_args, progress, report
+from bench.tool_parsers_peer import ReparseHermes
 from detok.parsing.output import call_id_maker
 from detok.parsing.tools import FAMILIES
 from detok.parsing.types import Piece, ToolSpec
@@ -28,6 +31,10 @@ TOOLS = (ToolSpec("write_file", {"type": "object", "properties": {
 
 def _args(i: int) -> dict:
     return {"path": f"src/fib_{i}.py", "content": CODE * 6, "mode": 420}
+
+
+# the families written here (Harmony's `openai` is measured by bench/parsers.py)
+FORMATS = ("hermes", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "deepseek_v31", "kimi_k2", "glm45")
 
 
 def call_text(family: str, i: int) -> str:
@@ -97,10 +104,11 @@ def time_feed(family: type, pieces: list[Piece], repeat: int) -> float:
     """Best CPU seconds of feeding every piece and finishing, over `repeat` runs (process time: the
     machine may be shared)."""
     call_id: Callable[[int], str] = call_id_maker("bench")
-    markers = frozenset(family.markers)
+    markers = frozenset(getattr(family, "markers", ()))
     best = float("inf")
     for _ in range(repeat):
-        parser = family(tools=TOOLS, token_markers=markers, call_id=call_id)
+        parser = (family(tools=TOOLS, token_markers=markers, call_id=call_id) if family is not ReparseHermes
+                  else ReparseHermes())
         feed = parser.feed
         t0 = time.process_time()
         for p in pieces:
@@ -122,8 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     prose = CORPUS.read_text(encoding="utf-8")
     content_ids = tok.encode(prose)[: args.tokens]
     content = [Piece(tok.decode(content_ids[i : i + 1])) for i in range(len(content_ids))]
-    bar = progress(len(FAMILIES) * 2, "tool parsers", args.no_progress)
-    for family in FAMILIES:
+    families = [f for f in FAMILIES if f.names[0] in FORMATS]
+    bar = progress(len(families) * 2, "tool parsers", args.no_progress)
+    for family in families:
         name = family.names[0]
         calls = pieces_of(tok, calls_text(name), family.markers)
         for stream, pieces in (("content", content), ("calls", calls)):
@@ -131,6 +140,16 @@ def main(argv: list[str] | None = None) -> None:
             report(args.json, {"parser": name, "stream": stream, "tokens": len(pieces),
                                "ns_per_token": round(seconds / len(pieces) * 1e9)})
             bar.update()
+    # the peers' approach on the same hermes calls, longer outputs too (its cost grows with the text)
+    from detok.parsing.tools.hermes import HermesToolParser
+
+    for n_calls in (2, 8):
+        text = "I will write the files now.\n\n" + "".join(call_text("hermes", i) for i in range(n_calls))
+        pieces = pieces_of(tok, text, HermesToolParser.markers)
+        for label, family in (("hermes", HermesToolParser), ("hermes_reparse_per_chunk", ReparseHermes)):
+            seconds = time_feed(family, pieces, args.repeat)
+            report(args.json, {"parser": label, "stream": f"calls_x{n_calls}", "tokens": len(pieces),
+                               "ns_per_token": round(seconds / len(pieces) * 1e9)})
     bar.close()
 
 

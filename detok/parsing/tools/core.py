@@ -29,6 +29,13 @@ from detok.parsing.types import Piece, ToolCallDelta, ToolSpec
 MAX_TOOL_CALLS = 128
 
 
+class TextSink:
+    """`_current_sink()`'s answer when the family streams a string value of its own (`_fast_text`)."""
+
+
+TEXT_SINK = TextSink()
+
+
 class MarkerSplitter:
     """Cuts plain text at the given text markers; holds back a suffix that is a proper prefix of
     one of them until the next text decides it."""
@@ -121,8 +128,9 @@ class StreamingToolParser(ToolParser):
         self._args_sent = False
         self._idle_space = ""  # whitespace after a call, dropped unless content follows
         self._after_call = False
-        # the JSON stream whose string text goes straight into the open call's arguments (fast path)
-        self._sink: JsonValueStream | None = None
+        # the JSON stream whose string text goes straight into the open call's arguments, or
+        # TEXT_SINK for a family's own string value (fast paths)
+        self._sink: JsonValueStream | TextSink | None = None
 
     # ---- the ToolParser interface ------------------------------------------------------------
     def feed(self, piece: Piece) -> tuple[str, list[ToolCallDelta]]:
@@ -130,8 +138,22 @@ class StreamingToolParser(ToolParser):
             text = piece.text
             sink = self._sink
             if sink is None:
-                if self._state == 0 and not self._after_call and self._splitter.quiet(text):
-                    return text, []
+                if self._state == 0 and not self._after_call:
+                    splitter = self._splitter  # `quiet`, inlined: this is every content token's path
+                    if not splitter._held:
+                        for c in splitter.hot:
+                            if c in text:
+                                break
+                        else:
+                            return text, []
+            elif sink is TEXT_SINK:  # a family's own string value (XML formats)
+                if self._splitter.quiet(text):
+                    out = self._fast_text(text)
+                    if out is not None:
+                        if not out or self._dropping:
+                            return "", []
+                        self._args_sent = True
+                        return "", [ToolCallDelta(self._calls - 1, None, None, out)]
             elif (sink._in_string and not sink._held and '"' not in text and "\\" not in text
                   and text.isprintable() and self._splitter.quiet(text)):
                 # inside a JSON string, no quote, backslash or control character: the stream would
@@ -186,9 +208,15 @@ class StreamingToolParser(ToolParser):
     def _on_finish(self) -> None:
         """End of output: close what is open (the base closes an open call after this)."""
 
-    def _current_sink(self) -> JsonValueStream | None:
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
         """The JSON stream whose string text would pass straight into the open call's arguments
-        now, if any (enables the fast path; the slow path gives the same result)."""
+        now, or TEXT_SINK when `_fast_text` may take the text (enables the fast paths; the slow
+        path gives the same result)."""
+        return None
+
+    def _fast_text(self, text: str) -> str | None:
+        """The argument text for `text` (no marker character in it) when the family can take it
+        without its state machine, else None (the slow path runs)."""
         return None
 
     def _content(self, text: str) -> None:

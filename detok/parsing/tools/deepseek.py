@@ -16,8 +16,11 @@ is content, markers included (as vLLM: "must not truncate the content").
 
 from __future__ import annotations
 
-from detok.parsing.tools.core import StreamingToolParser
+from typing import Any
+
+from detok.parsing.tools.core import StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
+
 
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -41,7 +44,7 @@ class SectionToolParser(StreamingToolParser):
         """(function name, native call id or None) from the text before the separator."""
         return raw.strip(), None
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state = _CONTENT
         self._name: list[str] = []
@@ -121,7 +124,7 @@ class SectionToolParser(StreamingToolParser):
                     self._section.append(text)
                 return
 
-    def _current_sink(self):  # type: ignore[no-untyped-def]
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
         return self._value if self._state == _ARGS else None
 
     def _begin_args(self, state: int) -> None:

@@ -23,7 +23,9 @@ import json
 from typing import Any
 
 from detok.parsing.tools import schema_values as sv
-from detok.parsing.tools.core import StreamingToolParser
+from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
+from detok.parsing.tools.json_stream import JsonValueStream
+
 
 START, END = "<tool_call>", "</tool_call>"
 KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
@@ -55,7 +57,7 @@ class Glm45ToolParser(StreamingToolParser):
     names = ("glm45", "glm47", "glm")
     markers = (START, END, KEY, KEY_END, VALUE, VALUE_END)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state = _CONTENT
         self._text: list[str] = []  # the name, key, or typed value read so far
@@ -117,6 +119,15 @@ class Glm45ToolParser(StreamingToolParser):
                 self._state = _SKIP
         elif st == _KEY:
             self._text.append(text)
+
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
+        return TEXT_SINK if self._state == _VALUE and self._string else None
+
+    def _fast_text(self, text: str) -> str | None:
+        # inside a string value after its first character, no whitespace held or at the end
+        if not text or not self._started or self._space or text[-1] in _SPACE:
+            return None
+        return sv.json_string_body(text)
 
     def _begin_call(self) -> bool:
         name = "".join(self._text).strip()

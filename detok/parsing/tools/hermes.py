@@ -11,13 +11,18 @@ Behaviour at the edges (README):
 - A region whose JSON breaks before the name is known (or that has no name) is given back as content
   verbatim, markers included, as vLLM's non-streamed path does for unparsable output.
 - JSON that breaks after the name, or a call cut by the end of output: the call is kept with the
-  arguments passed on so far, closed to valid JSON (vLLM streams the prefix unclosed, #30439).
+  arguments passed on so far, closed to valid JSON (vLLM passes such arguments on as written: not
+  JSON, as in vLLM #41739 for kimi_k2).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from detok.parsing.tools.call_object import CallObjectStream
-from detok.parsing.tools.core import StreamingToolParser
+from detok.parsing.tools.core import StreamingToolParser, TextSink
+from detok.parsing.tools.json_stream import JsonValueStream
+
 
 START = "<tool_call>"
 END = "</tool_call>"
@@ -29,7 +34,7 @@ class HermesToolParser(StreamingToolParser):
     names = ("hermes", "qwen25", "qwen")
     markers = (START, END)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state = _CONTENT
         self._obj: CallObjectStream | None = None
@@ -69,7 +74,7 @@ class HermesToolParser(StreamingToolParser):
         elif state == _TAIL and self._raw:
             self._raw.append(text)
 
-    def _current_sink(self):  # type: ignore[no-untyped-def]
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
         obj = self._obj
         return obj.args_sink if self._state == _CALL and obj is not None else None
 

@@ -1,11 +1,11 @@
 """One JSON value, validated as its text arrives, passed on as the raw text the model wrote.
 
 Tool arguments are streamed as the model's own text (never re-serialized diffs, the cause of vLLM
-#10395 / #28806 / #30439). The stream only passes on text that is a valid JSON prefix: a number or
-literal is held until it is complete, an escape until its last character, a comma until the next
-member starts. So `close()` can always end what was passed on as valid JSON when the value is cut
-short (end of output, a closing marker, or text that is not JSON): an open string is closed, a key
-left without a value gets `null`, open containers are closed. One leniency: a raw control character
+#10395, "Hermes tool parser output error stream arguments"). The stream only passes on text that is
+a valid JSON prefix: a number or literal is held until it is complete, an escape until its last
+character, a comma until the next member starts. So `close()` can always end what was passed on as
+valid JSON when the value is cut short (end of output, a closing marker, or text that is not JSON):
+an open string is closed, a key left without a value gets `null`, open containers are closed. One leniency: a raw control character
 inside a string (models write raw newlines in code) is passed on escaped (`\\n`), so the result
 parses under strict JSON.
 

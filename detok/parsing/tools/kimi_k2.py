@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from detok.parsing.tools import schema_values as sv
+from detok.parsing.tools.core import TextSink
 from detok.parsing.tools.deepseek import SectionToolParser
+from detok.parsing.tools.json_stream import JsonValueStream
+
 
 SECTION_BEGIN = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
 SECTION_END = ("<|tool_calls_section_end|>", "<|tool_call_section_end|>")
@@ -33,7 +37,7 @@ class KimiK2ToolParser(SectionToolParser):
     calls_begin, calls_end = SECTION_BEGIN, SECTION_END
     call_begin, call_end, sep = CALL_BEGIN, CALL_END, ARG_BEGIN
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._deferred: list[str] | None = None  # arguments of a bare-counter call, name not yet known
         self._deferred_id = ""
@@ -49,14 +53,12 @@ class KimiK2ToolParser(SectionToolParser):
             return "", None
         return native.split(":")[0].split(".")[-1].strip(), native
 
-    def _current_sink(self):  # type: ignore[no-untyped-def]
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
         return None if self._deferred is not None else super()._current_sink()
 
     def _begin_args(self, state: int) -> None:
         super()._begin_args(state)
         if self._deferred is not None:  # read the arguments before naming the call
-            from detok.parsing.tools.json_stream import JsonValueStream
-
             self._value = JsonValueStream()
             self._state = state
 

@@ -18,8 +18,12 @@ the call there (arguments closed to valid JSON); the text from the break on is c
 
 from __future__ import annotations
 
+from typing import Any
+
 from detok.parsing.tools.call_object import CallObjectStream
-from detok.parsing.tools.core import StreamingToolParser
+from detok.parsing.tools.core import StreamingToolParser, TextSink
+from detok.parsing.tools.json_stream import JsonValueStream
+
 
 PYTHON_TAG = "<|python_tag|>"
 
@@ -30,7 +34,7 @@ class Llama3JsonToolParser(StreamingToolParser):
     separators = " \t\n\r;"
     hot_chars = "{"
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._obj: CallObjectStream | None = None
         self._raw: list[str] = []  # the held text from `{` while undecided
@@ -93,7 +97,7 @@ class Llama3JsonToolParser(StreamingToolParser):
         self._state = 0
         return rest
 
-    def _current_sink(self):  # type: ignore[no-untyped-def]
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
         obj = self._obj
         return obj.args_sink if obj is not None and self._decided else None
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import string
+from typing import Any
 
 from detok.parsing.tools.call_object import CallObjectStream
-from detok.parsing.tools.core import StreamingToolParser
+from detok.parsing.tools.core import StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
+
 
 TOOL_CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 MAX_NAME = 256
@@ -42,7 +44,7 @@ class MistralToolParser(StreamingToolParser):
     # as vLLM: a Mistral vocabulary without its tool-call token is a configuration error
     required_tokens = (TOOL_CALLS,)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state = _CONTENT
         self._name: list[str] = []
@@ -109,7 +111,7 @@ class MistralToolParser(StreamingToolParser):
             else:  # _ITEM
                 text = self._item_text(text)
 
-    def _current_sink(self):  # type: ignore[no-untyped-def]
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
         if self._state == _ARGS:
             return self._value
         if self._state == _ITEM and self._obj is not None:

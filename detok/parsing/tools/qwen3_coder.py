@@ -25,9 +25,12 @@ with what was parsed (vLLM streams the same, unclosed).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from detok.parsing.tools import schema_values as sv
-from detok.parsing.tools.core import StreamingToolParser
+from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
+from detok.parsing.tools.json_stream import JsonValueStream
+
 
 START, END = "<tool_call>", "</tool_call>"
 FUNC, FUNC_END = "<function=", "</function>"
@@ -42,7 +45,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
     names = ("qwen3_coder",)
     markers = (START, END, FUNC, FUNC_END, PARAM, PARAM_END)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state = _CONTENT
         self._name: list[str] = []
@@ -148,6 +151,17 @@ class Qwen3CoderToolParser(StreamingToolParser):
             self._args("}")
             self._close_call()
         self._state = _CONTENT
+
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
+        return TEXT_SINK if self._state == _VALUE and self._streaming else None
+
+    def _fast_text(self, text: str) -> str | None:
+        # inside a streamed string value, not at its start, no newline held or at the end: the text
+        # is the value's as it stands (what `_value_text` would pass on)
+        if not text or not self._vstarted or self._held_nl or text[-1] == "\n":
+            return None
+        self._last_nl = False
+        return sv.json_string_body(text)
 
     # ---- names and values --------------------------------------------------------------------
     def _begin_name(self) -> None:
