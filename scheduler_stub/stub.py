@@ -237,7 +237,7 @@ class RequestInbox:
             handled += 1
             try:
                 message = self._decoder.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:  # (a schema nested too deep)
                 self.malformed += 1
                 log.warning("dropped a malformed frontend message (%d bytes): %s", len(raw), e)
                 continue

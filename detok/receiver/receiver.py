@@ -36,7 +36,10 @@ from detok.wire.endpoints import IpcDir, bound_endpoint, connectable, make_socke
 from detok.wire.to_frontends import DeltaBatch
 from detok.wire.security import CurveKeys, SocketSecurity
 from detok.stream.params import Finish
+from detok.parsing.types import ToolCallDelta
 from detok.receiver.token_logprobs import TokenLogprobs, split_logprobs
+from detok.receiver.typed import TypedState, join_calls
+from detok.wire.to_frontends import TypedRow
 
 log = logging.getLogger("detok.receiver")
 
@@ -46,19 +49,26 @@ _DRAIN_MAX = 256  # messages dispatched per wake-up before yielding to the event
 class RequestDelta(NamedTuple):
     """New text of one request; `finish` and `num_tokens` (output tokens) are set on the last.
     `logprobs`: the entries of the output tokens that arrived since the last delta, if the request
-    asked for logprobs (entries may come with no text: a token held as part of a character)."""
+    asked for logprobs (entries may come with no text: a token held as part of a character).
+    A request with output parsing: `text` is its content, `reasoning` its reasoning text,
+    `tool_calls` its tool-call deltas (a call's first carries id and name), and `calls` (on the
+    last delta) how many tool calls the worker emitted."""
 
     text: str
     finish: Finish | None = None
     num_tokens: int | None = None
     logprobs: TokenLogprobs | None = None
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    calls: int = 0
 
 
 class RequestStream:
     """Async iterator over one request's deltas; ends after the delta carrying the finish."""
 
     __slots__ = (
-        "_chunks", "_done", "_logprobs", "_next_token", "_received", "_receiver", "_waiter", "finish", "num_tokens", "rid",
+        "_calls", "_chunks", "_done", "_logprobs", "_next_token", "_reasoning", "_received", "_receiver", "_typed",
+        "_waiter", "calls", "finish", "num_tokens", "rid",
     )
 
     def __init__(self, rid: int, receiver: DeltaReceiver) -> None:
@@ -72,6 +82,26 @@ class RequestStream:
         self._waiter: asyncio.Future[None] | None = None
         self._done = False
         self._receiver = receiver
+        self._typed: TypedState | None = None  # created by the first typed row
+        self._reasoning: list[str] = []
+        self._calls: list[ToolCallDelta] = []
+        self.calls = 0  # tool calls emitted, from the finish
+
+    def _feed_typed(self, row: TypedRow) -> None:
+        state = self._typed
+        if state is None:
+            state = self._typed = TypedState()
+        gaps = state.gaps
+        reasoning, content, calls = state.accept(row)
+        self._receiver.gaps += state.gaps - gaps
+        if reasoning:
+            self._reasoning.append(reasoning)
+        if content:
+            self._chunks.append(content)
+        if calls:
+            self._calls.extend(calls)
+        if reasoning or content or calls:
+            self._wake()
 
     def _feed(self, text: str, offset: int) -> None:
         if not text:
@@ -102,10 +132,11 @@ class RequestStream:
         self._next_token = entries.end
         self._wake()
 
-    def _end(self, finish: Finish, num_tokens: int) -> None:
+    def _end(self, finish: Finish, num_tokens: int, calls: int = 0) -> None:
         if self.finish is None:
             self.finish = finish
             self.num_tokens = num_tokens
+            self.calls = calls
             self._wake()
 
     def _wake(self) -> None:
@@ -115,7 +146,7 @@ class RequestStream:
 
     def take(self) -> RequestDelta | None:
         """What arrived since the last take, or None if nothing did (non-async consumers)."""
-        if self._done or not (self._chunks or self.finish is not None or self._logprobs):
+        if self._done or not (self._chunks or self.finish is not None or self._logprobs or self._typed):
             return None
         text = "".join(self._chunks)
         self._chunks.clear()
@@ -123,10 +154,20 @@ class RequestStream:
         if self._logprobs:
             logprobs = TokenLogprobs.concat(self._logprobs)
             self._logprobs = []
+        reasoning, calls = "", ()
+        if self._typed is not None:
+            if not (text or self._reasoning or self._calls or self.finish is not None or logprobs is not None):
+                return None
+            reasoning = "".join(self._reasoning)
+            self._reasoning.clear()
+            calls = tuple(join_calls(self._calls))
+            self._calls.clear()
         if self.finish is not None:
             self._done = True
             self._receiver._streams.pop(self.rid, None)
-            return RequestDelta(text, self.finish, self.num_tokens, logprobs)
+            return RequestDelta(text, self.finish, self.num_tokens, logprobs, reasoning, calls, self.calls)
+        if self._typed is not None:
+            return RequestDelta(text, None, None, logprobs, reasoning, calls)
         return RequestDelta(text, logprobs=logprobs)
 
     @property
@@ -280,10 +321,15 @@ class DeltaReceiver:
             stream = get(rid)
             if stream is not None:
                 stream._feed_logprobs(run)
+        if batch.typed:
+            for row in batch.typed:
+                stream = get(row.rid)
+                if stream is not None:
+                    stream._feed_typed(row)
         for done in batch.finished:
             stream = get(done.rid)
             if stream is not None:
-                stream._end(done.finish, done.num_tokens)
+                stream._end(done.finish, done.num_tokens, done.calls)
 
     # ---- shutdown -------------------------------------------------------------------------------
     def close(self) -> None:

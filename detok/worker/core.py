@@ -18,6 +18,12 @@ rejected before any state changes):
 - duplicate registration of a live rid: identical -> ignored (idempotent replay) and counted;
   different -> the live request finishes with reason "error" (the rid was reused).
 - a stream that cannot be created, or an out-of-vocabulary id: that request finishes with "error".
+- output parsing (`Registration.parsing`) past `detok.parsing.limits`, an unknown parser, or a parser
+  that fails while running: that request finishes with "error".
+
+Parsed requests (a reasoning or tool-call parser) step through `detok.stream.typed_stream.TypedStream`
+(never the compiled plain path): their text rows stay empty and their output goes to their frontend
+as `TypedRow`s, before the finish that carries how many tool calls were emitted.
 
 Replay (a process that may have lost its shard's state: `awaiting_replay`): token batches are
 dropped until a `Replay` for this process arrives; it carries every request of the shard with all
@@ -32,12 +38,17 @@ import logging
 import time
 from collections.abc import Callable
 
+import msgspec
 import numpy as np
 
 from detok.metrics import WorkerCounts
+from detok.parsing.limits import check_parsing
+from detok.parsing.output import OutputParser
+from detok.parsing.tokens import single_token_ids
 from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
 from detok.stream.table import PackedStep, StreamTable
+from detok.stream.typed_stream import TypedStream
 from detok.tokenizer.base import Tokenizer
 from detok.wire.packing import unpack_u32
 from detok.wire.to_frontends import RequestFinished
@@ -94,6 +105,7 @@ class WorkerCore:
         self.last_seq = 0  # DetokBatch.seq of the last batch handled (acknowledged to the client)
         self._token_strings: lp_entries.TokenStrings | None = None  # built at the first logprobs
         self._logprobs_wanted: dict[int, int] = {}  # live rids that asked for logprobs: k
+        self._token_id = single_token_ids(tokenizer)  # marker text -> id, for parsed requests
 
     # ---- messages ------------------------------------------------------------------------------
     def handle_batch(self, batch: DetokBatch, now: float | None = None) -> Outputs:
@@ -191,7 +203,9 @@ class WorkerCore:
             return
         out = self._columns_for(reg.reply_to)
         try:
-            stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag)  # type: ignore[arg-type]
+            parser = self._parser_for(reg)
+            stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag,  # type: ignore[arg-type]
+                                     parser=parser, emit=out.add_typed if parser is not None else None)
         except Exception as e:  # noqa: BLE001 - a bad registration is that request's error, never the worker's
             log.warning("worker %d: cannot start rid %d: %s", self.worker, reg.rid, e)
             finish = Finish("error", None, f"cannot start decoding: {e}")
@@ -203,6 +217,16 @@ class WorkerCore:
         out.live += 1
         if reg.logprobs is not None and reg.logprobs >= 0:
             self._logprobs_wanted[reg.rid] = reg.logprobs
+
+    def _parser_for(self, reg: Registration) -> OutputParser | None:
+        """The request's OutputParser, or None for plain text (no parser named)."""
+        parsing = reg.parsing
+        if parsing is None or not (parsing.reasoning_parser or parsing.tool_parser):
+            return None
+        check_parsing(parsing)
+        if not parsing.call_id_seed:  # call ids from the rid: the same on a replay
+            parsing = msgspec.structs.replace(parsing, call_id_seed=f"{reg.rid:x}")
+        return OutputParser(parsing, self._token_id)
 
     # ---- stepping -------------------------------------------------------------------------------
     def _step(self, batch: DetokBatch) -> None:
@@ -255,7 +279,7 @@ class WorkerCore:
                 self.counts.invalid_token_ids += 1
         elif kind is not None:
             self.counts.stops[kind] = self.counts.stops.get(kind, 0) + 1
-        self._emit_finish(entry.out, rid, finish, num_tokens)
+        self._emit_finish(entry.out, rid, finish, num_tokens, _calls(entry.stream))
         self._notify(rid, finish)
 
     # ---- ending ---------------------------------------------------------------------------------
@@ -272,7 +296,7 @@ class WorkerCore:
             entry.out.add(rid, text, offset)
         if message is None and finish is not None:
             message = finish.message
-        self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens)  # type: ignore[arg-type]
+        self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens, _calls(entry.stream))  # type: ignore[arg-type]
 
     def _finish_live(self, rid: int, finish: Finish, *, notify: bool) -> None:
         """End a live request for a reason of the worker's own (idle, shutdown, conflict)."""
@@ -282,7 +306,7 @@ class WorkerCore:
         self._remember_finished(rid)
         if text:
             entry.out.add(rid, text, offset)
-        self._emit_finish(entry.out, rid, finish, num_tokens)
+        self._emit_finish(entry.out, rid, finish, num_tokens, _calls(entry.stream))
         if notify:
             self._notify(rid, finish)
 
@@ -305,8 +329,8 @@ class WorkerCore:
     def _columns_for(self, reply_to: str) -> FrontendColumns:
         return self._frontends.columns_for(reply_to)
 
-    def _emit_finish(self, out: FrontendColumns, rid: int, finish: Finish, num_tokens: int) -> None:
-        out.finished.append(RequestFinished(rid, finish, num_tokens))
+    def _emit_finish(self, out: FrontendColumns, rid: int, finish: Finish, num_tokens: int, calls: int = 0) -> None:
+        out.finished.append(RequestFinished(rid, finish, num_tokens, calls))
         finished = self.counts.finished
         finished[finish.reason] = finished.get(finish.reason, 0) + 1
 
@@ -343,6 +367,11 @@ class WorkerCore:
     def live_requests_of(self, reply_to: str) -> int:
         """Live requests whose deltas go to this frontend endpoint."""
         return self._frontends.live_requests_of(reply_to)
+
+
+def _calls(stream: DecodeStream) -> int:
+    """Tool calls a request's parser emitted (0 for a plain request)."""
+    return stream.calls_emitted if isinstance(stream, TypedStream) else 0
 
 
 def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> StreamTable:

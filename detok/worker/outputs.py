@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from detok.stream.table import PackedStep
 from detok.wire.packing import group_rows
-from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished
+from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished, TypedRow
 from detok.wire.to_scheduler import StopNotice
 from detok.worker import logprobs as lp_entries
 
@@ -28,10 +28,14 @@ class FrontendColumns:
     offsets: list[bytes] = field(default_factory=list)
     finished: list[RequestFinished] = field(default_factory=list)
     logprobs: list[DeltaLogprobs] = field(default_factory=list)
+    typed: list[TypedRow] = field(default_factory=list)  # rows of parsed requests
     live: int = 0  # live requests of this frontend in the table
 
     def add(self, rid: int, text: str, offset: int) -> None:
         self.add_packed(_U64(rid), text.encode(), _U32(len(text)), _U32(offset))
+
+    def add_typed(self, row: TypedRow) -> None:
+        self.typed.append(row)
 
     def add_packed(self, rids: bytes, text: bytes, lengths: bytes, offsets: bytes) -> None:
         self.rids.append(rids)
@@ -41,7 +45,7 @@ class FrontendColumns:
 
     @property
     def pending(self) -> bool:
-        return bool(self.rids or self.finished or self.logprobs)
+        return bool(self.rids or self.finished or self.logprobs or self.typed)
 
     def take(self, worker: int, sent_at: float) -> DeltaBatch | None:
         if not self.pending:
@@ -49,9 +53,12 @@ class FrontendColumns:
         join = b"".join
         lp = lp_entries.join_parts(self.logprobs) if self.logprobs else None
         batch = DeltaBatch(
-            worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished, lp
+            worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished, lp,
+            self.typed or None,
         )
         self.rids, self.text, self.lengths, self.offsets, self.finished, self.logprobs = [], [], [], [], [], []
+        if self.typed:
+            self.typed = []
         return batch
 
 

@@ -144,7 +144,8 @@ class ServingLoop:
         t0 = time.perf_counter()
         try:
             msg = self.decoder.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+            # RecursionError: a tool schema (free JSON) nested past the decoder's depth
             self._malformed(f"undecodable message ({len(raw)} bytes): {e}")
             return
         try:

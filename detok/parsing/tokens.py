@@ -1,0 +1,26 @@
+"""Which marker texts are single tokens of a tokenizer (detected by id in the worker)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from detok.tokenizer.base import Tokenizer
+
+
+def single_token_ids(tok: Tokenizer) -> Callable[[str], int | None]:
+    """`token_id(text)` as `OutputParser` wants it: the id of an added (or special) token whose
+    content is exactly `text` and that the tokenizer encodes as that one id; else None. Ordinary
+    vocabulary pieces (`{`, `[`) are never markers by id: BPE merges them with their neighbours, so
+    they are matched in the text instead. Cached per text (a few markers per family)."""
+    cache: dict[str, int | None] = {}
+    added = tok.added_tokens()
+
+    def token_id(text: str) -> int | None:
+        if text in cache:
+            return cache[text]
+        tid = tok.token_to_id(text)
+        ok = tid is not None and tid in added and tok.encode(text) == [tid]
+        cache[text] = tid if ok else None
+        return cache[text]
+
+    return token_id
