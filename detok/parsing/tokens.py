@@ -24,3 +24,13 @@ def single_token_ids(tok: Tokenizer) -> Callable[[str], int | None]:
         return cache[text]
 
     return token_id
+
+
+def check_parsers(tok: Tokenizer, reasoning_parser: str | None, tool_parser: str | None) -> None:
+    """At start (the server's or a pool worker's): ParserConfigError naming a parser that does not
+    exist, or whose marker tokens this tokenizer lacks."""
+    from detok.parsing.output import OutputParser
+    from detok.parsing.types import OutputParsing
+
+    if reasoning_parser or tool_parser:
+        OutputParser(OutputParsing(reasoning_parser, tool_parser), single_token_ids(tok))
