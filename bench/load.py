@@ -33,13 +33,7 @@ import asyncio
 import dataclasses
 import json
 import multiprocessing
-import os
-import queue
-import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -52,11 +46,11 @@ import numpy as np
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench._common import progress  # noqa: E402
-from bench._sse_client import HttpError, SseConnection  # noqa: E402
+from bench._common import progress
+from bench._sse_client import HttpError, SseConnection
+from bench.spawned_server import SpawnedServer, plot
 
 _decode = msgspec.json.Decoder().decode
-_BANNER_URL = re.compile(r"OpenAI API : (http://\S+/v1)")
 
 
 class _Sample(msgspec.Struct):
@@ -213,7 +207,7 @@ _SERVER_HISTOGRAMS = {
 
 async def _scrape(api_url: str) -> dict[str, tuple[float, float]]:
     """(sum, count) of the server's latency histograms, {} if it has no detok /metrics."""
-    base = api_url[: -len("/v1")] if api_url.endswith("/v1") else api_url
+    base = api_url.removesuffix("/v1")
     try:
         async with httpx.AsyncClient(timeout=30) as client:
             response = await client.get(base + "/metrics")
@@ -328,77 +322,6 @@ async def run_point(cfg: LoadConfig, concurrency: int, show_progress: bool = Tru
     elapsed = time.time() - start
     server = _server_means(before, await _scrape(cfg.url))
     return dataclasses.replace(summarize(concurrency, elapsed, samples), **server)
-
-
-def plot(results: Sequence[PointResult], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    c = [r.concurrency for r in results]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 7), sharex=True)
-    top.plot(c, [r.output_tokens_per_s for r in results], "o-", label="output tokens/s")
-    top.set_ylabel("output tokens/s")
-    top.set_yscale("log")  # linear scaling shows as a straight line on log-log axes
-    right = top.twinx()
-    right.plot(c, [r.requests_per_s for r in results], "s--", color="tab:orange", label="requests/s")
-    right.set_ylabel("requests/s")
-    right.set_yscale("log")
-    top.set_title("detok serve: throughput and latency against concurrency")
-    top.legend(loc="upper left")
-    right.legend(loc="lower right")
-    for name, style in (("ttft_p50_ms", "o-"), ("ttft_p99_ms", "o:"), ("itl_p50_ms", "s-"), ("itl_p99_ms", "s:")):
-        bottom.plot(c, [getattr(r, name) for r in results], style, label=name.replace("_ms", " (ms)"))
-    bottom.set_yscale("log")
-    bottom.set_ylabel("latency (ms)")
-    bottom.set_xscale("log", base=2)
-    bottom.set_xlabel("concurrent streaming clients")
-    bottom.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-# ---- a server to measure ----------------------------------------------------------------------
-class SpawnedServer:
-    """`detok serve --port 0 ...` in its own process group, stopped with SIGINT like Ctrl-C."""
-
-    def __init__(self, serve_args: Sequence[str], timeout_s: float = 180.0, env: dict[str, str] | None = None) -> None:
-        cmd = [sys.executable, "-m", "detok.cli", "serve", "--port", "0", *serve_args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
-        found: queue.Queue[str] = queue.Queue()
-        # a reader thread keeps the pipe drained for the whole run and hands over the URL
-        threading.Thread(target=self._read, args=(found,), daemon=True).start()
-        try:
-            self.url = found.get(timeout=timeout_s)
-        except queue.Empty:
-            self.close()
-            raise RuntimeError(f"detok serve did not start in {timeout_s:g} s") from None
-        if not self.url:
-            self.close()
-            raise RuntimeError(f"detok serve exited with code {self.proc.returncode} before serving")
-
-    def _read(self, found: queue.Queue[str]) -> None:
-        assert self.proc.stdout is not None
-        reported = False
-        for line in self.proc.stdout:
-            match = _BANNER_URL.search(line)
-            if match and not reported:
-                found.put(match.group(1))
-                reported = True
-        if not reported:
-            self.proc.wait()
-            found.put("")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
