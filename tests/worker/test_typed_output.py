@@ -153,3 +153,27 @@ def test_plain_requests_keep_the_compiled_path(tok, core) -> None:  # type: igno
     table = core.table
     assert table._expect[table._slot_of[1]] != _NOT_PLAIN
     assert table._expect[table._slot_of[2]] == _NOT_PLAIN
+
+
+# ---- the real families (qwen3 reasoning, hermes tool calls) ----------------------------------------
+QWEN = OutputParsing("qwen3", "hermes", (ToolSpec("get_weather", {"type": "object"}), ToolSpec("b")))
+HERMES_TEXT = ('<think>Let me think: 北京 🫨 is far.</think>Answer: <tool_call>\n{"name": "get_weather", '
+               '"arguments": {"city": "Paris", "days": [1, 2]}}\n</tool_call>\n<tool_call>\n{"name": "b", '
+               '"arguments": {}}\n</tool_call>')
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=st.lists(st.integers(1, 9), max_size=60),
+       stop=st.sampled_from([(), ("far",), ("Paris",), ("<tool",), ("call>",), ("k>Ans",), ('"b"',)]),
+       include=st.booleans(), skip=st.booleans())
+def test_qwen3_hermes_any_grouping_gives_the_one_piece_result(tok, groups, stop, include, skip) -> None:  # type: ignore[no-untyped-def]
+    ids = tok.encode(HERMES_TEXT)
+    params = DecodeParams(stop=stop, include_stop_str_in_output=include, skip_special_tokens=skip)
+    runs = [assemble(run_request(WorkerCore(tok), 3, ids, grouping, QWEN, params, EndRequest(3, "length")), 3)
+            for grouping in (groups, [len(ids)], [1] * len(ids))]
+    keys = [(r.reasoning, r.content, r.calls, r.finish, r.num_calls) for r in runs]
+    assert keys[0] == keys[1] == keys[2]
+    if not stop:
+        assert runs[0].reasoning == "Let me think: 北京 🫨 is far." and runs[0].content == "Answer: "
+        assert [c[1:] for c in runs[0].calls.values()] == [["get_weather", '{"city": "Paris", "days": [1, 2]}'],
+                                                           ["b", "{}"]]
