@@ -153,6 +153,11 @@ class TypedStream(DecodeStream):
 
     def _feed(self, text: str, final: bool) -> TypedDelta:
         """Feed the emitted text so far, cut at the recorded marker spans (see the module)."""
+        if not final and not self._raw.marks and not self._tail:  # the common case: plain text only
+            if not text:
+                return _NOTHING
+            self._fed += len(text)
+            return self._parser.feed(Piece(text))
         tail = self._tail + text
         fed = self._fed
         end = fed + len(tail)  # raw chars emitted so far
@@ -198,6 +203,9 @@ class TypedStream(DecodeStream):
                 calls[d.index] = sent + len(d.arguments)
             row.calls = fragments
         return row
+
+
+_NOTHING = TypedDelta()  # never mutated: returned only when nothing was fed
 
 
 def _add(out: TypedDelta, more: TypedDelta) -> None:
