@@ -58,6 +58,21 @@ def _frontends(text: str) -> int:
     return value
 
 
+def add_parsing_arguments(p: argparse.ArgumentParser) -> None:
+    """--reasoning-parser, --tool-call-parser, --reasoning-field (detok serve and detok frontend)."""
+    parsing = p.add_argument_group("output parsing (in the workers)")
+    parsing.add_argument("--reasoning-parser", default=None, metavar="NAME",
+                         help="split chat output into reasoning and content (vLLM's names, SGLang's as aliases); an "
+                              "unknown name, or a tokenizer without the family's marker tokens, fails the start")
+    parsing.add_argument("--tool-call-parser", default=None, metavar="NAME",
+                         help="parse tool calls of requests with tools and tool_choice \"auto\" into tool_calls")
+    parsing.add_argument("--enable-auto-tool-choice", action="store_true",
+                         help="accepted for vLLM compatibility (tool_choice \"auto\" is on with --tool-call-parser)")
+    parsing.add_argument("--reasoning-field", default="reasoning", choices=["reasoning", "reasoning_content"],
+                         help="the response field of the reasoning: vLLM's `reasoning`, or `reasoning_content` "
+                              "(SGLang, DeepSeek) (default: %(default)s)")
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "serve",
@@ -98,17 +113,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "of a text file), random (random valid ids), trace:PATH (JSONL of token id lists), echo (the "
                         "last user message, or the completion prompt, encoded with special and added tokens "
                         "recognised: reproduce any parser case over HTTP) (default: %(default)s)")
-    parsing = p.add_argument_group("output parsing (in the workers)")
-    parsing.add_argument("--reasoning-parser", default=None, metavar="NAME",
-                         help="split chat output into reasoning and content (vLLM's names, SGLang's as aliases); an "
-                              "unknown name, or a tokenizer without the family's marker tokens, fails the start")
-    parsing.add_argument("--tool-call-parser", default=None, metavar="NAME",
-                         help="parse tool calls of requests with tools and tool_choice \"auto\" into tool_calls")
-    parsing.add_argument("--enable-auto-tool-choice", action="store_true",
-                         help="accepted for vLLM compatibility (tool_choice \"auto\" is on with --tool-call-parser)")
-    parsing.add_argument("--reasoning-field", default="reasoning", choices=["reasoning", "reasoning_content"],
-                         help="the response field of the reasoning: vLLM's `reasoning`, or `reasoning_content` "
-                              "(SGLang, DeepSeek) (default: %(default)s)")
+    add_parsing_arguments(p)
     p.add_argument("--served-model-name", default=None,
                    help=f"model name of the API (default: the --model value, else {DEFAULT_MODEL_NAME})")
     p.add_argument("--max-model-len", type=_positive_int, default=None,
