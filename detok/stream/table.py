@@ -202,6 +202,8 @@ class StreamTable(NumpyStepping):
     def _load(self, slot: int, stream: DecodeStream) -> None:
         """The columns' state into the stream, before it steps on its own (the plain rows advance
         the columns only)."""
+        if not stream.columnar:  # never on the plain path: the stream's own counters are the truth
+            return
         stream.num_tokens = int(self._ntok[slot])
         stream.char_offset = int(self._choff[slot])
         dec = stream._text
@@ -273,8 +275,10 @@ class StreamTable(NumpyStepping):
         offset = stream.char_offset - len(delta.text)
         if delta.finish is not None:
             self.close(rid)
-        else:
+        elif stream.columnar:
             self._sync(slot, stream)
+        else:  # off the plain path for good (typed output): only the progress column is read
+            self._ntok[slot] = stream.num_tokens
         return delta.text, offset, stream.num_tokens, delta.finish
 
     def finish(self, rid: Hashable, reason: str, message: str | None = None) -> tuple[str, int, int, Finish | None]:

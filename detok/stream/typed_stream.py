@@ -110,6 +110,9 @@ class TypedStream(DecodeStream):
         if self.finished:
             return EMPTY_DELTA
         markers = self._markers
+        if len(token_ids) == 1 and token_ids[0] not in markers:  # the common step: one ordinary id
+            delta = DecodeStream.step(self, token_ids)
+            return self._parse(delta.text, delta.finish)
         texts: list[str] = []
         finish: Finish | None = None
         start = 0
@@ -139,6 +142,8 @@ class TypedStream(DecodeStream):
 
     # ---- parsing ------------------------------------------------------------------------------
     def _parse(self, text: str, finish: Finish | None) -> Delta:
+        if not text and finish is None and not self._raw.marks:
+            return EMPTY_DELTA  # nothing new (a character still incomplete, a held stop prefix)
         try:
             out = self._feed(text, final=finish is not None)
         except Exception as e:  # noqa: BLE001 - a parser's failure is its request's error
