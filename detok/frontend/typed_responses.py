@@ -27,7 +27,7 @@ REASONING_FIELDS = ("reasoning", "reasoning_content")
 class TypedChoice:
     """One parsed choice's reasoning and tool calls (the content is the choice's text)."""
 
-    __slots__ = ("calls", "field", "include_reasoning", "parallel", "reasoning", "tools")
+    __slots__ = ("calls", "field", "include_reasoning", "parallel", "reasoning", "sent_args", "tools")
 
     def __init__(self, field: str, include_reasoning: bool, parallel: bool, tools: bool, reasoning: bool) -> None:
         self.field = field
@@ -36,6 +36,7 @@ class TypedChoice:
         self.tools = tools  # the request's tool calls are parsed (the body carries `tool_calls`)
         self.reasoning: list[str] = []
         self.calls: dict[int, list[Any]] = {}  # index -> [id, name, argument parts]
+        self.sent_args: dict[int, int] = {}  # streamed: index -> argument chars sent
 
     def _calls_of(self, delta: RequestDelta) -> tuple[ToolCallDelta, ...]:
         if self.parallel:
@@ -55,8 +56,16 @@ class TypedChoice:
             out.append(render.text(index, delta.text, logprobs))
             logprobs = None
         calls = self._calls_of(delta)
-        if calls:
-            out.append(render.fields(index, {"tool_calls": [_call_json(d) for d in calls]}, logprobs))
+        sent = self.sent_args
+        for d in calls:
+            sent[d.index] = sent.get(d.index, 0) + len(d.arguments)
+        fragments = [_call_json(d) for d in calls]
+        if delta.finish is not None:  # a call that sent no arguments: "{}", as the body says
+            for i in [i for i, n in sent.items() if n == 0]:
+                fragments.append({"index": i, "function": {"arguments": "{}"}})
+                sent[i] = 2
+        if fragments:
+            out.append(render.fields(index, {"tool_calls": fragments}, logprobs))
             logprobs = None
         if logprobs is not None:  # entries with no text (a marker, a held prefix): sent all the same
             out.append(render.text(index, "", logprobs))
