@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from detok.parsing.types import Piece
+
 
 def earliest(text: str, markers: Sequence[str], start: int = 0) -> tuple[int, str | None]:
     """(position, marker) of the first marker in `text` at or after `start`; (-1, None) if none.
@@ -36,3 +38,50 @@ def partial_suffix_len(text: str, markers: Sequence[str]) -> int:
                 break
             i = text.find(m[0], i + 1)
     return longest
+
+
+class MarkerSplitter:
+    """Cuts text-matched markers out of streamed text: every marker becomes a marker `Piece` of its
+    own, the text around it plain pieces. Marker pieces fed in (single-token markers, cut by id) pass
+    through; only a tail that could still become a text marker is held back."""
+
+    def __init__(self, text_markers: Sequence[str]) -> None:
+        self._markers = tuple(text_markers)
+        self._firsts = "".join(sorted({m[0] for m in self._markers}))
+        self._held = ""
+
+    @property
+    def passthrough(self) -> bool:
+        """Text fed now comes out unchanged (no text markers, nothing held)."""
+        return not self._markers and not self._held
+
+    def feed(self, piece: Piece) -> list[Piece]:
+        if piece.marker is not None:
+            out = [Piece(self._held)] if self._held else []
+            self._held = ""
+            out.append(piece)
+            return out
+        if not self._markers:
+            return [piece] if piece.text else []
+        if not self._held and not any(c in piece.text for c in self._firsts):
+            return [piece] if piece.text else []  # no marker can start in this text
+        buf = self._held + piece.text
+        out: list[Piece] = []
+        while buf:
+            pos, m = earliest(buf, self._markers)
+            if m is None:
+                keep = partial_suffix_len(buf, self._markers)
+                if len(buf) > keep:
+                    out.append(Piece(buf[: len(buf) - keep]))
+                self._held = buf[len(buf) - keep :]
+                return out
+            if pos:
+                out.append(Piece(buf[:pos]))
+            out.append(Piece(m, m))
+            buf = buf[pos + len(m) :]
+        self._held = ""
+        return out
+
+    def finish(self) -> list[Piece]:
+        held, self._held = self._held, ""
+        return [Piece(held)] if held else []

@@ -88,12 +88,17 @@ def assert_valid_arguments(result: Result) -> None:
 def run_all_groupings(family: type, pieces: Sequence[Piece], **kwargs: object) -> Result:
     """The result of one piece per token, checked equal to all-at-once, steps of 2, 3, 5, 8 and
     random steps; arguments valid JSON. Returns the per-token run."""
+    import random
+
+    from tests.helpers import parsing_pieces
     from tests.helpers.tool_pieces import all_at_once, random_groups, regroup
 
     base = run_parser(family, pieces, **kwargs)  # type: ignore[arg-type]
     assert_valid_arguments(base)
     groupings = [all_at_once(pieces)] + [regroup(pieces, lambda n=n: n) for n in (2, 3, 5, 8)]
     groupings += [random_groups(pieces, seed) for seed in range(3)]
+    # the reasoning helper's regrouping also cuts inside a token's text
+    groupings += [parsing_pieces.regroup(pieces, random.Random(seed)) for seed in range(3)]
     for grouped in groupings:
         other = run_parser(family, grouped, **kwargs)  # type: ignore[arg-type]
         assert other.summary() == base.summary(), (grouped, other.summary(), base.summary())

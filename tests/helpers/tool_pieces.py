@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from detok.parsing.registry import marker_token_ids
 from detok.parsing.types import Piece
+from tests.helpers import parsing_pieces
 
 
 def marker_ids(family: type, tok) -> dict[int, str]:  # type: ignore[no-untyped-def]
@@ -19,40 +20,14 @@ def marker_ids(family: type, tok) -> dict[int, str]:  # type: ignore[no-untyped-
 
 
 def single_token_id(tok) -> Callable[[str], int | None]:  # type: ignore[no-untyped-def]
-    """token_id(text): the id when `text` is exactly one token of `tok` (as `encode` sees it)."""
-
-    def token_id(text: str) -> int | None:
-        i = tok.token_to_id(text)
-        if i is None:
-            return None
-        return i if tok.encode(text) == [i] else None
-
-    return token_id
+    """token_id(text): the id when `text` is exactly one token of `tok` (the reasoning helper's)."""
+    return parsing_pieces.single_token(tok)
 
 
 def token_pieces(tok, text: str, markers: dict[int, str]) -> list[Piece]:  # type: ignore[no-untyped-def]
-    """One piece per token of `text` (markers by id); their texts join to `text` (asserted)."""
-    ids = tok.encode(text)
-    pieces: list[Piece] = []
-    segment: list[int] = []
-
-    def flush() -> None:
-        done = ""
-        for k in range(1, len(segment) + 1):
-            now = tok.decode(segment[:k], skip_special_tokens=False)
-            if now.endswith("\ufffd") and k < len(segment):
-                continue  # inside a character: the next token completes it
-            pieces.append(Piece(now[len(done) :]))
-            done = now
-        segment.clear()
-
-    for i in ids:
-        if i in markers:
-            flush()
-            pieces.append(Piece(markers[i], markers[i]))
-        else:
-            segment.append(i)
-    flush()
+    """One piece per token of `text` (markers by id; the reasoning helper's `token_pieces` on the
+    text's ids); their texts join to `text` (asserted)."""
+    pieces = parsing_pieces.token_pieces(tok, tok.encode(text), markers)
     joined = "".join(p.text for p in pieces)
     assert joined == text, (joined, text)
     return [p for p in pieces if p.text]

@@ -47,6 +47,15 @@ DEEPSEEK_R1 = [
     Case("sgl_r1_format", "I need to think about this. The answer is 42.", "I need to think about this. The answer is 42.", ""),
     Case("sgl_end_token", "I think this is the answer</think>The final answer is 42.", "I think this is the answer", "The final answer is 42."),
     Case("sgl_start_token", "<think>I need to think about this.</think>The answer is 42.", "I need to think about this.", "The answer is 42."),
+    # SGLang TestIntegrationScenarios
+    Case(
+        "sgl_complete_response",
+        "I need to solve this step by step. First, I'll analyze the problem. The given equation is x + 2 = 5. "
+        "To solve for x, I subtract 2 from both sides: x = 5 - 2 = 3.</think>The answer is x = 3.",
+        "I need to solve this step by step. First, I'll analyze the problem. The given equation is x + 2 = 5. "
+        "To solve for x, I subtract 2 from both sides: x = 5 - 2 = 3.",
+        "The answer is x = 3.",
+    ),
 ]
 
 QWEN3 = [
@@ -79,6 +88,24 @@ QWEN3 = [
     Case("sgl_base_start", "<think>This is reasoning", "This is reasoning", "", starts=False),
     Case("sgl_base_complete", "<think>This is reasoning</think>This is normal", "This is reasoning", "This is normal", starts=False),
     Case("sgl_base_mixed", "<think>reasoning</think>normal", "reasoning", "normal", starts=False),
+    # SGLang TestReasoningParser / TestIntegrationScenarios
+    Case("sgl_parse_non_stream", "<think>Let me think</think>The answer is 42.", "Let me think", "The answer is 42.", starts=False),
+    Case("sgl_stream_chunks", "<think>thinking...</think>answer", "thinking...", "answer", starts=False),
+    Case(
+        "sgl_streaming_scenario",
+        "<think>Let me analyze this problem. I need to consider multiple factors.</think>Based on my analysis, the solution is to use a different approach.",
+        "Let me analyze this problem. I need to consider multiple factors.",
+        "Based on my analysis, the solution is to use a different approach.",
+        starts=False,
+    ),
+    Case("sgl_empty_reasoning_block", "<think></think>Just the answer.", "", "Just the answer.", starts=False),
+    Case(
+        "sgl_forced_complete",
+        "Let me solve this step by step. The equation is x + 2 = 5. Subtracting 2 from both sides gives x = 3.</think>The solution is x = 3.",
+        "Let me solve this step by step. The equation is x + 2 = 5. Subtracting 2 from both sides gives x = 3.",
+        "The solution is x = 3.",
+        starts=True,
+    ),
     # vLLM's lookahead: a <tool_call> merely mentioned while thinking does not end it
     Case("tool_call_mention", "Use <tool_call> tags later.</think>Done", "Use <tool_call> tags later.", "Done"),
 ]
@@ -108,8 +135,18 @@ GLM45 = [
         starts=False,
         note="vLLM streamed (its legacy non-streamed result returned the text with <think> as content)",
     ),
-    # SGLang Glm45Detector: <tool_call> ends reasoning, kept for the tool parser
+    # SGLang TestGlm45Detector (force_reasoning=False: starts=False; the forced cases starts=True)
     Case("sgl_tool_interrupt", "<think>plan<tool_call>get_weather<arg_key>city</arg_key>", "plan", "<tool_call>get_weather<arg_key>city</arg_key>", starts=False),
+    Case("sgl_normal_reasoning", "<think>Let me think about this step by step</think>The answer is 42.", "Let me think about this step by step", "The answer is 42.", starts=False),
+    Case("sgl_tool_interrupt_data", "<think>I need to think<tool_call>tool call data", "I need to think", "<tool_call>tool call data", starts=False),
+    Case("sgl_multiple_tool_calls_first", "<think>thinking<tool_call>first tool<tool_call>second tool<tool_call>final tool", "thinking", "<tool_call>first tool<tool_call>second tool<tool_call>final tool", starts=False),
+    Case("sgl_truncated", "<think>This is incomplete", "This is incomplete", "", starts=False),
+    Case("sgl_normal_text_only", "Just the answer without any reasoning.", "", "Just the answer without any reasoning.", starts=False),
+    Case("sgl_streaming_flow", "<think>thinking...</think>answer", "thinking...", "answer", starts=False),
+    Case("sgl_tool_interrupt_split", "<think>thinking<tool_call>tool args", "thinking", "<tool_call>tool args", starts=False),
+    Case("sgl_empty_reasoning_with_tool", "<think><tool_call>tool call", "", "<tool_call>tool call", starts=False),
+    Case("sgl_forced", "This is reasoning", "This is reasoning", "", starts=True),
+    Case("sgl_forced_tool", "More reasoning<tool_call>tool call", "More reasoning", "<tool_call>tool call", starts=True),
     # vLLM glm47 config: a <think> in the answer opens reasoning again; a stray </think> is absorbed
     Case("reopen", "a</think>b<think>c</think>d</think>e", "ac", "bde"),
 ]
@@ -126,6 +163,7 @@ KIMI_K2 = [
     Case("sgl_tool_interrupt", "<think>thinking<|tool_calls_section_begin|><|tool_call_begin|>", "thinking", "<|tool_calls_section_begin|><|tool_call_begin|>", starts=False),
     Case("sgl_streaming_interrupt", "<think>reasoning<|tool_calls_section_begin|>", "reasoning", "<|tool_calls_section_begin|>", starts=False),
     Case("sgl_no_thinking", "Direct answer.", "", "Direct answer.", starts=False),
+    Case("sgl_after_interrupt_is_normal", "<think>reasoning<|tool_calls_section_begin|><|tool_call_begin|>", "reasoning", "<|tool_calls_section_begin|><|tool_call_begin|>", starts=False),
 ]
 
 MISTRAL = [

@@ -64,8 +64,8 @@ def test_unclosed_markers_flush_at_finish(cls: type[ThinkParser], as_tokens: boo
 def test_markers_inside_markers(cls: type[ThinkParser], as_tokens: bool) -> None:
     parts = [cls.start, "a", cls.start, "b", cls.start, cls.end, "c", cls.start, "d", cls.end, "e", cls.end, "f"]
     # a start inside reasoning is dropped; in the answer it opens reasoning again (reopen families) or
-    # is answer text; a stray end is absorbed (vLLM's engine)
-    want = ("abd", "cef") if cls.reopen else ("ab", "c" + cls.start + "def")
+    # is dropped (the peers pass it on as text); a stray end is absorbed (vLLM's engine)
+    want = ("abd", "cef") if cls.reopen else ("ab", "cdef")
     assert parse(cls, parts, as_tokens) == want
     # a stray end before any reasoning is dropped, and does not open or close anything
     assert parse(cls, [cls.end, "x", cls.end, "y"], as_tokens, starts=False) == ("", "xy")
@@ -91,3 +91,13 @@ def test_implicit_end_waits_a_bounded_window() -> None:
     # within the window it ends reasoning, the marker piece kept for the tool parser
     r, c = feed_all(Qwen3Parser(starts_in_reasoning=True, token_markers=tm), [Piece("<tool_call>", "<tool_call>"), Piece("\n<function=f>")])
     assert r == "" and c[0] == Piece("<tool_call>", "<tool_call>") and "".join(p.text for p in c) == "<tool_call>\n<function=f>"
+
+
+def test_text_after_a_confirmed_implicit_end_is_scanned_as_answer() -> None:
+    """Markers as text: the confirming text and what follows it in the same piece go through the
+    answer's scanner, the same result whether `</think>` arrives with it or after it."""
+    from detok.parsing.reasoning.qwen3 import Qwen3Parser
+
+    whole = parse(Qwen3Parser, ["r", "<tool_call>", "\n<function=x></think>tail"], False)
+    split = parse(Qwen3Parser, ["r", "<tool_call>", "\n<function=x>", "</think>", "tail"], False)
+    assert whole == split == ("r", "<tool_call>\n<function=x>tail")

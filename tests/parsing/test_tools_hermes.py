@@ -44,7 +44,7 @@ CASES = [
       for v in ["{hello world}", "[oops", '{"a": 1} tail text']],
     # vLLM: test_hermes_streaming_content_and_tool_call_in_single_chunk
     ('Hi!<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>', "Hi!", [("f", {"x": 1})]),
-    # SGLang test_function_call_parser.py (Qwen25Detector): text, then two calls separated by a newline
+    # Qwen25Detector-style (SGLang's format): text, then two calls separated by a newline
     ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"location": "Tokyo"}}\n</tool_call>\n'
      '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n</tool_call>',
      "Let me check.\n", [("get_weather", {"location": "Tokyo"}), ("get_weather", {"location": "Paris"})]),

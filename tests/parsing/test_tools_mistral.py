@@ -43,6 +43,17 @@ CASES = [
     ('hi{hi[TOOL_CALLS]bash{"command": "print(\\"hello world!\\")\\nre.compile(r\'{}\')', "hi{hi", [("bash", BASH)]),
     ('hi{hi[TOOL_CALLS]bash{"command": "print(\\"hello world!\\")\\nre.compile(r\'{}\')"}', "hi{hi", [("bash", BASH)]),
     ("[TOOL_CALLS]toolname_no_args", "", []),
+    # SGLang test_function_call_parser.py TestMistralDetector (its normal text is stripped; vLLM's and
+    # ours keep the space before the marker)
+    ('[TOOL_CALLS] [{"name":"make_next_step_decision", "arguments":{"decision":"", "content":"```\\nTOOL: Access a '
+     'weather API\\nANSWER: as follows: [City Name] - [Weather Conditions] - [Temperature]\\n```"}}]', "",
+     [("make_next_step_decision", {"decision": "", "content": "```\nTOOL: Access a weather API\nANSWER: as follows: "
+                                   "[City Name] - [Weather Conditions] - [Temperature]\n```"})]),
+    ('[TOOL_CALLS] [{"name":"make_next_step_decision", "arguments":{"decision":"TOOL", "content":"Use weather API"}}]',
+     "", [("make_next_step_decision", {"decision": "TOOL", "content": "Use weather API"})]),
+    ('Here is some text before the tool call: [TOOL_CALLS] [{"name":"make_next_step_decision", '
+     '"arguments":{"decision":"ANSWER", "content":"The answer is 42"}}]', "Here is some text before the tool call: ",
+     [("make_next_step_decision", {"decision": "ANSWER", "content": "The answer is 42"})]),
     # with [ARGS] (mistral-common v11+ tokens) and [CALL_ID]
     ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{}', "",
      [("get_weather", {"city": "Paris"}), ("get_time", {})]),

@@ -3,12 +3,13 @@ the families differ only in their markers and defaults.
 
 States: before reasoning (content; the start marker opens reasoning), reasoning (the end marker closes
 it), pending (an implicit end such as Qwen3.5's `<tool_call>` inside reasoning, waiting for the text that
-confirms it) and after (content; a start marker opens reasoning again only in `reopen` families, as
-vLLM's GLM and Mistral configs, else it is answer text as in vLLM's qwen3).
+confirms it) and after (content; a start marker opens reasoning again in `reopen` families, as vLLM's
+GLM and Mistral configs).
 
 The reasoning markers' text never reaches reasoning or content: the start marker is dropped (also
-repeated inside reasoning), the end marker is dropped, a stray end marker outside reasoning is dropped
-(vLLM's engine absorbs it). An implicit end marker is kept and goes to content, where the tool parser
+repeated inside reasoning, and in the answer of a family that does not reopen, where the peers pass it
+on as text), the end marker is dropped, a stray end marker outside reasoning is dropped (vLLM's engine
+absorbs it). An implicit end marker is kept and goes to content, where the tool parser
 needs it. A marker that is one token of
 the tokenizer is recognised only as a marker `Piece` (by id, never split); a marker that is plain text
 of this tokenizer is found in the text, holding back only a tail that could still become one.
@@ -56,24 +57,38 @@ class ThinkParser(ReasoningParser):
         self._live = {
             _BEFORE: text_start + text_end,
             _REASONING: text_start + text_end + text_imp,
-            _AFTER: (text_start if self.reopen else ()) + text_end,
+            _AFTER: text_start + text_end,
         }
         self._imp_piece = Piece(imp, imp if imp in token_markers else None) if imp else None
         self._held = ""  # a tail of text that may still become a text marker
         self._pending = ""  # text after an unconfirmed implicit end
         self._r: list[str] = []
         self._c: list[Piece] = []
+        self._quiet = not self._live[self._state]  # no text can hold a marker now: the fast path
+        # first characters of each state's text markers: text without them holds no marker
+        self._firsts = {st: "".join(sorted({m[0] for m in live})) for st, live in self._live.items()}
+
+    def _settle(self) -> None:
+        st = self._state
+        self._quiet = st != _PENDING and not self._held and not self._live[st]
 
     # ---- the interface ------------------------------------------------------------------------
     def feed(self, piece: Piece) -> tuple[str, list[Piece]]:
-        st = self._state
         if piece.marker is None:
-            # the common case first: no marker can be in this text for this state
-            if st != _PENDING and not self._held and not self._live[st]:
+            st = self._state
+            if self._quiet:  # the common case: no marker can be in this state's text
                 return (piece.text, []) if st == _REASONING else ("", [piece])
+            if st != _PENDING and not self._held:  # text markers: a text without their first chars
+                text = piece.text
+                for c in self._firsts[st]:
+                    if c in text:
+                        break
+                else:
+                    return (text, []) if st == _REASONING else ("", [piece])
             self._text(piece.text)
         else:
             self._marker(piece)
+        self._settle()
         return self._out()
 
     def finish(self) -> tuple[str, list[Piece]]:
@@ -85,6 +100,7 @@ class ThinkParser(ReasoningParser):
         if self._held:
             self._emit(self._held)
             self._held = ""
+        self._settle()
         return self._out()
 
     # ---- the machine --------------------------------------------------------------------------
@@ -106,6 +122,9 @@ class ThinkParser(ReasoningParser):
     def _text(self, text: str) -> None:
         if self._state == _PENDING:
             self._pending_text(text)
+            return
+        if not self._held and not any(c in text for c in self._firsts[self._state]):
+            self._emit(text)
             return
         buf = self._held + text
         self._held = ""
@@ -140,9 +159,8 @@ class ThinkParser(ReasoningParser):
         if m == self.start:
             if st == _BEFORE or (st == _AFTER and self.reopen):
                 self._state = _REASONING
-            elif st == _AFTER:
-                self._c.append(piece)
-            # a repeated start inside reasoning is dropped
+            # a repeated start inside reasoning is dropped, and so is one in the answer of a family
+            # that does not reopen (marker text never reaches content)
         elif m == self.end:
             if st == _REASONING:
                 self._state = _AFTER
@@ -168,10 +186,10 @@ class ThinkParser(ReasoningParser):
         confirm = self.implicit_confirm
         assert confirm is not None and self._imp_piece is not None
         if confirm.match(after):
+            rest, self._pending = self._pending, ""
             self._state = _AFTER
             self._c.append(self._imp_piece)
-            self._c.append(Piece(self._pending))
-            self._pending = ""
+            self._text(rest)  # scanned as answer text (a text end marker in it is dropped there too)
             return
         full = len(window) == IMPLICIT_END_LOOKAHEAD
         if not full and (not after or self.implicit_confirm_prefix.startswith(after)):

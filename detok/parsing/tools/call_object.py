@@ -37,7 +37,7 @@ class CallObjectStream:
     """Feed the text from the object's `{` on; see the module docstring."""
 
     __slots__ = ("_state", "_sub", "_reading", "_collected", "_key", "_pending_args",
-                 "_args_kind", "name", "args_seen", "failed", "done")
+                 "_args_kind", "name", "args_seen", "failed", "done", "_fast")
 
     def __init__(self) -> None:
         self._state = _START
@@ -51,6 +51,7 @@ class CallObjectStream:
         self.args_seen = False
         self.failed = False
         self.done = False
+        self._fast = False  # reading the arguments of a named call: passed straight through
 
     def feed(self, text: str) -> tuple[str | None, str, str | None]:
         """Return (the name when it became known now, arguments text, the text after the object or
@@ -60,6 +61,20 @@ class CallObjectStream:
         args: list[str] = []
         if self.done or self.failed:
             return None, "", (text if self.done else None)
+        if self._fast:  # the common case: more of the arguments, streamed as they come
+            sub = self._sub
+            assert sub is not None
+            emitted, rest = sub.feed(text)
+            if rest is None and not sub.failed:
+                return None, emitted, None
+            if emitted:
+                args.append(emitted)
+            if sub.failed:
+                self.failed = True
+                return None, "".join(args), rest
+            assert rest is not None
+            self._end_sub(args)
+            text = rest
         i, n = 0, len(text)
         while i < n:
             st = self._state
@@ -69,12 +84,15 @@ class CallObjectStream:
                 emitted, rest = sub.feed(text[i:] if i else text)
                 if emitted:
                     self._route(emitted, args)
+                self._fast = self._reading == _READ_ARGS and self.name is not None and self._args_kind != '"'
+                if self._fast and rest is None and not sub.failed:
+                    break
                 if sub.failed:
                     self.failed = True
                     return new_name, "".join(args), rest
                 if rest is None:
                     break
-                i = n - len(rest)
+                text, i, n = rest, 0, len(rest)  # the rest may hold text the sub held back
                 got = self._end_sub(args)
                 if got is not None:
                     new_name = got
@@ -142,6 +160,7 @@ class CallObjectStream:
 
     def _end_sub(self, args: list[str]) -> str | None:
         """A key or value ended; returns the name when it was the name."""
+        self._fast = False
         reading = self._reading
         self._sub = None
         self._state = _COMMA_OR_CLOSE
@@ -177,8 +196,14 @@ class CallObjectStream:
             else:
                 out = tail
         self._sub = None
+        self._fast = False
         self.done = True
         return out if self.name is not None else ""
+
+    @property
+    def args_sink(self) -> JsonValueStream | None:
+        """The arguments' stream while its text passes straight through (a named call)."""
+        return self._sub if self._fast else None
 
     @property
     def pending_args(self) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
 from detok.parsing.base import ToolParser
+from detok.parsing.tools.json_stream import SAFE_IN_STRING, JsonValueStream
 from detok.parsing.types import Piece, ToolCallDelta, ToolSpec
 
 # calls emitted per response at most; later calls are parsed and dropped
@@ -32,15 +33,26 @@ class MarkerSplitter:
     """Cuts plain text at the given text markers; holds back a suffix that is a proper prefix of
     one of them until the next text decides it."""
 
-    __slots__ = ("_pattern", "_prefixes", "_longest", "_firsts", "_held")
+    __slots__ = ("_pattern", "_prefixes", "_longest", "_firsts", "_held", "hot")
 
-    def __init__(self, markers: Iterable[str]) -> None:
+    def __init__(self, markers: Iterable[str], hot: str = "") -> None:
         found = sorted({m for m in markers if m}, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, found))) if found else None
         self._prefixes = {m[:k] for m in found for k in range(1, len(m))}
         self._longest = max((len(m) for m in found), default=0)
         self._firsts = "".join(sorted({m[0] for m in found}))
         self._held = ""
+        # characters that may start a marker or an opener (`hot`: the family's own, e.g. `{`)
+        self.hot = "".join(sorted(set(self._firsts + hot)))
+
+    def quiet(self, text: str) -> bool:
+        """Nothing held and no character of `text` could start a marker or opener: plain text."""
+        if self._held:
+            return False
+        for c in self.hot:
+            if c in text:
+                return False
+        return True
 
     def feed(self, text: str) -> list[tuple[str | None, str]]:
         """Events (marker, text): marker None for plain text."""
@@ -84,6 +96,10 @@ class StreamingToolParser(ToolParser):
     text_markers: ClassVar[tuple[str, ...]] = ()
     # characters dropped between and after calls (when nothing else follows before the next call)
     separators: ClassVar[str] = " \t\n\r"
+    # characters that may open a call in content besides the markers (llama3_json's `{`)
+    hot_chars: ClassVar[str] = ""
+    # families keep their state here; 0 means "in content: text is content as it is"
+    _state: int = 0
 
     def __init__(
         self,
@@ -96,7 +112,7 @@ class StreamingToolParser(ToolParser):
         self.token_markers = token_markers
         self._call_id = call_id
         searched = [m for m in self.markers if m not in token_markers] + list(self.text_markers)
-        self._splitter = MarkerSplitter(searched)
+        self._splitter = MarkerSplitter(searched, self.hot_chars)
         self._out_content: list[str] = []
         self._out_calls: list[ToolCallDelta] = []
         self._calls = 0  # calls opened (emitted or dropped over the limit)
@@ -105,12 +121,39 @@ class StreamingToolParser(ToolParser):
         self._args_sent = False
         self._idle_space = ""  # whitespace after a call, dropped unless content follows
         self._after_call = False
+        # the JSON stream whose string text goes straight into the open call's arguments (fast path)
+        self._sink: JsonValueStream | None = None
 
     # ---- the ToolParser interface ------------------------------------------------------------
     def feed(self, piece: Piece) -> tuple[str, list[ToolCallDelta]]:
+        if piece.marker is None:  # the common cases first: plain content, more of a string argument
+            text = piece.text
+            sink = self._sink
+            if sink is None:
+                if self._state == 0 and not self._after_call and self._splitter.quiet(text):
+                    return text, []
+            elif (sink._in_string and not sink._held and '"' not in text and "\\" not in text
+                  and text.isprintable() and self._splitter.quiet(text)):
+                # inside a JSON string, no quote, backslash or control character: the stream would
+                # pass the text on unchanged and keep its state (what `STRING_RUN` matches)
+                if not text or self._dropping:
+                    return "", []
+                self._args_sent = True
+                return "", [ToolCallDelta(self._calls - 1, None, None, text)]
+            elif (sink._in_string and SAFE_IN_STRING.fullmatch(sink._held + text if sink._held else text)
+                  and self._splitter.quiet(text)):
+                # escapes (maybe the end of one held back), no closing quote: the stream stays inside
+                # the string and cannot fail, so the family's slow path would only pass on its output
+                out, _ = sink.feed(text)
+                if not out or self._dropping:
+                    return "", []
+                self._args_sent = True
+                return "", [ToolCallDelta(self._calls - 1, None, None, out)]
         if piece.marker is not None:
             events = self._splitter.flush()
             events.append((piece.marker, piece.text))
+        elif self._splitter.quiet(piece.text):  # no marker can start in it: one text event
+            events = [(None, piece.text)]
         else:
             events = self._splitter.feed(piece.text)
         for marker, text in events:
@@ -118,6 +161,7 @@ class StreamingToolParser(ToolParser):
                 self._on_text(text)
             else:
                 self._on_marker(marker)
+        self._sink = self._current_sink()
         return self._take()
 
     def finish(self) -> tuple[str, list[ToolCallDelta]]:
@@ -141,6 +185,11 @@ class StreamingToolParser(ToolParser):
 
     def _on_finish(self) -> None:
         """End of output: close what is open (the base closes an open call after this)."""
+
+    def _current_sink(self) -> JsonValueStream | None:
+        """The JSON stream whose string text would pass straight into the open call's arguments
+        now, if any (enables the fast path; the slow path gives the same result)."""
+        return None
 
     def _content(self, text: str) -> None:
         """Text outside calls: whitespace right after a call is held and dropped if another call or

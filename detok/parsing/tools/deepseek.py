@@ -121,6 +121,9 @@ class SectionToolParser(StreamingToolParser):
                     self._section.append(text)
                 return
 
+    def _current_sink(self):  # type: ignore[no-untyped-def]
+        return self._value if self._state == _ARGS else None
+
     def _begin_args(self, state: int) -> None:
         name, native_id = self._call_name("".join(self._name))
         self._name = []

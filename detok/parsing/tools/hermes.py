@@ -69,6 +69,10 @@ class HermesToolParser(StreamingToolParser):
         elif state == _TAIL and self._raw:
             self._raw.append(text)
 
+    def _current_sink(self):  # type: ignore[no-untyped-def]
+        obj = self._obj
+        return obj.args_sink if self._state == _CALL and obj is not None else None
+
     def _end_region(self, end_marker: str | None) -> None:
         obj = self._obj
         if obj is not None and obj.name is not None:

@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import re
 
-_STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
+STRING_RUN = _STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
+_STRING_PART = re.compile(r'(?:[^"\\\x00-\x1f]+|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
 _ESCAPE = re.compile(r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
 _ESCAPE_PREFIX = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _NUMBER_CHARS = re.compile(r"[-+0-9.eE]*")
 _SPACE = re.compile(r"[ \t\n\r]*")
 _LITERALS = ("true", "false", "null")
+# text that, fed inside a string with nothing held, cannot end the string nor fail: characters other
+# than quote and backslash, complete escapes, at most one unfinished escape at its end
+SAFE_IN_STRING = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*(?:\\(?:u[0-9a-fA-F]{0,3})?)?')
 
 # what the scanner expects next
 _VALUE, _VALUE_OR_CLOSE, _KEY_OR_CLOSE, _KEY, _COLON, _COMMA_OR_CLOSE, _DONE = range(7)
@@ -53,6 +57,8 @@ class JsonValueStream:
         """Return (valid text to pass on, the text after the value or None while it is not done).
         On a failure (`failed` set) the text from the offending character on is returned as the
         rest; later feeds are ignored; call `close()`."""
+        if self._in_string and not self._held and _STRING_RUN.fullmatch(text):
+            return text, None  # the common case: more of a string
         if self.done or self.failed:
             return "", (text if self.done else None)
         buf = self._held + text if self._held else text
@@ -62,10 +68,10 @@ class JsonValueStream:
         stack = self._stack
         while i < n:
             if self._in_string:
-                m = _STRING_RUN.match(buf, i)
-                if m is not None:
-                    out.append(m.group())
-                    i = m.end()
+                j = _STRING_PART.match(buf, i).end()  # characters and complete escapes, at once
+                if j > i:
+                    out.append(buf[i:j])
+                    i = j
                     if i >= n:
                         break
                 c = buf[i]

@@ -49,6 +49,9 @@ class KimiK2ToolParser(SectionToolParser):
             return "", None
         return native.split(":")[0].split(".")[-1].strip(), native
 
+    def _current_sink(self):  # type: ignore[no-untyped-def]
+        return None if self._deferred is not None else super()._current_sink()
+
     def _begin_args(self, state: int) -> None:
         super()._begin_args(state)
         if self._deferred is not None:  # read the arguments before naming the call

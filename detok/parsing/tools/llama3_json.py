@@ -28,6 +28,7 @@ class Llama3JsonToolParser(StreamingToolParser):
     names = ("llama3_json", "llama4_json", "llama3")
     markers = (PYTHON_TAG,)
     separators = " \t\n\r;"
+    hot_chars = "{"
 
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
@@ -49,6 +50,7 @@ class Llama3JsonToolParser(StreamingToolParser):
                     return
                 self._content(text[:brace])
                 self._obj = CallObjectStream()
+                self._state = 1
                 self._raw, self._pending, self._decided = [], [], False
                 text = text[brace:]
             text = self._in_object(text)
@@ -72,9 +74,11 @@ class Llama3JsonToolParser(StreamingToolParser):
                 self._args(obj.close())
                 self._close_call()
                 self._obj = None
+                self._state = 0
                 return rest or ""
             raw = "".join(self._raw)
             self._obj = None
+            self._state = 0
             self._content("{")
             return raw[1:]
         if rest is None:
@@ -86,13 +90,19 @@ class Llama3JsonToolParser(StreamingToolParser):
             consumed = "".join(self._raw)
             self._content(consumed[: len(consumed) - len(rest)])
         self._obj = None
+        self._state = 0
         return rest
+
+    def _current_sink(self):  # type: ignore[no-untyped-def]
+        obj = self._obj
+        return obj.args_sink if obj is not None and self._decided else None
 
     def _on_finish(self) -> None:
         obj = self._obj
         if obj is None:
             return
         self._obj = None
+        self._state = 0
         if self._decided:
             self._args(obj.close())
             self._close_call()

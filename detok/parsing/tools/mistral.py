@@ -39,6 +39,8 @@ def mistral_id(call_id: str) -> str:
 class MistralToolParser(StreamingToolParser):
     names = ("mistral",)
     markers = (TOOL_CALLS, ARGS, CALL_ID)
+    # as vLLM: a Mistral vocabulary without its tool-call token is a configuration error
+    required_tokens = (TOOL_CALLS,)
 
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
@@ -76,7 +78,8 @@ class MistralToolParser(StreamingToolParser):
                 stripped = text.lstrip()
                 if not stripped:
                     return
-                self._state = _ARRAY if stripped[0] == "[" else _NAME
+                # `[` opens the array; a bare `{` is one call object without the brackets
+                self._state = _ARRAY if stripped[0] in "[{" else _NAME
                 self._array_sep = False
                 text = stripped[1:] if stripped[0] == "[" else stripped
             elif st == _NAME:
@@ -93,7 +96,8 @@ class MistralToolParser(StreamingToolParser):
                     text = text[brace:]
                     continue
                 if not self._begin_call():
-                    return
+                    text = text[brace:]
+                    continue
                 self._state = _ARGS
                 text = text[brace:]
             elif st == _CALL_ID:  # the model's own id: skipped (ids are ours, of Mistral's shape)
@@ -104,6 +108,13 @@ class MistralToolParser(StreamingToolParser):
                 text = self._array_text(text)
             else:  # _ITEM
                 text = self._item_text(text)
+
+    def _current_sink(self):  # type: ignore[no-untyped-def]
+        if self._state == _ARGS:
+            return self._value
+        if self._state == _ITEM and self._obj is not None:
+            return self._obj.args_sink
+        return None
 
     def _begin_call(self) -> bool:
         name = "".join(self._name).strip()

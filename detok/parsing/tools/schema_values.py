@@ -107,4 +107,6 @@ def value_json(text: str, kind: str, nullable: bool) -> str:
 def json_string_body(text: str) -> str:
     """`text` escaped as inside a JSON string (no quotes); escaping is per character, so pieces
     escaped apart join to the whole escaped."""
+    if '"' not in text and "\\" not in text and text.isprintable():
+        return text  # nothing to escape (the common case)
     return json.dumps(text, ensure_ascii=False)[1:-1]
