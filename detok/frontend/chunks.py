@@ -30,7 +30,7 @@ _END = b"}]}\n\n"
 class ChunkRenderer:
     """Renders one streamed response's text chunks as complete SSE events (`data: ...\\n\\n`)."""
 
-    __slots__ = ("_chat", "_delta_heads", "_heads")
+    __slots__ = ("_chat", "_delta_heads", "_heads", "_keys")
 
     def __init__(self, kind: Literal["completion", "chat"], response_id: str, created: int, model: str,
                  choices: int = 1) -> None:
@@ -42,6 +42,17 @@ class ChunkRenderer:
         field = b',"delta":{"content":' if self._chat else b',"text":'
         self._heads = [head + str(i).encode() + field for i in range(choices)]
         self._delta_heads = [head + str(i).encode() + b',"delta":{' for i in range(choices)]
+        self._keys: dict[str, bytes] = {}  # delta key -> its encoded `"key":`
+
+    def field(self, index: int, key: str, value: Any, logprobs: Any = None) -> bytes:
+        """A chat chunk whose delta is the one field `key` (the reasoning, or `tool_calls`)."""
+        prefix = self._keys.get(key)
+        if prefix is None:
+            if not self._chat:
+                raise ValueError("delta fields are for chat chunks only")
+            prefix = self._keys[key] = _encode(key) + b":"
+        return b"".join((self._delta_heads[index], prefix, _encode(value), b"}", _OPEN_TAIL,
+                         _NULL if logprobs is None else _encode(logprobs), _END))
 
     def fields(self, index: int, fields: Mapping[str, Any], logprobs: Any = None) -> bytes:
         """A chat chunk whose delta holds only `fields` (in order): a reasoning chunk

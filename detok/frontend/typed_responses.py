@@ -50,11 +50,21 @@ class TypedChoice:
     def chunks(self, render: ChunkRenderer, index: int, delta: RequestDelta, logprobs: Any) -> list[bytes]:
         out: list[bytes] = []
         if delta.reasoning and self.include_reasoning:
-            out.append(render.fields(index, {self.field: delta.reasoning}, logprobs))
+            out.append(render.field(index, self.field, delta.reasoning, logprobs))
             logprobs = None
         if delta.text:
             out.append(render.text(index, delta.text, logprobs))
             logprobs = None
+        if delta.tool_calls or (delta.finish is not None and self.sent_args):
+            fragments = self._fragments(delta)
+            if fragments:
+                out.append(render.field(index, "tool_calls", fragments, logprobs))
+                logprobs = None
+        if logprobs is not None:  # entries with no text (a marker, a held prefix): sent all the same
+            out.append(render.text(index, "", logprobs))
+        return out
+
+    def _fragments(self, delta: RequestDelta) -> list[dict[str, Any]]:
         calls = self._calls_of(delta)
         sent = self.sent_args
         for d in calls:
@@ -64,12 +74,7 @@ class TypedChoice:
             for i in [i for i, n in sent.items() if n == 0]:
                 fragments.append({"index": i, "function": {"arguments": "{}"}})
                 sent[i] = 2
-        if fragments:
-            out.append(render.fields(index, {"tool_calls": fragments}, logprobs))
-            logprobs = None
-        if logprobs is not None:  # entries with no text (a marker, a held prefix): sent all the same
-            out.append(render.text(index, "", logprobs))
-        return out
+        return fragments
 
     # ---- non-streamed -----------------------------------------------------------------------------
     def add(self, delta: RequestDelta) -> None:

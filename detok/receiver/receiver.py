@@ -146,7 +146,8 @@ class RequestStream:
 
     def take(self) -> RequestDelta | None:
         """What arrived since the last take, or None if nothing did (non-async consumers)."""
-        if self._done or not (self._chunks or self.finish is not None or self._logprobs or self._typed):
+        if self._done or not (self._chunks or self.finish is not None or self._logprobs or self._reasoning
+                              or self._calls):
             return None
         text = "".join(self._chunks)
         self._chunks.clear()
@@ -156,12 +157,12 @@ class RequestStream:
             self._logprobs = []
         reasoning, calls = "", ()
         if self._typed is not None:
-            if not (text or self._reasoning or self._calls or self.finish is not None or logprobs is not None):
-                return None
-            reasoning = "".join(self._reasoning)
-            self._reasoning.clear()
-            calls = tuple(join_calls(self._calls))
-            self._calls.clear()
+            if self._reasoning:
+                reasoning = "".join(self._reasoning)
+                self._reasoning.clear()
+            if self._calls:
+                calls = tuple(join_calls(self._calls))
+                self._calls.clear()
         if self.finish is not None:
             self._done = True
             self._receiver._streams.pop(self.rid, None)
