@@ -128,3 +128,33 @@ def test_echo_workload_and_seeded_step_counts() -> None:
     again = RequestGeneration(req, echo, frozenset())
     assert seq == [again.draw_count(1, 8) for _ in range(50)] and set(seq) > {1} and max(seq) <= 8
     assert counts[0] == counts[1]
+
+
+def test_slim_schemas_parse_like_whole_ones() -> None:
+    """What travels to the worker is the part of each schema the families read: qwen3_coder's typed
+    values and glm45's string check give the same calls with it as with the whole schema."""
+    from detok.frontend.typed_requests import slim_parameters
+    from detok.parsing.output import OutputParser
+    from detok.parsing.types import OutputParsing, Piece, ToolSpec
+
+    schema = {"type": "object", "description": "x" * 500, "properties": {
+        "n": {"type": "integer", "description": "a count"}, "f": {"anyOf": [{"type": "null"}, {"type": "number"}]},
+        "s": {"type": "string", "enum": ["a", "b"]}, "o": {"type": "object", "properties": {"deep": {"type": "x"}}},
+        "u": {"description": "untyped"}, "b": True, "z": None}}
+    slim = slim_parameters(schema)
+    assert slim is not None and "description" not in json.dumps(slim)
+    texts = {
+        "qwen3_coder": "<tool_call>\n<function=f>\n<parameter=n>\n42\n</parameter>\n<parameter=f>\nnull\n</parameter>\n"
+                       "<parameter=s>\nb\n</parameter>\n<parameter=o>\n{\"k\": 1}\n</parameter>\n<parameter=u>\n7\n"
+                       "</parameter>\n<parameter=b>\n1\n</parameter>\n</function>\n</tool_call>",
+        "glm45": "<tool_call>f\n<arg_key>n</arg_key>\n<arg_value>42</arg_value>\n<arg_key>s</arg_key>\n"
+                 "<arg_value>7</arg_value>\n</tool_call>",
+    }
+    for family, text in texts.items():
+        results = []
+        for params in (schema, slim):
+            parser = OutputParser(OutputParsing(None, family, (ToolSpec("f", params),)), lambda _t: None)
+            out = parser.feed(Piece(text))
+            end = parser.finish()
+            results.append((out.content + end.content, [(d.index, d.name, d.arguments) for d in out.tool_calls + end.tool_calls]))
+        assert results[0] == results[1] and results[0][1], family
