@@ -177,3 +177,14 @@ def test_qwen3_hermes_any_grouping_gives_the_one_piece_result(tok, groups, stop,
         assert runs[0].reasoning == "Let me think: 北京 🫨 is far." and runs[0].content == "Answer: "
         assert [c[1:] for c in runs[0].calls.values()] == [["get_weather", '{"city": "Paris", "days": [1, 2]}'],
                                                            ["b", "{}"]]
+
+
+def test_numpy_path_gives_the_compiled_result(tok) -> None:  # type: ignore[no-untyped-def]
+    ids = tok.encode(HERMES_TEXT + " tail")
+    results = []
+    for compiled in (True, False):
+        core = WorkerCore(tok)
+        core.table.compiled = compiled
+        got = assemble(run_request(core, 9, ids, [1, 3, 2] * 30, QWEN, end=EndRequest(9, "length")), 9)
+        results.append((got.reasoning, got.content, got.calls, got.finish, got.num_calls))
+    assert results[0] == results[1] and results[0][4] == 2
