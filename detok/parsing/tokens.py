@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from detok.tokenizer.base import Tokenizer
+
+if TYPE_CHECKING:
+    from detok.parsing.output import OutputParser
+    from detok.parsing.types import OutputParsing
 
 
 def single_token_ids(tok: Tokenizer) -> Callable[[str], int | None]:
@@ -34,3 +39,20 @@ def check_parsers(tok: Tokenizer, reasoning_parser: str | None, tool_parser: str
 
     if reasoning_parser or tool_parser:
         OutputParser(OutputParsing(reasoning_parser, tool_parser), single_token_ids(tok))
+
+
+def request_parser(parsing: OutputParsing | None, rid: int, token_id: Callable[[str], int | None]) -> OutputParser | None:
+    """A registration's OutputParser (the worker's), or None for plain text (no parser named).
+    Raises ParsingLimitError / ParserConfigError: that request's error. Call ids are seeded by the
+    registration's `call_id_seed`, or by the rid when it has none: the same on a replay."""
+    import msgspec
+
+    from detok.parsing.limits import check_parsing
+    from detok.parsing.output import OutputParser
+
+    if parsing is None or not (parsing.reasoning_parser or parsing.tool_parser):
+        return None
+    check_parsing(parsing)
+    if not parsing.call_id_seed:
+        parsing = msgspec.structs.replace(parsing, call_id_seed=f"{rid:x}")
+    return OutputParser(parsing, token_id)

@@ -38,7 +38,7 @@ from detok.wire.security import CurveKeys, SocketSecurity
 from detok.stream.params import Finish
 from detok.parsing.types import ToolCallDelta
 from detok.receiver.token_logprobs import TokenLogprobs, split_logprobs
-from detok.receiver.typed import TypedState, join_calls
+from detok.receiver.typed import TypedState
 from detok.wire.to_frontends import TypedRow
 
 log = logging.getLogger("detok.receiver")
@@ -67,8 +67,8 @@ class RequestStream:
     """Async iterator over one request's deltas; ends after the delta carrying the finish."""
 
     __slots__ = (
-        "_calls", "_chunks", "_done", "_logprobs", "_next_token", "_reasoning", "_received", "_receiver", "_typed",
-        "_waiter", "calls", "finish", "num_tokens", "rid",
+        "_chunks", "_done", "_logprobs", "_next_token", "_received", "_receiver", "_typed", "_waiter", "calls", "finish",
+        "num_tokens", "rid",
     )
 
     def __init__(self, rid: int, receiver: DeltaReceiver) -> None:
@@ -82,9 +82,7 @@ class RequestStream:
         self._waiter: asyncio.Future[None] | None = None
         self._done = False
         self._receiver = receiver
-        self._typed: TypedState | None = None  # created by the first typed row
-        self._reasoning: list[str] = []
-        self._calls: list[ToolCallDelta] = []
+        self._typed: TypedState | None = None  # a parsed request's: created by its first typed row
         self.calls = 0  # tool calls emitted, from the finish
 
     def _feed_typed(self, row: TypedRow) -> None:
@@ -92,16 +90,9 @@ class RequestStream:
         if state is None:
             state = self._typed = TypedState()
         gaps = state.gaps
-        reasoning, content, calls = state.accept(row)
-        self._receiver.gaps += state.gaps - gaps
-        if reasoning:
-            self._reasoning.append(reasoning)
-        if content:
-            self._chunks.append(content)
-        if calls:
-            self._calls.extend(calls)
-        if reasoning or content or calls:
+        if state.feed(row, self._chunks):
             self._wake()
+        self._receiver.gaps += state.gaps - gaps
 
     def _feed(self, text: str, offset: int) -> None:
         if not text:
@@ -146,8 +137,9 @@ class RequestStream:
 
     def take(self) -> RequestDelta | None:
         """What arrived since the last take, or None if nothing did (non-async consumers)."""
-        if self._done or not (self._chunks or self.finish is not None or self._logprobs or self._reasoning
-                              or self._calls):
+        typed = self._typed
+        if self._done or not (self._chunks or self.finish is not None or self._logprobs
+                              or (typed is not None and typed.pending)):
             return None
         text = "".join(self._chunks)
         self._chunks.clear()
@@ -155,19 +147,12 @@ class RequestStream:
         if self._logprobs:
             logprobs = TokenLogprobs.concat(self._logprobs)
             self._logprobs = []
-        reasoning, calls = "", ()
-        if self._typed is not None:
-            if self._reasoning:
-                reasoning = "".join(self._reasoning)
-                self._reasoning.clear()
-            if self._calls:
-                calls = tuple(join_calls(self._calls))
-                self._calls.clear()
+        reasoning, calls = typed.take() if typed is not None else ("", ())
         if self.finish is not None:
             self._done = True
             self._receiver._streams.pop(self.rid, None)
             return RequestDelta(text, self.finish, self.num_tokens, logprobs, reasoning, calls, self.calls)
-        if self._typed is not None:
+        if typed is not None:
             return RequestDelta(text, None, None, logprobs, reasoning, calls)
         return RequestDelta(text, logprobs=logprobs)
 

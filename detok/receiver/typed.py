@@ -19,9 +19,11 @@ log = logging.getLogger("detok.receiver")
 class TypedState:
     """What one request has received of its typed streams."""
 
-    __slots__ = ("args", "content", "gaps", "named", "reasoning")
+    __slots__ = ("args", "content", "gaps", "named", "new_calls", "new_reasoning", "reasoning")
 
     def __init__(self) -> None:
+        self.new_reasoning: list[str] = []  # received, not taken yet
+        self.new_calls: list[ToolCallDelta] = []
         self.reasoning = 0  # chars received
         self.content = 0
         self.args: dict[int, int] = {}  # call index -> argument chars received
@@ -36,6 +38,33 @@ class TypedState:
         self.gaps += 1
         log.warning("%s gap (have %d chars, delta starts at %d)", what, have, offset)
         return text
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.new_reasoning or self.new_calls)
+
+    def feed(self, row: TypedRow, content_chunks: list[str]) -> bool:
+        """Keep a row's new reasoning and calls, append its new content to `content_chunks` (the
+        stream's text); whether anything was new."""
+        reasoning, content, calls = self.accept(row)
+        if reasoning:
+            self.new_reasoning.append(reasoning)
+        if content:
+            content_chunks.append(content)
+        if calls:
+            self.new_calls.extend(calls)
+        return bool(reasoning or content or calls)
+
+    def take(self) -> tuple[str, tuple[ToolCallDelta, ...]]:
+        """(reasoning, tool-call deltas) received since the last take, argument fragments joined."""
+        reasoning, calls = "", ()
+        if self.new_reasoning:
+            reasoning = "".join(self.new_reasoning)
+            self.new_reasoning.clear()
+        if self.new_calls:
+            calls = tuple(join_calls(self.new_calls))
+            self.new_calls.clear()
+        return reasoning, calls
 
     def accept(self, row: TypedRow) -> tuple[str, str, list[ToolCallDelta]]:
         """(new reasoning, new content, new tool-call deltas) of a row, without what a replay repeats."""

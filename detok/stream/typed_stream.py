@@ -220,3 +220,8 @@ def _add(out: TypedDelta, more: TypedDelta) -> None:
         out.content += more.content
     if more.tool_calls:
         out.tool_calls.extend(more.tool_calls)
+
+
+def calls_emitted(stream: DecodeStream) -> int:
+    """Tool calls a request's parser emitted (0 for a plain request)."""
+    return stream.calls_emitted if isinstance(stream, TypedStream) else 0

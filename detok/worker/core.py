@@ -18,12 +18,8 @@ rejected before any state changes):
 - duplicate registration of a live rid: identical -> ignored (idempotent replay) and counted;
   different -> the live request finishes with reason "error" (the rid was reused).
 - a stream that cannot be created, or an out-of-vocabulary id: that request finishes with "error".
-- output parsing (`Registration.parsing`) past `detok.parsing.limits`, an unknown parser, or a parser
-  that fails while running: that request finishes with "error".
-
-Parsed requests (a reasoning or tool-call parser) step through `detok.stream.typed_stream.TypedStream`
-(never the compiled plain path): their text rows stay empty and their output goes to their frontend
-as `TypedRow`s, before the finish that carries how many tool calls were emitted.
+- parsing past `detok.parsing.limits`, an unknown parser, a parser that raises: that request's error.
+Parsed requests step through `TypedStream` (typed rows to their frontend, `detok.stream.typed_stream`).
 
 Replay (a process that may have lost its shard's state: `awaiting_replay`): token batches are
 dropped until a `Replay` for this process arrives; it carries every request of the shard with all
@@ -38,17 +34,14 @@ import logging
 import time
 from collections.abc import Callable
 
-import msgspec
 import numpy as np
 
 from detok.metrics import WorkerCounts
-from detok.parsing.limits import check_parsing
-from detok.parsing.output import OutputParser
-from detok.parsing.tokens import single_token_ids
+from detok.parsing.tokens import request_parser, single_token_ids
 from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
 from detok.stream.table import PackedStep, StreamTable
-from detok.stream.typed_stream import TypedStream
+from detok.stream.typed_stream import calls_emitted as _calls
 from detok.tokenizer.base import Tokenizer
 from detok.wire.packing import unpack_u32
 from detok.wire.to_frontends import RequestFinished
@@ -203,7 +196,7 @@ class WorkerCore:
             return
         out = self._columns_for(reg.reply_to)
         try:
-            parser = self._parser_for(reg)
+            parser = request_parser(reg.parsing, reg.rid, self._token_id)
             stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag,  # type: ignore[arg-type]
                                      parser=parser, emit=out.add_typed if parser is not None else None)
         except Exception as e:  # noqa: BLE001 - a bad registration is that request's error, never the worker's
@@ -217,16 +210,6 @@ class WorkerCore:
         out.live += 1
         if reg.logprobs is not None and reg.logprobs >= 0:
             self._logprobs_wanted[reg.rid] = reg.logprobs
-
-    def _parser_for(self, reg: Registration) -> OutputParser | None:
-        """The request's OutputParser, or None for plain text (no parser named)."""
-        parsing = reg.parsing
-        if parsing is None or not (parsing.reasoning_parser or parsing.tool_parser):
-            return None
-        check_parsing(parsing)
-        if not parsing.call_id_seed:  # call ids from the rid: the same on a replay
-            parsing = msgspec.structs.replace(parsing, call_id_seed=f"{reg.rid:x}")
-        return OutputParser(parsing, self._token_id)
 
     # ---- stepping -------------------------------------------------------------------------------
     def _step(self, batch: DetokBatch) -> None:
@@ -367,11 +350,6 @@ class WorkerCore:
     def live_requests_of(self, reply_to: str) -> int:
         """Live requests whose deltas go to this frontend endpoint."""
         return self._frontends.live_requests_of(reply_to)
-
-
-def _calls(stream: DecodeStream) -> int:
-    """Tool calls a request's parser emitted (0 for a plain request)."""
-    return stream.calls_emitted if isinstance(stream, TypedStream) else 0
 
 
 def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> StreamTable:
