@@ -18,8 +18,7 @@ rejected before any state changes):
 - duplicate registration of a live rid: identical -> ignored (idempotent replay) and counted;
   different -> the live request finishes with reason "error" (the rid was reused).
 - a stream that cannot be created, or an out-of-vocabulary id: that request finishes with "error".
-- parsing past `detok.parsing.limits`, an unknown parser, a parser that raises: that request's error.
-Parsed requests step through `TypedStream` (typed rows to their frontend, `detok.stream.typed_stream`).
+- parsing past `detok.parsing.limits`, an unknown parser, a raising parser (`TypedStream`): that request's error.
 
 Replay (a process that may have lost its shard's state: `awaiting_replay`): token batches are
 dropped until a `Replay` for this process arrives; it carries every request of the shard with all
