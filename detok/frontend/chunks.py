@@ -44,7 +44,7 @@ class ChunkRenderer:
         self._delta_heads = [head + str(i).encode() + b',"delta":{' for i in range(choices)]
         self._keys: dict[str, bytes] = {}  # delta key -> its encoded `"key":`
 
-    def field(self, index: int, key: str, value: Any, logprobs: Any = None) -> bytes:
+    def field(self, index: int, key: str, value: Any, logprobs: Any = None, usage: Any = None) -> bytes:
         """A chat chunk whose delta is the one field `key` (the reasoning, or `tool_calls`)."""
         prefix = self._keys.get(key)
         if prefix is None:
@@ -52,7 +52,8 @@ class ChunkRenderer:
                 raise ValueError("delta fields are for chat chunks only")
             prefix = self._keys[key] = _encode(key) + b":"
         return b"".join((self._delta_heads[index], prefix, _encode(value), b"}", _OPEN_TAIL,
-                         _NULL if logprobs is None else _encode(logprobs), _END))
+                         _NULL if logprobs is None else _encode(logprobs),
+                         _END if usage is None else b'}],"usage":' + _encode(usage) + b"}\n\n"))
 
     def fields(self, index: int, fields: Mapping[str, Any], logprobs: Any = None) -> bytes:
         """A chat chunk whose delta holds only `fields` (in order): a reasoning chunk
@@ -71,9 +72,9 @@ class ChunkRenderer:
         return b"".join(parts)
 
     def text(self, index: int, text: str, logprobs: Any = None,
-             extra: Mapping[str, Any] | None = None) -> bytes:
+             extra: Mapping[str, Any] | None = None, usage: Any = None) -> bytes:
         """The chunk carrying `text` (and `logprobs`, a Struct or None; `extra` delta fields, chat
-        only) for choice `index`."""
+        only; `usage`, a Usage Struct, for `continuous_usage_stats`) for choice `index`."""
         parts = [self._heads[index], _encode(text)]
         if self._chat:
             if extra:
@@ -84,5 +85,5 @@ class ChunkRenderer:
             raise ValueError("extra delta fields are for chat chunks only")
         parts.append(_OPEN_TAIL)
         parts.append(_NULL if logprobs is None else _encode(logprobs))
-        parts.append(_END)
+        parts.append(_END if usage is None else b'}],"usage":' + _encode(usage) + b"}\n\n")
         return b"".join(parts)

@@ -97,7 +97,7 @@ def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.sock
             lifespan="on",
             log_level=cfg.log_level,
             access_log=verbose,
-            timeout_keep_alive=int(state.http.keep_alive_s),
+            timeout_keep_alive=state.http.keep_alive_s,  # type: ignore[arg-type]  (a float works: call_later)
             timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
         ),
         state,

@@ -40,7 +40,7 @@ class _OpenObject(BaseModel):
 
 class StreamOptions(_Request):
     include_usage: bool | None = None
-    continuous_usage_stats: Any = None  # refused
+    continuous_usage_stats: bool | None = None  # usage in every chunk (vLLM's; with include_usage)
 
 
 class _SamplingRequest(_Request):

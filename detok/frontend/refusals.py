@@ -70,9 +70,6 @@ def refuse_unsupported(req: _SamplingRequest, tool_parser: str | None = None) ->
     """Raise RequestError (400) for the first option given that this server cannot honour
     (`tool_parser`: the server's tool-call parser, if it runs one)."""
     _apply(req, _COMMON)
-    if req.stream_options is not None and req.stream_options.continuous_usage_stats not in (None, False):
-        raise RequestError("stream_options.continuous_usage_stats: usage in every chunk is not implemented "
-                           "by this server (the final usage chunk is)", "stream_options.continuous_usage_stats")
     if isinstance(req, CompletionRequest):
         _apply(req, _COMPLETION)
     if isinstance(req, ChatCompletionRequest):

@@ -70,6 +70,7 @@ class ResponseContext:
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     stream_interval: int = 1  # deltas joined into one streamed chunk (the first goes out alone)
     completed: bool = False  # the response was built to its end (not cut short by its client)
+    continuous_usage: bool = False  # usage in every chunk (stream_options.continuous_usage_stats)
     # output parsing (detok.frontend.typed_responses): None for plain text
     parsing: OutputParsing | None = None
     reasoning_field: str = "reasoning"
@@ -102,6 +103,15 @@ class ChoiceState:
         self.calls = 0  # tool calls the worker emitted (from the finish)
         self.timer = RequestTimer(recorder, ctx.arrival)
         self.typed = ctx.typed_choice()
+
+    def running_usage(self, ctx: ResponseContext, delta: RequestDelta | None = None) -> Usage | None:
+        """vLLM's usage of a chunk with `continuous_usage_stats`: the prompt and this choice's
+        output tokens so far (None: not asked for)."""
+        if not ctx.continuous_usage:
+            return None
+        if delta is not None and delta.num_tokens is not None:
+            self.num_tokens = delta.num_tokens
+        return Usage(ctx.prompt_tokens, self.num_tokens, ctx.prompt_tokens + self.num_tokens)
 
     def end(self, finish: Finish, num_tokens: int | None, calls: int = 0) -> None:
         self.timer.finish(finish.reason)
@@ -156,24 +166,25 @@ def _usage(ctx: ResponseContext, choices: Sequence[ChoiceState]) -> Usage:
     return Usage(ctx.prompt_tokens, completion, ctx.prompt_tokens + completion)
 
 
-def _text_chunk(ctx: ResponseContext, index: int, text: str, logprobs: Any = None, role: bool = False) -> bytes:
+def _text_chunk(ctx: ResponseContext, index: int, text: str, logprobs: Any = None, role: bool = False,
+                usage: Usage | None = None) -> bytes:
     if ctx.kind == "chat":
         delta = ChatDelta(role="assistant", content=text) if role else ChatDelta(content=text)
         chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(
-            ctx.id, ctx.created, ctx.model, [ChatChunkChoice(index, delta, logprobs=logprobs)]
+            ctx.id, ctx.created, ctx.model, [ChatChunkChoice(index, delta, logprobs=logprobs)], usage
         )
     else:
-        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, text, None, logprobs=logprobs)])
+        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, text, None, logprobs=logprobs)], usage)
     return sse.event(_ENCODER.encode(chunk))
 
 
-def _finish_chunk(ctx: ResponseContext, index: int, finish: Finish, calls: int = 0) -> bytes:
+def _finish_chunk(ctx: ResponseContext, index: int, finish: Finish, usage: Usage | None = None, calls: int = 0) -> bytes:
     reason = stop_reason(ctx, finish)
     if ctx.kind == "chat":
         choice = ChatChunkChoice(index, ChatDelta(), openai_finish_reason(finish, calls), reason)
-        chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(ctx.id, ctx.created, ctx.model, [choice])
+        chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(ctx.id, ctx.created, ctx.model, [choice], usage)
     else:
-        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, "", finish.reason, reason)])
+        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, "", finish.reason, reason)], usage)
     return sse.event(_ENCODER.encode(chunk))
 
 
@@ -241,9 +252,9 @@ async def stream_events(
     choices = [ChoiceState(i, ctx, recorder) for i in range(len(streams))]
     for c in choices:
         if ctx.kind == "chat":  # OpenAI's first chunk of a choice announces the role
-            yield _text_chunk(ctx, c.index, "", role=True)
+            yield _text_chunk(ctx, c.index, "", role=True, usage=c.running_usage(ctx))
         if ctx.echo:
-            yield render.text(c.index, ctx.echo)
+            yield render.text(c.index, ctx.echo, usage=c.running_usage(ctx))
     interval = ctx.stream_interval
     held: list[list[RequestDelta]] = [[] for _ in choices]
     sent_first = [interval <= 1] * len(choices)
@@ -263,14 +274,14 @@ async def stream_events(
             choice = choices[index]
             logprobs = choice.logprobs(delta)
             if choice.typed is not None:
-                chunks = choice.typed.chunks(render, index, delta, logprobs)
+                chunks = choice.typed.chunks(render, index, delta, logprobs, choice.running_usage(ctx, delta))
                 if chunks:
                     choice.timer.text()
                     for chunk in chunks:
                         yield chunk
             elif delta.text or logprobs is not None:
                 choice.timer.text()
-                yield render.text(index, delta.text, logprobs)
+                yield render.text(index, delta.text, logprobs, usage=choice.running_usage(ctx, delta))
             finish = delta.finish
             if finish is None:
                 continue
@@ -278,7 +289,7 @@ async def stream_events(
             if finish.reason in ("error", "abort"):
                 yield sse.event(error_json(_error(finish)))
                 break
-            yield _finish_chunk(ctx, index, finish, choice.calls)
+            yield _finish_chunk(ctx, index, finish, choice.running_usage(ctx), choice.calls)
             finished += 1
             if finished == len(choices):
                 if ctx.include_usage:

@@ -110,6 +110,15 @@ class SchedulerLink:
         self._send(Abort(rid))  # best effort: if the queue is full the request ends on its own
 
     def close(self) -> None:
+        """Close the socket (bounded linger), then the authenticator, then the context. Idempotent."""
+        if self._push.closed:
+            return
         self._push.close()
         self._security.close()
         self._ctx.term()
+
+    def __enter__(self) -> SchedulerLink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

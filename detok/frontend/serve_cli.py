@@ -142,6 +142,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     limits_group.add_argument("--max-connections", type=_positive_int, default=limits.MAX_CONNECTIONS,
                               help="open connections at once; one more gets a 503 and is closed (default: "
                                    "%(default)s)")
+    limits_group.add_argument("--timeout-keep-alive", type=_positive_float, default=limits.KEEP_ALIVE_S,
+                              metavar="S", help="seconds an idle kept-alive connection stays open between "
+                                                "requests (vLLM's option; default: %(default)s)")
     limits_group.add_argument("--shutdown-drain", type=_non_negative_float, default=limits.SHUTDOWN_DRAIN_S,
                               metavar="S", help="on SIGINT/SIGTERM, seconds open requests get to finish before "
                                                 "they end with an error (default: %(default)s)")

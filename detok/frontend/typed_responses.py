@@ -47,21 +47,23 @@ class TypedChoice:
         return calls if self.parallel else min(calls, 1)
 
     # ---- streamed -------------------------------------------------------------------------------
-    def chunks(self, render: ChunkRenderer, index: int, delta: RequestDelta, logprobs: Any) -> list[bytes]:
+    def chunks(self, render: ChunkRenderer, index: int, delta: RequestDelta, logprobs: Any,
+               usage: Any = None) -> list[bytes]:
+        """The delta's chunks; `usage` (continuous_usage_stats) goes in each."""
         out: list[bytes] = []
         if delta.reasoning and self.include_reasoning:
-            out.append(render.field(index, self.field, delta.reasoning, logprobs))
+            out.append(render.field(index, self.field, delta.reasoning, logprobs, usage))
             logprobs = None
         if delta.text:
-            out.append(render.text(index, delta.text, logprobs))
+            out.append(render.text(index, delta.text, logprobs, usage=usage))
             logprobs = None
         if delta.tool_calls or (delta.finish is not None and self.sent_args):
             fragments = self._fragments(delta)
             if fragments:
-                out.append(render.field(index, "tool_calls", fragments, logprobs))
+                out.append(render.field(index, "tool_calls", fragments, logprobs, usage))
                 logprobs = None
         if logprobs is not None:  # entries with no text (a marker, a held prefix): sent all the same
-            out.append(render.text(index, "", logprobs))
+            out.append(render.text(index, "", logprobs, usage=usage))
         return out
 
     def _fragments(self, delta: RequestDelta) -> list[dict[str, Any]]:

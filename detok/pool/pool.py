@@ -132,7 +132,8 @@ class DetokPool:
                 cfg, endpoints, notify_endpoint=self.notify_endpoint, spare=spare, shutdown_timeout_s=shutdown_timeout_s,
                 stall_timeout_s=stall_timeout_s, replace_stalled=replace_stalled,
             )
-            self._finalizer = weakref.finalize(self, _close, self._supervisor, self._dir)
+            self._clients: weakref.WeakSet[SchedulerClient] = weakref.WeakSet()  # pool.client()s: closed first
+            self._finalizer = weakref.finalize(self, _close, self._supervisor, self._dir, self._clients)
             self._supervisor.start(start_timeout_s)
         except BaseException:
             self._dir.remove()
@@ -154,7 +155,9 @@ class DetokPool:
         from detok.scheduler.client import SchedulerClient
 
         options = {"keys": self.keys, "insecure": self.insecure, **options}
-        return SchedulerClient(self.endpoints, self.notify_endpoint, **options)  # type: ignore[arg-type]
+        client = SchedulerClient(self.endpoints, self.notify_endpoint, **options)  # type: ignore[arg-type]
+        self._clients.add(client)  # closed with the pool, if not before
+        return client
 
     def receiver_endpoint(self, name: str = "frontend") -> str:
         """An ipc endpoint in the pool's private directory, for a DeltaReceiver on this host."""
@@ -220,8 +223,10 @@ class DetokPool:
         return f"<DetokPool workers={self.workers} endpoints={self.endpoints}>"
 
 
-def _close(supervisor: Supervisor, ipc_dir: IpcDir) -> None:
+def _close(supervisor: Supervisor, ipc_dir: IpcDir, clients: weakref.WeakSet[SchedulerClient] | None = None) -> None:
     try:
+        for client in list(clients or ()):
+            client.close()
         supervisor.stop()
     finally:
         ipc_dir.remove()

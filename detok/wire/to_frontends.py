@@ -23,12 +23,15 @@ from detok.wire.packing import join_texts, pack_rids, pack_u32, split_text, unpa
 
 
 class RequestFinished(msgspec.Struct, array_like=True, gc=False, frozen=True):
-    """A request ended; `num_tokens` is how many output tokens the worker consumed for it; `calls`
-    how many tool calls its parser emitted (0 without tool parsing; last, so older senders decode)."""
+    """A request ended; `num_tokens` is how many output tokens the worker consumed for it. `gen`:
+    the registration generation it ended (0: unknown), so a receiver can tell a replayed finish of
+    an earlier request with the same rid from the current one's. `calls`: how many tool calls its
+    parser emitted (0 without tool parsing)."""
 
     rid: int
     finish: Finish
     num_tokens: int
+    gen: int = 0
     calls: int = 0
 
 
@@ -107,6 +110,9 @@ class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
     offsets: bytes  # uint32 per row
     finished: list[RequestFinished]
     logprobs: DeltaLogprobs | None = None  # entries of requests that asked; applied before `finished`
+    # uint32 per row: the request's output tokens consumed after the row (usage in every chunk);
+    # empty: not given
+    num_tokens: bytes = b""
     typed: list[TypedRow] | None = None  # rows of parsed requests; applied before `finished`
 
     @classmethod
@@ -121,6 +127,15 @@ class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
     def texts(self) -> list[str]:
         """The per-row texts; ValueError if `text` and `lengths` do not fit together."""
         return split_text(self.text, self.lengths)
+
+    def token_counts(self) -> list[int] | None:
+        """`num_tokens` per row, or None if not given; ValueError if it does not fit the rows."""
+        if not self.num_tokens:
+            return None
+        counts = unpack_u32(self.num_tokens)
+        if len(counts) * 8 != len(self.rids):
+            raise ValueError(f"{len(self.rids) // 8} rows and {len(counts)} token counts")
+        return counts.tolist()  # type: ignore[no-any-return]
 
     def rows(self) -> zip[tuple[int, str, int]]:
         """(rid, text, offset) per row, as Python objects; ValueError if the columns do not fit."""

@@ -58,12 +58,16 @@ class StopNotice(msgspec.Struct, tag="stop", array_like=True, gc=False):
     from then on. `unknown_rids` got tokens or an end but no registration reached this worker:
     their frontends were NOT told (the worker does not know them); the scheduler client, which
     holds the registrations, has them finished with an error (never after a replay, which carries
-    every registration of the shard)."""
+    every registration of the shard). `gens[i]` is the registration generation of `rids[i]`, and
+    `seq` the last DetokBatch the worker had handled: the client applies a notice only to the
+    registration it is about (a rid may have been registered again since)."""
 
     worker: int
     rids: list[int]
     finishes: list[Finish]
     unknown_rids: list[int] = []
+    gens: list[int] = []
+    seq: int = 0
 
 
 WorkerEventKind = Literal["ready", "died"]

@@ -53,6 +53,10 @@ class Registration(msgspec.Struct, array_like=True, gc=False, frozen=True):
     # None: no logprobs; k >= 0: the sampled token's logprob and up to k alternatives per token
     # (the worker keeps at most MAX_TOP_LOGPROBS; a negative k counts as None)
     logprobs: int | None = None
+    # Which registration of `rid` this is (set by the SchedulerClient, unique per client; 0: not
+    # set). A rid may be used again once its request finished: finishes, notices and replays carry
+    # the generation, so nothing of the earlier request can touch the later one.
+    gen: int = 0
     # reasoning / tool-call parsing (detok.parsing): None is plain text on the compiled path. Last,
     # so registrations of older senders still decode. Bounded by detok.parsing.limits (a
     # registration past them finishes that request with an error, never the worker).
