@@ -66,6 +66,7 @@ class FrontendState:
     http: HttpLimits = HttpLimits()
     stream_interval: int = 1  # deltas per streamed chunk after the first (vLLM's --stream-interval)
     frontend_index: int | None = None  # `detok serve --frontends N`: this process's index (a response header)
+    reasoning_field: str = "reasoning"  # `--reasoning-field`: vLLM's name, or reasoning_content (SGLang)
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     draining: bool = False  # shutting down: new requests are refused
     intake: Intake = dataclasses.field(default_factory=Intake)  # where large bodies become jobs
@@ -204,6 +205,10 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             logprobs=job.logprobs,
             stream_interval=state.stream_interval,
             continuous_usage=job.continuous_usage,
+            parsing=job.parsing,
+            reasoning_field=state.reasoning_field,
+            include_reasoning=job.include_reasoning,
+            parallel_tool_calls=job.parallel_tool_calls,
         )
         if job.stream:
             return SseResponse(stream_events(ctx, streams, state.latency), release, ctx, state.frontend_index)

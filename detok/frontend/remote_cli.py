@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from detok.frontend import limits
-from detok.frontend.serve_cli import DEFAULT_MODEL_NAME, _positive_int
+from detok.frontend.serve_cli import DEFAULT_MODEL_NAME, _positive_int, add_parsing_arguments
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -53,6 +53,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="seconds an idle kept-alive connection stays open (default: %(default)s)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                    help="(default: %(default)s)")
+    add_parsing_arguments(p)
     p.set_defaults(func=_run)
     return p
 
@@ -76,6 +77,13 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = ServeConfig.from_args(args)
     tokenizer = load_tokenizer(args.tokenizer, chat_template=args.chat_template)
+    from detok.parsing.registry import ParserConfigError
+    from detok.parsing.tokens import check_parsers
+
+    try:  # the pool's workers must run the same detok (their families are this package's)
+        check_parsers(tokenizer, args.reasoning_parser, args.tool_call_parser)
+    except ParserConfigError as e:
+        raise SystemExit(f"detok frontend: {e}") from None
     parts = FrontendParts(tokenizer, args.scheduler, args.receiver, lambda: {"scheduler": True}, dict, lambda: 1,
                           metrics_root, cfg.http_limits(), keys=args.keys, insecure=args.insecure)
     base = f"http://{_url_host(args.host)}:{listener.getsockname()[1]}"

@@ -48,8 +48,11 @@ class ServeConfig:
     no_spare: bool = False
     step_ms: float = 20.0
     max_batch: int = 256
-    tokens_per_step: int = 1
+    tokens_per_step: int | tuple[int, int] = 1  # (MIN, MAX): a seeded random count per request per step
     workload: str = "corpus"
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    reasoning_field: str = "reasoning"
     served_model_name: str = "detok-stub"
     max_model_len: int = 32768
     api_key: str | None = None
@@ -158,7 +161,9 @@ def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
         source = str(default_tokenizer_dir())
     else:
         source = cfg.tokenizer
-    policy = StepPolicy(cfg.step_ms / 1000.0, cfg.max_batch, cfg.tokens_per_step)
+    per_step = cfg.tokens_per_step
+    low, high = per_step if isinstance(per_step, tuple) else (per_step, per_step)
+    policy = StepPolicy(cfg.step_ms / 1000.0, cfg.max_batch, low, high if high != low else None)
     stack = Stack(
         StackConfig(
             tokenizer=source,
@@ -170,6 +175,8 @@ def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
             model=cfg.model,
             metrics_dir=metrics_root,
             log_level=cfg.log_level.upper(),
+            reasoning_parser=cfg.reasoning_parser,
+            tool_parser=cfg.tool_call_parser,
         )
     )
     scheduler = f"the reference engine on {cfg.model}" if cfg.model else "the scheduler stub"

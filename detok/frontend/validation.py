@@ -15,6 +15,8 @@ from detok.frontend.chat_messages import message_text, template_messages
 from detok.frontend.errors import RequestError
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest, _SamplingRequest
 from detok.frontend.refusals import refuse_unsupported
+from detok.frontend.typed_requests import output_parsing
+from detok.parsing.types import OutputParsing
 from detok.stream.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
 from detok.tokenizer.bounded import TooLong, encode_within
@@ -30,6 +32,8 @@ class ServingLimits:
     model_name: str
     max_model_len: int
     random_seed: bool = False  # a request without a seed samples at random (a real engine); else seed 0
+    reasoning_parser: str | None = None  # `--reasoning-parser`: chat output parsed by the workers
+    tool_parser: str | None = None  # `--tool-call-parser`: tool calls of tool_choice "auto" parsed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,9 @@ class GenerationJob:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
+    parsing: OutputParsing | None = None  # reasoning / tool-call parsing by the workers (chat)
+    include_reasoning: bool = True  # false: parsed reasoning is dropped
+    parallel_tool_calls: bool = True  # false: only the first tool call is returned
 
     def choice_seeds(self) -> list[int]:
         """One seed per choice, distinct, within the int64 range (wrapping around)."""
@@ -65,7 +72,7 @@ def _check_common(req: _SamplingRequest, lim: ServingLimits) -> None:
         )
     if req.stream_options is not None and not req.stream:
         raise RequestError("stream_options: only allowed when stream is true", "stream_options")
-    refuse_unsupported(req)
+    refuse_unsupported(req, lim.tool_parser)
 
 
 def _stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
@@ -142,6 +149,7 @@ def _job(
     lim: ServingLimits,
     logprobs: int | None,
     echo: str,
+    parsing: OutputParsing | None = None,
 ) -> GenerationJob:
     if not prompt_ids:
         raise RequestError(f"{prompt_param}: the prompt is empty", prompt_param)
@@ -192,6 +200,9 @@ def _job(
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
         top_k=-1 if req.top_k is None else req.top_k,
+        parsing=parsing,
+        include_reasoning=getattr(req, "include_reasoning", None) is not False,
+        parallel_tool_calls=getattr(req, "parallel_tool_calls", None) is not False,
     )
 
 
@@ -250,4 +261,5 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     ids = encode_prompt(tok, text, bool(req.add_special_tokens), lim, "messages")
-    return _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo)
+    parsing = output_parsing(req, text, lim.reasoning_parser, lim.tool_parser)
+    return _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing)

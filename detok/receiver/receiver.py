@@ -208,10 +208,15 @@ class DeltaReceiver:
             stream = get(rid)
             if stream is not None:
                 stream._feed_logprobs(run)
+        if batch.typed:
+            for row in batch.typed:
+                stream = get(row.rid)
+                if stream is not None:
+                    stream._feed_typed(row)
         for done in batch.finished:
             stream = get(done.rid)
             if stream is not None:
-                stream._end(done.finish, done.num_tokens)
+                stream._end(done.finish, done.num_tokens, done.calls)
 
     def _stale(self, batch: DeltaBatch) -> set[int] | None:
         """Rids this message finishes again in a generation they already finished in: a replay

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from detok.stream.byte_text import OutOfVocabulary
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
@@ -38,6 +39,9 @@ class DecodeStream:
         "stop_kind",
         "_pending_error",
     )
+    # False for subclasses whose steps must always go through `step` (typed output): the table
+    # never puts them on its compiled plain path
+    columnar: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -13,8 +13,9 @@ returns Python sequences (same results); without the extension both run on numpy
 from __future__ import annotations
 
 from array import array
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from itertools import repeat
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,10 @@ from detok.stream.step_results import PackedStep, StepResult, unknown_finish
 from detok.stream.strategy import Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
 from detok.wire.packing import join_texts, pack_u32, unpack_rids, unpack_u32
+
+if TYPE_CHECKING:
+    from detok.parsing.output import OutputParser
+    from detok.wire.to_frontends import TypedRow
 
 try:  # the compiled step (optional extension); the numpy/Python path gives the same results
     from detok.stream._plainstep import RidMap as _RidMap
@@ -124,12 +129,22 @@ class StreamTable(NumpyStepping):
         params: DecodeParams | None = None,
         ignore_eos: bool = False,
         tag: int = 0,
+        parser: OutputParser | None = None,
+        emit: Callable[[TypedRow], None] | None = None,
     ) -> DecodeStream:
         """Start a request; `tag` (a uint32 of the caller's, e.g. which frontend owns it) comes
-        back with each of its rows in `PackedStep.tags`."""
+        back with each of its rows in `PackedStep.tags`. With a `parser`, the request's output goes
+        to `emit` as typed rows (`detok.stream.typed_stream`) and its text rows stay empty."""
         if rid in self._streams:
             raise DuplicateRequest(rid)
-        stream = DecodeStream(self.tokenizer, context_ids, params, ignore_eos=ignore_eos, strategy=self._strategy)
+        if parser is not None:
+            from detok.stream.typed_stream import TypedStream
+
+            assert emit is not None, "a parsed request needs an emit callback"
+            stream: DecodeStream = TypedStream(self.tokenizer, context_ids, params, parser=parser, rid=rid,  # type: ignore[arg-type]
+                                               emit=emit, ignore_eos=ignore_eos, strategy=self._strategy)
+        else:
+            stream = DecodeStream(self.tokenizer, context_ids, params, ignore_eos=ignore_eos, strategy=self._strategy)
         if not self._free:
             self._grow()
         slot = self._free.pop()
@@ -167,7 +182,8 @@ class StreamTable(NumpyStepping):
         """Columnar state from the stream's own, after it stepped on its own."""
         dec = stream._text
         plain = (
-            stream._plain
+            stream.columnar
+            and stream._plain
             and not stream.finished
             and stream._stop_ids <= self._eos  # the vectorized path checks end-of-sequence ids only
             and isinstance(dec, ByteTextDecoder)
@@ -189,6 +205,8 @@ class StreamTable(NumpyStepping):
     def _load(self, slot: int, stream: DecodeStream) -> None:
         """The columns' state into the stream, before it steps on its own (the plain rows advance
         the columns only)."""
+        if not stream.columnar:  # never on the plain path: the stream's own counters are the truth
+            return
         stream.num_tokens = int(self._ntok[slot])
         stream.char_offset = int(self._choff[slot])
         dec = stream._text
@@ -270,8 +288,10 @@ class StreamTable(NumpyStepping):
         offset = stream.char_offset - len(delta.text)
         if delta.finish is not None:
             self.close(rid)
-        else:
+        elif stream.columnar:
             self._sync(slot, stream)
+        else:  # off the plain path for good (typed output): only the progress column is read
+            self._ntok[slot] = stream.num_tokens
         return delta.text, offset, stream.num_tokens, delta.finish
 
     def finish(self, rid: Hashable, reason: str, message: str | None = None) -> tuple[str, int, int, Finish | None]:

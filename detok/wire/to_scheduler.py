@@ -14,6 +14,7 @@ from typing import Literal
 
 import msgspec
 
+from detok.parsing.types import OutputParsing
 from detok.stream.params import DecodeParams, Finish
 
 # frontend -> scheduler
@@ -31,7 +32,10 @@ class GenerateRequest(msgspec.Struct, tag="generate", array_like=True, gc=False,
     ignore_eos: bool = False
     arrival_time: float = 0.0  # frontend's time.time() at arrival, for end-to-end latency
     logprobs: int | None = None
-    top_k: int = -1  # <= 0: no top-k (vLLM's -1 and 0); last, so older senders still decode
+    top_k: int = -1  # <= 0: no top-k (vLLM's -1 and 0)
+    # reasoning / tool-call parsing of the output, done by the worker (None: plain text); last, so
+    # older senders still decode. The scheduler only carries it into the registration.
+    parsing: OutputParsing | None = None
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True, gc=False, frozen=True):

@@ -18,6 +18,7 @@ rejected before any state changes):
 - duplicate registration of a live rid: identical -> ignored (idempotent replay) and counted;
   different -> the live request finishes with reason "error" (the rid was reused).
 - a stream that cannot be created, or an out-of-vocabulary id: that request finishes with "error".
+- parsing past `detok.parsing.limits`, an unknown parser, a raising parser (`TypedStream`): that request's error.
 
 Replay (a process that may have lost its shard's state: `awaiting_replay`): token batches are
 dropped until a `Replay` for this process arrives; it carries every request of the shard with all
@@ -36,9 +37,11 @@ from collections.abc import Callable
 import numpy as np
 
 from detok.metrics import WorkerCounts
+from detok.parsing.tokens import request_parser, single_token_ids
 from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
 from detok.stream.table import PackedStep, StreamTable
+from detok.stream.typed_stream import calls_emitted as _calls
 from detok.tokenizer.base import Tokenizer
 from detok.wire.packing import unpack_u32
 from detok.wire.to_frontends import RequestFinished
@@ -100,6 +103,7 @@ class WorkerCore:
         self.last_seq = 0  # DetokBatch.seq of the last batch handled (acknowledged to the client)
         self._token_strings: lp_entries.TokenStrings | None = None  # built at the first logprobs
         self._logprobs_wanted: dict[int, int] = {}  # live rids that asked for logprobs: k
+        self._token_id = single_token_ids(tokenizer)  # marker text -> id, for parsed requests
 
     # ---- messages ------------------------------------------------------------------------------
     def handle_batch(self, batch: DetokBatch, now: float | None = None) -> Outputs:
@@ -198,7 +202,9 @@ class WorkerCore:
             return
         out = self._columns_for(reg.reply_to)
         try:
-            stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag)  # type: ignore[arg-type]
+            parser = request_parser(reg.parsing, reg.rid, self._token_id)
+            stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag,  # type: ignore[arg-type]
+                                     parser=parser, emit=out.add_typed if parser is not None else None)
         except Exception as e:  # noqa: BLE001 - a bad registration is that request's error, never the worker's
             log.warning("worker %d: cannot start rid %d: %s", self.worker, reg.rid, e)
             finish = Finish("error", None, f"cannot start decoding: {e}")
@@ -284,7 +290,7 @@ class WorkerCore:
                 self.counts.invalid_token_ids += 1
         elif kind is not None:
             self.counts.stops[kind] = self.counts.stops.get(kind, 0) + 1
-        self._emit_finish(entry.out, rid, finish, num_tokens, gen)
+        self._emit_finish(entry.out, rid, finish, num_tokens, gen, _calls(entry.stream))
         self._notify(rid, finish, gen)
 
     # ---- ending ---------------------------------------------------------------------------------
@@ -302,7 +308,7 @@ class WorkerCore:
             entry.out.add(rid, text, offset, num_tokens)
         if message is None and finish is not None:
             message = finish.message
-        self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens, gen)  # type: ignore[arg-type]
+        self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens, gen, _calls(entry.stream))  # type: ignore[arg-type]
 
     def _finish_live(self, rid: int, finish: Finish, *, notify: bool) -> None:
         """End a live request for a reason of the worker's own (idle, shutdown, conflict)."""
@@ -313,7 +319,7 @@ class WorkerCore:
         self._remember_finished(rid, gen)
         if text:
             entry.out.add(rid, text, offset, num_tokens)
-        self._emit_finish(entry.out, rid, finish, num_tokens, gen)
+        self._emit_finish(entry.out, rid, finish, num_tokens, gen, _calls(entry.stream))
         if notify:
             self._notify(rid, finish, gen)
 
@@ -336,8 +342,9 @@ class WorkerCore:
     def _columns_for(self, reply_to: str) -> FrontendColumns:
         return self._frontends.columns_for(reply_to)
 
-    def _emit_finish(self, out: FrontendColumns, rid: int, finish: Finish, num_tokens: int, gen: int = 0) -> None:
-        out.finished.append(RequestFinished(rid, finish, num_tokens, gen))
+    def _emit_finish(self, out: FrontendColumns, rid: int, finish: Finish, num_tokens: int, gen: int = 0,
+                     calls: int = 0) -> None:
+        out.finished.append(RequestFinished(rid, finish, num_tokens, gen, calls))
         finished = self.counts.finished
         finished[finish.reason] = finished.get(finish.reason, 0) + 1
 

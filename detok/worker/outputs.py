@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from detok.stream.table import PackedStep
 from detok.wire.packing import group_rows
-from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished
+from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished, TypedRow
 from detok.wire.to_scheduler import StopNotice
 from detok.worker import logprobs as lp_entries
 
@@ -31,10 +31,14 @@ class FrontendColumns:
     num_tokens: list[bytes] = field(default_factory=list)
     finished: list[RequestFinished] = field(default_factory=list)
     logprobs: list[DeltaLogprobs] = field(default_factory=list)
+    typed: list[TypedRow] = field(default_factory=list)  # rows of parsed requests
     live: int = 0  # live requests of this frontend in the table
 
     def add(self, rid: int, text: str, offset: int, num_tokens: int) -> None:
         self.add_packed(_U64(rid), text.encode(), _U32(len(text)), _U32(offset), _U32(num_tokens))
+
+    def add_typed(self, row: TypedRow) -> None:
+        self.typed.append(row)
 
     def add_packed(self, rids: bytes, text: bytes, lengths: bytes, offsets: bytes, num_tokens: bytes) -> None:
         self.rids.append(rids)
@@ -45,7 +49,7 @@ class FrontendColumns:
 
     @property
     def pending(self) -> bool:
-        return bool(self.rids or self.finished or self.logprobs)
+        return bool(self.rids or self.finished or self.logprobs or self.typed)
 
     def take(self, worker: int, sent_at: float) -> DeltaBatch | None:
         if not self.pending:
@@ -55,9 +59,12 @@ class FrontendColumns:
         batch = DeltaBatch(
             worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished, lp,
             join(self.num_tokens),
+            self.typed or None,
         )
         self.rids, self.text, self.lengths, self.offsets, self.finished, self.logprobs = [], [], [], [], [], []
         self.num_tokens = []
+        if self.typed:
+            self.typed = []
         return batch
 
 

@@ -155,7 +155,8 @@ class ServingLoop:
             self._trim_at = time.monotonic() + TRIM_DELAY_S
         try:
             msg = self.decoder.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+            # RecursionError: a tool schema (free JSON) nested past the decoder's depth
             self._malformed(f"undecodable message ({len(raw)} bytes): {e}")
             return
         try:

@@ -154,7 +154,7 @@ def test_null_means_not_given_for_every_optional_field(tmp_path, tok):
         ({"tool_choice": "auto"}, "tool_choice"),
         ({"tools": []}, "tools"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"parallel_tool_calls": True}, "parallel_tool_calls"),
+        ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
         ({"functions": [{"name": "f"}]}, "functions"),
         ({"function_call": "auto"}, "function_call"),
         ({"guided_json": {"type": "object"}}, "guided_json"),

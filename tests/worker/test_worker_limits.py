@@ -124,3 +124,47 @@ def test_nan_and_infinite_sent_at_do_not_poison_the_queue_lag(tok, pool) -> None
     finally:
         push.close(0)
         ctx.term()
+
+
+def test_a_tool_schema_nested_past_the_decoder_depth_is_malformed_not_fatal(tok, pool) -> None:
+    """A registration whose tool schema (free JSON) nests 100,000 levels: msgspec's decoder raises
+    RecursionError; the worker drops the message as malformed and serves on."""
+    from detok.parsing.types import OutputParsing, ToolSpec
+
+    pid = pool.pids()[0]
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(pool.endpoints[0])
+    try:
+        reg = Registration(900_100, "ipc:///nonexistent/x", [], DecodeParams(),
+                           parsing=OutputParsing(None, "hermes", (ToolSpec("f", {"x": "PLACEHOLDER"}),)))
+        raw = new_encoder().encode(DetokBatch(1, time.time(), [reg], b"", b"", b"", b"", []))
+        nested = b"\x81\xa1x" * 100_000 + b"\xc0"  # {"x": {"x": ... null}}
+        hostile = raw.replace(b"\xabPLACEHOLDER", nested)
+        assert len(hostile) > 300_000
+        pattern = re.compile(rb'detok_worker_malformed_messages_total\{worker="0"\} (\S+)')
+        before = pattern.search(render_metrics(pool.metrics_dir))
+        start = float(before.group(1)) if before else 0.0
+        push.send(hostile)
+        deadline = time.monotonic() + 10
+        while True:
+            found = pattern.search(render_metrics(pool.metrics_dir))
+            if found and float(found.group(1)) >= start + 1:
+                break
+            assert time.monotonic() < deadline, "the message was not counted as malformed"
+            time.sleep(0.1)
+    finally:
+        push.close(0)
+        ctx.term()
+    assert pool.pids()[0] == pid and pool.restarts == 0
+    client = pool.client()
+    rx = DeltaReceiver()
+    try:
+        requests = workload(tok, 2, 10, seed=5, first_rid=900_200)
+        got = Collected(rx, [r.rid for r in requests])
+        drive(client, requests, rx.endpoint)
+        got.wait_finished(timeout=20)
+        assert all(got.text[r.rid] == reference(tok, r)[0] for r in requests)
+    finally:
+        client.close()
+        rx.close()
