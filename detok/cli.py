@@ -192,6 +192,9 @@ def _add_pool(subparsers: Any) -> None:
 
 
 def _run_pool(args: argparse.Namespace) -> int:
+    from detok.wire.owned_dirs import remove_orphans
+
+    remove_orphans()  # what a SIGKILLed pool or stack left in the temp dir (never a running one's)
     # the help shows what a missing value means; the code takes None
     args.ports = None if args.ports == "free ports" else args.ports
     args.notify = None if args.notify == "chosen by the pool" else args.notify

@@ -15,7 +15,6 @@ import argparse
 import logging
 import signal
 import sys
-import tempfile
 import threading
 from typing import Any
 
@@ -65,7 +64,11 @@ def _run(args: argparse.Namespace) -> int:
     from detok.frontend.serve import ServeConfig, _bind, _url_host
 
     listener = _bind(args.host, args.port)
-    metrics_root = tempfile.mkdtemp(prefix="detok-frontend-metrics-")
+    from detok.wire.owned_dirs import OwnedDir, remove_orphans
+
+    remove_orphans()
+    metrics_dir = OwnedDir("detok-frontend-metrics-")  # locked while this process lives
+    metrics_root = str(metrics_dir.path)
     use_metrics_dir(metrics_root)
     from detok.frontend.frontend_process import FrontendParts, serve_frontend
     from detok.tokenizer.factory import load_tokenizer
@@ -98,4 +101,5 @@ def _run(args: argparse.Namespace) -> int:
         pass
     finally:
         listener.close()
+        metrics_dir.remove()
     return 0

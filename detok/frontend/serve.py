@@ -16,11 +16,9 @@ import errno
 import logging
 import os
 import resource
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -125,8 +123,12 @@ def run_serve(cfg: ServeConfig) -> int:
     from detok.metrics import use_metrics_dir
 
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from detok.wire.owned_dirs import OwnedDir, remove_orphans
+
     listener = _bind(cfg.host, cfg.port)
-    metrics_root = tempfile.mkdtemp(prefix="detok-metrics-")
+    remove_orphans()  # what a SIGKILLed stack left in the temp dir (never a running one's)
+    metrics_dir = OwnedDir("detok-metrics-")
+    metrics_root = str(metrics_dir.path)
     use_metrics_dir(metrics_root)  # before anything imports prometheus_client
     signal.signal(signal.SIGTERM, _raise_shutdown)
     stack = None
@@ -142,7 +144,7 @@ def run_serve(cfg: ServeConfig) -> int:
         if stack is not None:
             stack.close()
         listener.close()
-        shutil.rmtree(metrics_root, ignore_errors=True)
+        metrics_dir.remove()
 
 
 def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:

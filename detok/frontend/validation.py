@@ -17,6 +17,7 @@ from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequ
 from detok.frontend.refusals import refuse_unsupported
 from detok.stream.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
+from detok.tokenizer.bounded import TooLong, encode_within
 from detok.tokenizer.chat import ChatTemplateError, template_content_format, template_variables
 
 _COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -113,6 +114,24 @@ def _check_logit_bias(bias: dict[str, float] | None, tok: Tokenizer) -> None:
                                f"[-{limits.LOGIT_BIAS_RANGE:g}, {limits.LOGIT_BIAS_RANGE:g}]", "logit_bias")
 
 
+def _context_error(lim: ServingLimits, count: str, param: str) -> RequestError:
+    return RequestError(
+        f"This model's maximum context length is {lim.max_model_len} tokens. However, your "
+        f"request has {count} input tokens. Please reduce the length of the input.",
+        param,
+        code="context_length_exceeded",
+    )
+
+
+def encode_prompt(tok: Tokenizer, text: str, add_special_tokens: bool, lim: ServingLimits, param: str) -> list[int]:
+    """The prompt's ids (exactly `tok.encode`'s), or the context-length 400 as soon as counting
+    shows the text cannot fit: a prompt of a million tokens is not tokenized whole to refuse it."""
+    ids = encode_within(tok, text, lim.max_model_len - 1, add_special_tokens)
+    if isinstance(ids, TooLong):
+        raise _context_error(lim, f"at least {ids.at_least}", param)
+    return ids
+
+
 def _job(
     req: _SamplingRequest,
     prompt_ids: list[int],
@@ -128,12 +147,7 @@ def _job(
         raise RequestError(f"{prompt_param}: the prompt is empty", prompt_param)
     room = lim.max_model_len - len(prompt_ids)
     if room < 1:
-        raise RequestError(
-            f"This model's maximum context length is {lim.max_model_len} tokens. However, your "
-            f"request has {len(prompt_ids)} input tokens. Please reduce the length of the input.",
-            prompt_param,
-            code="context_length_exceeded",
-        )
+        raise _context_error(lim, str(len(prompt_ids)), prompt_param)
     if max_tokens is None:
         max_tokens = room if default_max_tokens is None else min(default_max_tokens, room)
     elif max_tokens > room:
@@ -183,7 +197,7 @@ def _job(
 
 def completion_job(req: CompletionRequest, tok: Tokenizer, lim: ServingLimits) -> GenerationJob:
     _check_common(req, lim)
-    prompt_ids, prompt_text = _completion_prompt(req.prompt, tok, req.add_special_tokens is not False)
+    prompt_ids, prompt_text = _completion_prompt(req.prompt, tok, req.add_special_tokens is not False, lim)
     echo = ""
     if req.echo:  # the prompt as given, or decoded from its ids as vLLM does
         echo = prompt_text if prompt_text is not None else tok.decode(prompt_ids, skip_special_tokens=False)
@@ -192,14 +206,15 @@ def completion_job(req: CompletionRequest, tok: Tokenizer, lim: ServingLimits) -
 
 
 def _completion_prompt(
-    prompt: str | list[str] | list[int] | list[list[int]], tok: Tokenizer, add_special_tokens: bool
+    prompt: str | list[str] | list[int] | list[list[int]], tok: Tokenizer, add_special_tokens: bool,
+    lim: ServingLimits,
 ) -> tuple[list[int], str | None]:
     if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
         if len(prompt) != 1:
             raise RequestError("prompt: send one prompt per request (batched prompts are not supported)", "prompt")
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return tok.encode(prompt, add_special_tokens=add_special_tokens), prompt
+        return encode_prompt(tok, prompt, add_special_tokens, lim, "prompt"), prompt
     _check_ids(prompt, tok, "prompt")  # type: ignore[arg-type]
     return list(prompt), None  # type: ignore[arg-type]
 
@@ -234,5 +249,5 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
         echo = message_text(req.messages[-1])
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    return _job(req, tok.encode(text, add_special_tokens=bool(req.add_special_tokens)), max_tokens, None,
-                "messages", tok, lim, logprobs, echo)
+    ids = encode_prompt(tok, text, bool(req.add_special_tokens), lim, "messages")
+    return _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo)

@@ -12,6 +12,7 @@ returns Python sequences (same results); without the extension both run on numpy
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Hashable, Sequence
 from itertools import repeat
 
@@ -22,7 +23,7 @@ from detok.stream.decode_stream import DecodeStream
 from detok.stream.mode_tables import ModeTables
 from detok.stream.numpy_step import _MAX_PENDING, _UNKNOWN, NumpyStepping
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Finish
-from detok.stream.step_results import PackedStep, StepResult
+from detok.stream.step_results import PackedStep, StepResult, unknown_finish
 from detok.stream.strategy import Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
 from detok.wire.packing import join_texts, pack_u32, unpack_rids, unpack_u32
@@ -92,6 +93,8 @@ class StreamTable(NumpyStepping):
         self._c_args: tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...]] | None = None
         self._cur_tokens = b""  # the step in progress (for `_slow_row`)
         self._cur_finished: list[tuple[int, Hashable, Finish]] = []
+        self._cur_unknown_rows: array[int] = array("q")  # rows of unknown rids in the step in progress
+        self._cur_unknown_rids: array[int] = array("Q")
         self._rows = np.arange(capacity, dtype=np.int64)  # scratch for duplicate detection
         self._row_of = np.zeros(capacity, dtype=np.int64)
         self._eos = frozenset(tokenizer.eos_token_ids)
@@ -213,8 +216,14 @@ class StreamTable(NumpyStepping):
         if c_args is None or c_args[0] is not self._tables.entries:
             c_args = self._c_args = self._compiled_args()
         self._cur_tokens, self._cur_finished = tokens, []
+        self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
         out = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], self._slow_row)  # type: ignore[misc]
-        return PackedStep(*out, self._cur_finished)
+        unknown_rows, unknown_rids = self._cur_unknown_rows, self._cur_unknown_rids
+        self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
+        if not unknown_rows:
+            return PackedStep(*out, self._cur_finished)
+        return PackedStep(*out, self._cur_finished, np.frombuffer(unknown_rows, dtype=np.int64),
+                          np.frombuffer(unknown_rids, dtype=np.uint64))
 
     def _compiled_args(self) -> tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...]]:
         """The compiled step's table and slot arguments (rebuilt when a mode is added or the
@@ -225,6 +234,10 @@ class StreamTable(NumpyStepping):
 
     def _slow_row(self, k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
         """A row the compiled step hands back (called by it, in row order): its own stream steps."""
+        if slot == _UNKNOWN or self._slot_of.get(rid) != slot:  # (or finished by an earlier row of this batch)
+            self._cur_unknown_rows.append(k)  # no Finish per row: a flood of unknown rids stays arrays
+            self._cur_unknown_rids.append(rid)
+            return "", 0, 0
         ids = np.frombuffer(self._cur_tokens, dtype="<u4", count=count, offset=4 * first)
         text, offset, ntok, finish = self._step_one(rid, slot, start, ids)
         if finish is not None:
@@ -244,7 +257,7 @@ class StreamTable(NumpyStepping):
 
     def _step_one(self, rid: Hashable, slot: int, start: int, ids_a: np.ndarray) -> tuple[str, int, int, Finish | None]:
         if slot == _UNKNOWN or self._slot_of.get(rid) != slot:  # (or finished by an earlier row of this batch)
-            return "", 0, 0, Finish("error", None, f"unknown request id {rid!r} (not registered, or already finished)")
+            return "", 0, 0, unknown_finish(rid)
         stream = self._streams[rid]
         self._load(slot, stream)
         done = stream.num_tokens

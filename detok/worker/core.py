@@ -51,6 +51,10 @@ from detok.worker.outputs import FrontendColumns, Frontends, Outputs
 
 log = logging.getLogger("detok.worker")
 
+# Unknown rids of one batch remembered as finished (their later tokens then count as late, not
+# unknown); the rest of a flood is reported, not remembered, and reported again if it comes back.
+UNKNOWN_REMEMBERED_PER_BATCH = 1024
+
 
 class _Live:
     """One live request: its stream, its registration and where its deltas go."""
@@ -223,11 +227,32 @@ class WorkerCore:
             self._frontends.route(batch.rids, result)
         if batch.logprobs is not None:
             self._step_logprobs(batch, result)
+        counts = unpack_u32(batch.counts) if batch.counts and (result.finished or len(result.unknown_rows)) else None
         if result.finished:
             num_tokens = unpack_u32(result.num_tokens)
-            counts = unpack_u32(batch.counts) if batch.counts else None
             for row, rid, finish in result.finished:
                 self._row_finished(rid, finish, num_tokens[row], counts[row] if counts is not None else 1)  # type: ignore[arg-type]
+        if len(result.unknown_rows):
+            if counts is not None:
+                row_counts = np.frombuffer(batch.counts, dtype="<u4").astype(np.int64)[result.unknown_rows]
+            else:
+                row_counts = np.ones(len(result.unknown_rows), np.int64)
+            self._unknown_rows(result.unknown_rids, row_counts)
+
+    def _unknown_rows(self, rids: np.ndarray, row_counts: np.ndarray) -> None:
+        """Rows whose rid is not open, as arrays (a flood of them builds no per-row objects that
+        stay): late tokens of a rid finished recently are counted, the others reported once."""
+        late = self._recently_finished.contains_many(rids)
+        self.counts.late_tokens += int(row_counts[late].sum())
+        fresh, fresh_counts = rids[~late], row_counts[~late]
+        unique, first = np.unique(fresh, return_index=True)
+        self.counts.late_tokens += int(fresh_counts.sum() - fresh_counts[first].sum())  # repeats in this batch
+        self.counts.unknown_rids += len(unique)
+        # remembered (so their further tokens count as late) up to a bound per batch: a flood of
+        # a million rids must not fill the finished-rid memory with objects that outlive it
+        for rid in unique[:UNKNOWN_REMEMBERED_PER_BATCH].tolist():
+            self._remember_finished(rid)
+        self._notice_unknown.extend(unique.tolist())
 
     def _step_logprobs(self, batch: DetokBatch, result: PackedStep) -> None:
         """Token strings of the rows that carry logprobs, to their frontends (before the rows'

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
+import numpy as np
+
 # Rids finished recently are remembered this long, and at most this many.
 FINISHED_MEMORY_S = 60.0
 FINISHED_MEMORY_MAX = 200_000
@@ -27,6 +29,13 @@ class FinishedRids:
 
     def __len__(self) -> int:
         return len(self._at)
+
+    def contains_many(self, rids: np.ndarray) -> np.ndarray:
+        """Which of these uint64 rids are remembered (a bool array), without a lookup per rid."""
+        if not self._at:
+            return np.zeros(len(rids), dtype=bool)
+        known = np.fromiter(self._at, dtype=np.uint64, count=len(self._at))
+        return np.isin(rids, known)
 
     def pop(self, rid: int) -> None:
         self._at.pop(rid, None)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import time
 
 import httpx
 import openai
@@ -15,7 +14,8 @@ import pytest
 
 from detok.tokenizer.default import load_default_tokenizer
 from scheduler_stub.workload import embedded_corpus_text
-from tests.helpers.serve_helpers import LiveServer
+from tests.helpers.serve_helpers import LiveServer, openai_client
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -40,12 +40,12 @@ def server():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, timeout=60, max_retries=0)
+    return openai_client(server.base_url + "/v1", API_KEY)
 
 
 @pytest.fixture(scope="module")
 def aclient(server):
-    return openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, timeout=60, max_retries=0)
+    return openai_client(server.base_url + "/v1", API_KEY, asynchronous=True)
 
 
 @pytest.fixture(scope="module")
@@ -392,13 +392,8 @@ def test_tools_are_refused_until_tool_choice_none(client):
 # ---- disconnects -------------------------------------------------------------------------------
 
 
-def _wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
+def _wait_for(predicate, timeout: float = 60.0) -> bool:
+    return bool(wait_until(predicate, timeout, 0.1))
 
 
 def test_streaming_disconnect_aborts_in_scheduler_and_worker(server, client):

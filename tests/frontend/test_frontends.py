@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.helpers.serve_helpers import LiveServer, group_pids
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -86,10 +87,7 @@ def _frontends(server: LiveServer) -> list[dict]:
 
 
 def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + _DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    wait_until(condition, _DEADLINE_S, 0.05, what)
 
 
 def test_requests_spread_over_frontends_stream_concurrently_and_equal_non_streamed():
