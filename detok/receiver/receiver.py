@@ -47,7 +47,7 @@ log = logging.getLogger("detok.receiver")
 _DRAIN_MAX = 256  # messages dispatched per wake-up before yielding to the event loop
 # Finished registration generations remembered (per rid, the latest), to drop replayed output of
 # requests already finished; the oldest are forgotten beyond this many rids.
-FINISHED_GENS_MAX = 200_000
+FINISHED_GENS_MAX = 65_536
 
 
 class DeltaReceiver:

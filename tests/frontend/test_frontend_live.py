@@ -35,6 +35,7 @@ def server():
         live.kill_group()
     assert code == 0, live.output
     assert not left, f"processes left behind: {left}"
+    assert "replaying 0 requests" not in live.output  # a normal start is not a warning
 
 
 @pytest.fixture(scope="module")
