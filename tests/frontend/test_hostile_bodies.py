@@ -3,14 +3,18 @@ another client sends each heavy body of the issue's table (and two at once); eac
 OpenAI's 400 JSON, the stream and /health keep going, and a 30,000-token prompt under the limit is
 still served with its exact prompt_tokens.
 
-The issue's bar is every gap and /health answer under 100 ms (bench/heavy.py measures it); here
-the bounds are generous, as the machine may be shared: before the fix each gap was the whole
-tokenization, 1.5-6 s."""
+The issue's bar is every gap and /health answer under 100 ms: bench/heavy.py measures it (speed is
+the bench's job; this test prints what it saw). Here behaviour: each answer is OpenAI's 400 JSON,
+the too-long prompts are refused after counting a part of them (the error names a count far below
+the ≈950K tokens of the whole text, which the server used to tokenize before refusing), and the
+stream and /health go on."""
 
 from __future__ import annotations
 
 import threading
 import time
+
+import re
 
 import httpx
 import pytest
@@ -18,11 +22,11 @@ import pytest
 from detok.tokenizer.default import load_default_tokenizer
 from tests.helpers.heavy_bodies import english_text, heavy_bodies
 from tests.helpers.serve_helpers import LiveServer
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
 MODEL = "detok-stub"
-GENEROUS_S = 2.5  # before the fix: 3.3-6.1 s for the text rows
 
 
 class _Streamer(threading.Thread):
@@ -66,7 +70,7 @@ class _HealthPoller(threading.Thread):
                 t0 = time.monotonic()
                 assert client.get(self.base + "/health").status_code == 200
                 self.times.append(time.monotonic() - t0)
-                time.sleep(0.05)
+                time.sleep(0.05)  # pacing: a poll every 50 ms
 
 
 def _post(base: str, body: bytes, path: str, out: list[tuple[int, dict, float]]) -> None:
@@ -87,9 +91,8 @@ def test_heavy_bodies_stall_no_other_stream_and_a_30k_prompt_is_still_served() -
     try:
         streamer.start()
         poller.start()
-        while streamer.chunks < 10:
-            assert streamer.is_alive(), streamer.errors
-            time.sleep(0.05)
+        wait_until(lambda: streamer.chunks >= 10 or not streamer.is_alive(), 60, what="the stream's first chunks")
+        assert streamer.is_alive(), streamer.errors
         before = len(streamer.gaps), len(poller.times)
         answers: dict[str, tuple[int, dict, float]] = {}
         for name, body in heavy_bodies(MODEL).items():
@@ -104,7 +107,10 @@ def test_heavy_bodies_stall_no_other_stream_and_a_30k_prompt_is_still_served() -
             t.start()
         for t in pair:
             t.join()
-        time.sleep(0.5)
+        after = streamer.chunks, len(poller.times)
+        # the server still serves both: more chunks and more /health answers come
+        wait_until(lambda: streamer.chunks >= after[0] + 5 and len(poller.times) >= after[1] + 2, 60,
+                   what="the stream and /health going on after the heavy requests")
         gaps, health = streamer.gaps[before[0]:], poller.times[before[1]:]
         streamer.stop.set()
         poller.stop.set()
@@ -114,13 +120,16 @@ def test_heavy_bodies_stall_no_other_stream_and_a_30k_prompt_is_still_served() -
               f"two at once: {[round(b[2], 3) for b in both]}; largest stream gap {max(gaps):.3f} s over "
               f"{len(gaps)} gaps, largest /health {max(health):.3f} s over {len(health)} polls")
         assert not streamer.errors, streamer.errors
-        for status, payload, seconds in [*answers.values(), *both]:
+        for status, payload, _ in [*answers.values(), *both]:
             _assert_openai_400(status, payload)
-            assert seconds < GENEROUS_S, seconds  # the issue's bar: 1 s (before the fix: 3.3-6.1 s)
-        for name in ("completion 3.8 MB text", "chat one 3.8 MB message", "completion 800K token ids"):
-            assert answers[name][1]["error"]["code"] == "context_length_exceeded"
+        for name in ("completion 3.8 MB text", "chat one 3.8 MB message", "completion 2 MB CJK"):
+            error = answers[name][1]["error"]
+            assert error["code"] == "context_length_exceeded", error
+            counted = int(re.search(r"has at least (\d+) input tokens", error["message"]).group(1))  # type: ignore[union-attr]
+            assert 32768 <= counted < 100_000, error  # a part counted, never the whole text
+        ids_error = answers["completion 800K token ids"][1]["error"]
+        assert ids_error["code"] == "context_length_exceeded" and "has 800000 input tokens" in ids_error["message"]
         assert gaps and health
-        assert max(gaps) < GENEROUS_S and max(health) < GENEROUS_S, (max(gaps), max(health))
 
         # a 30,000-token prompt under the limit: tokenized whole, exactly as before
         tok = load_default_tokenizer()

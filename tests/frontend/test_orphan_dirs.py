@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from detok.wire.owned_dirs import OWNER_FILE, OwnedDir, remove_orphans, temp_roots
 from tests.helpers.serve_helpers import LiveServer
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -31,12 +31,9 @@ def _dirs_of(pid: int) -> set[Path]:
     return found
 
 
-def _wait_gone(pids: list[int], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(Path(f"/proc/{p}").exists() and "Z" not in _state(p) for p in pids):
-            return
-        time.sleep(0.1)
+def _wait_gone(pids: list[int], timeout: float = 60.0) -> None:
+    wait_until(lambda: not any(Path(f"/proc/{p}").exists() and "Z" not in _state(p) for p in pids), timeout,
+               what=f"the killed stack's children {pids} exiting")
 
 
 def _state(pid: int) -> str:
