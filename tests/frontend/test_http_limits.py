@@ -250,7 +250,8 @@ def test_client_hanging_up_while_sending_its_body_is_one_info_line(server):
     out = _output_until_marker(server, start)
     assert "Traceback" not in out and "ERROR" not in out, out
     assert len([line for line in out.splitlines() if "disconnected" in line or "went away" in line]) <= 1, out
-    assert len(out.splitlines()) <= 1, out
+    # nothing else about it (a late access line of an earlier test's /health poll may land in the window)
+    assert len([line for line in out.splitlines() if "GET /health" not in line]) <= 1, out
 
 
 def test_client_hanging_up_mid_stream_is_one_info_line(server):

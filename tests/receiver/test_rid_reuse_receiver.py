@@ -48,7 +48,7 @@ def test_a_replay_of_a_finished_generation_never_reaches_the_next_request_with_i
 def test_running_token_counts_ride_on_every_delta(rx) -> None:
     s = rx.open(1)
     rx.dispatch(batch([1, 1], ["a", ""], [0, 1], counts=[1, 3]))  # a row without text still counts
-    assert s.take() == ("a", None, 3, None)
+    assert s.take()[:4] == ("a", None, 3, None)
     rx.dispatch(batch([1], ["bc"], [1], [RequestFinished(1, Finish("length"), 5)], counts=[5]))
     assert s.take()[1:3] == (Finish("length"), 5)
 
