@@ -100,6 +100,7 @@ def test_an_idle_kept_alive_connection_outlives_uvicorns_5_s(server):
     """--timeout-keep-alive (default 60 s): a connection idle for longer than uvicorn's 5 s still
     serves the next request (a client pool reusing it does not race the server's close)."""
     import socket
+    import time
     from urllib.parse import urlsplit
 
     url = urlsplit(server.base_url)
