@@ -1,10 +1,11 @@
 """`detok serve --frontends 2`: real processes and one shared port. Requests spread over the
 frontends stream correctly and at once; a SIGKILLed frontend is restarted and only its streams
-fail; one /metrics scrape counts every frontend's requests; Ctrl-C with streams open on every
+fail, and its requests are aborted in the scheduler (the workers free them); one /metrics scrape counts every frontend's requests; Ctrl-C with streams open on every
 frontend ends each with `[DONE]` and leaves no process."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import json
@@ -129,6 +130,46 @@ def test_a_killed_frontend_is_restarted_and_only_its_streams_fail():
             assert s.read_all()[-1] == "[DONE]"
             served_by.add(s.frontend)
         assert served_by == {0, 1}
+        assert server.stop(signal.SIGTERM) == 0, server.output
+        assert not server.leftovers(), server.output
+    finally:
+        server.kill_group()
+
+
+def _worker_finished(server: LiveServer, reason: str) -> float:
+    """Requests the detok workers finished with `reason`, from one /metrics scrape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(sample.value for family in text_string_to_metric_families(server.get("/metrics").text)
+               if family.name == "detok_worker_requests_finished" for sample in family.samples
+               if sample.name.endswith("_total") and sample.labels.get("reason") == reason)
+
+
+def test_a_killed_frontends_requests_are_aborted_and_the_others_finish_exactly():
+    """The worker's abort count reaching the dead frontend's streams is the scheduler stopping
+    them: run to their end they would count as "length", and nothing else in this test aborts.
+    The other frontend's streams finish at their own length, their text equal to the non-streamed
+    one."""
+    max_tokens = 1000
+    server = LiveServer(*_SERVE, "--step-ms", "5", "--log-level", "info")
+    try:
+        streams = _open_on_every_frontend(server, max_tokens=max_tokens)
+        doomed = [s for s in streams if s.frontend == 0]
+        survivors = [s for s in streams if s.frontend == 1]
+        os.kill(next(f["pid"] for f in _frontends(server) if f["index"] == 0), signal.SIGKILL)
+        _wait(lambda: _worker_finished(server, "abort") == len(doomed),
+              "the dead frontend's requests aborted in the scheduler")
+        for s in doomed:
+            assert s.read_all()[-1] != "[DONE]"
+        with concurrent.futures.ThreadPoolExecutor(len(survivors)) as threads:
+            wholes = list(threads.map(lambda s: httpx.post(server.base_url + "/v1/completions", timeout=120, json={
+                "model": "detok-stub", "prompt": f"Hi {s.seed}", "max_tokens": max_tokens, "seed": s.seed,
+                "ignore_eos": True}).json(), survivors))
+        for s, whole in zip(survivors, wholes):
+            assert s.read_all()[-1] == "[DONE]"
+            assert s.text() == whole["choices"][0]["text"] and whole["usage"]["completion_tokens"] == max_tokens
+        _wait(lambda: _worker_finished(server, "length") == 2 * len(survivors), "the survivors' ends counted")
+        assert _worker_finished(server, "abort") == len(doomed)
         assert server.stop(signal.SIGTERM) == 0, server.output
         assert not server.leftovers(), server.output
     finally:
