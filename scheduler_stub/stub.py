@@ -87,6 +87,7 @@ class SchedulerStub:
         self._logprobs: dict[int, tuple[int, int]] = {}  # running rids that asked: (seed, k)
         self.stats = StubStats()
         self._full_workers: list[int] = []
+        self.dead_ranges = DeadRanges()  # rid spaces of frontends that died lately
 
     # ---- requests in ------------------------------------------------------------------------------
     def submit(self, request: GenerateRequest) -> None:
