@@ -12,7 +12,7 @@ import json
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -50,6 +50,9 @@ class _Stream:
                 self.events.append(line[6:])
                 return line[6:]
         raise EOFError("the stream ended")
+
+    def close(self) -> None:
+        self._stack.close()
 
     def read_all(self) -> list[str]:
         try:
@@ -145,31 +148,48 @@ def _worker_finished(server: LiveServer, reason: str) -> float:
                if sample.name.endswith("_total") and sample.labels.get("reason") == reason)
 
 
+def _open_on(server: LiveServer, frontend: int, count: int, max_tokens: int, seed: int,
+             other: Callable[[_Stream], object]) -> list[_Stream]:
+    """`count` streams open on `frontend` (each has its first event); a stream the kernel gives
+    another frontend goes to `other` first."""
+    mine: list[_Stream] = []
+    deadline = time.monotonic() + _DEADLINE_S
+    while len(mine) < count and time.monotonic() < deadline:
+        stream = _Stream(server.base_url, seed, max_tokens)
+        seed += 1
+        stream.next_event()
+        if stream.frontend == frontend:
+            mine.append(stream)
+        else:
+            other(stream)
+    assert len(mine) == count, "connections did not reach the frontend"
+    return mine
+
+
 def test_a_killed_frontends_requests_are_aborted_and_the_others_finish_exactly():
-    """The worker's abort count reaching the dead frontend's streams is the scheduler stopping
-    them: run to their end they would count as "length", and nothing else in this test aborts.
-    The other frontend's streams finish at their own length, their text equal to the non-streamed
-    one."""
-    max_tokens = 1000
-    server = LiveServer(*_SERVE, "--step-ms", "5", "--log-level", "info")
+    """Frontend 0's streams cannot end on their own in this test (100,000 tokens at 5 ms a step),
+    so the workers' abort count reaching them is the scheduler stopping them. Frontend 1's streams
+    finish at their own length, their text equal to the non-streamed one."""
+    server = LiveServer(*_SERVE, "--step-ms", "5", "--log-level", "info", "--max-model-len", "200000")
     try:
-        streams = _open_on_every_frontend(server, max_tokens=max_tokens)
-        doomed = [s for s in streams if s.frontend == 0]
-        survivors = [s for s in streams if s.frontend == 1]
+        closed: list[_Stream] = []  # long streams that reached frontend 1: closed, so frontend 1 aborts them
+        doomed = _open_on(server, 0, 2, 100_000, 0, lambda s: (closed.append(s), s.close()))
+        survivors = _open_on(server, 1, 2, 1000, 100, lambda s: s.read_all())
+        _wait(lambda: _worker_finished(server, "abort") == len(closed), "the closed streams aborted")
         os.kill(next(f["pid"] for f in _frontends(server) if f["index"] == 0), signal.SIGKILL)
-        _wait(lambda: _worker_finished(server, "abort") == len(doomed),
-              "the dead frontend's requests aborted in the scheduler")
+        wait_until(lambda: _worker_finished(server, "abort") == len(closed) + len(doomed), _DEADLINE_S, 0.05,
+                   lambda: f"aborts: {_worker_finished(server, 'abort')}: {server.output[-3000:]}")
+        assert re.search(r"aborted 2 requests of rids \[0x0, 0x1000000000000\)", server.output)
         for s in doomed:
             assert s.read_all()[-1] != "[DONE]"
         with concurrent.futures.ThreadPoolExecutor(len(survivors)) as threads:
             wholes = list(threads.map(lambda s: httpx.post(server.base_url + "/v1/completions", timeout=120, json={
-                "model": "detok-stub", "prompt": f"Hi {s.seed}", "max_tokens": max_tokens, "seed": s.seed,
+                "model": "detok-stub", "prompt": f"Hi {s.seed}", "max_tokens": 1000, "seed": s.seed,
                 "ignore_eos": True}).json(), survivors))
         for s, whole in zip(survivors, wholes):
             assert s.read_all()[-1] == "[DONE]"
-            assert s.text() == whole["choices"][0]["text"] and whole["usage"]["completion_tokens"] == max_tokens
-        _wait(lambda: _worker_finished(server, "length") == 2 * len(survivors), "the survivors' ends counted")
-        assert _worker_finished(server, "abort") == len(doomed)
+            assert s.text() == whole["choices"][0]["text"] and whole["usage"]["completion_tokens"] == 1000
+        assert _worker_finished(server, "abort") == len(closed) + len(doomed)
         assert server.stop(signal.SIGTERM) == 0, server.output
         assert not server.leftovers(), server.output
     finally:
