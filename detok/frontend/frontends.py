@@ -133,6 +133,9 @@ class FrontendSupervisor:
             from detok.metrics import mark_process_dead
 
             mark_process_dead(dead.pid, self._metrics_dir)
+        from detok.wire.owned_dirs import remove_orphans
+
+        remove_orphans()  # its receiver's ipc directory (its lock died with it): restarts leave no trail
         if self._on_death is not None:
             try:
                 self._on_death(slot.index, slot.generation)

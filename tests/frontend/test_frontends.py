@@ -166,6 +166,14 @@ def _open_on(server: LiveServer, frontend: int, count: int, max_tokens: int, see
     return mine
 
 
+def _owned_dirs(pid: int) -> list[Path]:
+    """The detok temp directories process `pid` holds (its owner file names it)."""
+    from detok.wire.owned_dirs import OWNER_FILE, temp_roots
+
+    return [owner.parent for root in temp_roots() for owner in root.glob(f"detok-*/{OWNER_FILE}")
+            if owner.read_text().strip() == str(pid)]
+
+
 def test_a_killed_frontends_requests_are_aborted_and_the_others_finish_exactly():
     """Frontend 0's streams cannot end on their own in this test (100,000 tokens at 5 ms a step),
     so the workers' abort count reaching them is the scheduler stopping them. Frontend 1's streams
@@ -176,7 +184,10 @@ def test_a_killed_frontends_requests_are_aborted_and_the_others_finish_exactly()
         doomed = _open_on(server, 0, 2, 100_000, 0, lambda s: (closed.append(s), s.close()))
         survivors = _open_on(server, 1, 2, 1000, 100, lambda s: s.read_all())
         _wait(lambda: _worker_finished(server, "abort") == len(closed), "the closed streams aborted")
-        os.kill(next(f["pid"] for f in _frontends(server) if f["index"] == 0), signal.SIGKILL)
+        victim = next(f["pid"] for f in _frontends(server) if f["index"] == 0)
+        victim_dirs = _owned_dirs(victim)
+        assert victim_dirs  # its receiver's ipc directory
+        os.kill(victim, signal.SIGKILL)
         wait_until(lambda: _worker_finished(server, "abort") == len(closed) + len(doomed), _DEADLINE_S, 0.05,
                    lambda: f"aborts: {_worker_finished(server, 'abort')}: {server.output[-3000:]}")
         assert re.search(r"aborted 2 requests of rids \[0x0, 0x1000000000000\)", server.output)
@@ -190,6 +201,7 @@ def test_a_killed_frontends_requests_are_aborted_and_the_others_finish_exactly()
             assert s.read_all()[-1] == "[DONE]"
             assert s.text() == whole["choices"][0]["text"] and whole["usage"]["completion_tokens"] == 1000
         assert _worker_finished(server, "abort") == len(closed) + len(doomed)
+        _wait(lambda: not any(d.exists() for d in victim_dirs), "the dead frontend's ipc directory removed")
         assert server.stop(signal.SIGTERM) == 0, server.output
         assert not server.leftovers(), server.output
     finally:
