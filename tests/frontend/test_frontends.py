@@ -11,6 +11,7 @@ import os
 import json
 import re
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -206,6 +207,50 @@ def test_a_killed_frontends_requests_are_aborted_and_the_others_finish_exactly()
         assert not server.leftovers(), server.output
     finally:
         server.kill_group()
+
+
+def test_a_frontend_killed_again_and_again_leaves_nothing_behind():
+    """Each death: the stream it held is aborted in the scheduler, its ipc directory removed; the
+    supervisor's open descriptors and detok's temp directories stay as they were."""
+    server = LiveServer(*_SERVE, "--step-ms", "5", "--max-model-len", "200000")
+    try:
+        closed: list[_Stream] = []
+        supervisor = server.proc.pid
+        fds = dirs = None
+        for death in range(1, 4):
+            doomed = _open_on(server, 0, 1, 100_000, 10 * death, lambda s: (closed.append(s), s.close()))
+            _wait(lambda: _worker_finished(server, "abort") == len(closed) + death - 1, "earlier aborts counted")
+            if dirs is None:
+                dirs = _temp_dirs()
+            os.kill(next(f["pid"] for f in _frontends(server) if f["index"] == 0), signal.SIGKILL)
+            _wait(lambda: _worker_finished(server, "abort") == len(closed) + death, "the dead frontend's stream aborted")
+            doomed[0].read_all()
+            _wait(lambda: [(f["state"], f["generation"]) for f in _frontends(server) if f["index"] == 0]
+                  == [("up", death)], "frontend 0 back")
+            _wait(lambda: _temp_dirs() == dirs, lambda: f"detok temp directories: {dirs} -> {_temp_dirs()}")
+            if fds is None:  # after the first death: the abort's socket is made then, once
+                fds = _fds(supervisor)
+            _wait(lambda: len(_fds(supervisor)) == len(fds),  # (pipes to the new process: other inodes)
+                  lambda: f"the supervisor's descriptors: {fds} -> {_fds(supervisor)}")
+        assert server.stop(signal.SIGTERM) == 0, server.output
+        assert not server.leftovers(), server.output
+    finally:
+        server.kill_group()
+
+
+def _fds(pid: int) -> list[str]:
+    """What process `pid` holds open (descriptor -> target)."""
+    fd_dir = f"/proc/{pid}/fd"
+    names = []
+    for fd in sorted(os.listdir(fd_dir), key=int):
+        with contextlib.suppress(OSError):
+            names.append(f"{fd}:{os.readlink(f'{fd_dir}/{fd}')}")
+    return names
+
+
+def _temp_dirs() -> int:
+    """detok's directories in this test run's temp dir (the stack's ipc, metrics, pool)."""
+    return sum(1 for _ in Path(tempfile.gettempdir()).glob("detok-*"))
 
 
 def test_one_metrics_scrape_counts_every_frontends_requests():
