@@ -26,12 +26,13 @@ import numpy as np
 
 from detok.scheduler.client import SchedulerClient
 from detok.scheduler.step_logprobs import LogprobColumns
-from detok.wire.to_scheduler import Abort, GenerateRequest
+from detok.wire.to_scheduler import Abort, AbortRange, GenerateRequest
 from detok.wire.to_workers import MAX_TOP_LOGPROBS, EndRequest
 from reference_engine.limits import EngineLimits
 from reference_engine.model import LlamaModel, Segment
 from reference_engine.sampling import log_softmax, top_logprobs
 from reference_engine.sequence import Sequence
+from scheduler_stub.rid_ranges import DeadRanges, range_error
 from scheduler_stub.validation import request_error, rid_error
 
 log = logging.getLogger("reference_engine")
@@ -73,12 +74,20 @@ class Engine:
         self.finished_log: collections.OrderedDict[int, tuple[list[int], str]] = collections.OrderedDict()
         self._record = record
         self._full_workers: list[int] = []
+        self.dead_ranges = DeadRanges()
 
     # ---- requests in ------------------------------------------------------------------------------
-    def handle(self, message: GenerateRequest | Abort) -> None:
+    def handle(self, message: GenerateRequest | Abort | AbortRange) -> None:
         try:
             if isinstance(message, GenerateRequest):
                 self.submit(message)
+            elif isinstance(message, AbortRange):
+                error = range_error(message)
+                if error is None:
+                    log.info("aborted %d requests of rids [%#x, %#x)", self.abort_range(message.first, message.end),
+                             message.first, message.end)
+                else:
+                    log.warning("ignored an abort of a rid range: %s", error)
             elif rid_error(message.rid) is None:
                 self.abort(message.rid)
         except Exception as e:  # noqa: BLE001 - one message must never stop the engine
@@ -90,6 +99,9 @@ class Engine:
         error = request_error(request) or self._request_error(request)
         if error is not None:
             self._reject(request, f"the engine rejected the request: {error}")
+        elif self.dead_ranges.holds(request.rid):  # its frontend died after sending it: no one waits
+            self.stats.finished += 1
+            self.stats.aborted += 1
         elif request.rid in self.running or any(s.rid == request.rid for s in self.waiting):
             log.warning("ignoring a second request with rid %d", request.rid)
         else:
@@ -127,6 +139,31 @@ class Engine:
         seq.cache = None
         self.stats.finished += 1
         self.stats.aborted += 1
+
+    def abort_range(self, first: int, end: int) -> int:
+        """Abort every rid in [first, end) (a dead frontend's: their KV caches are freed, the
+        workers told in one flush), and refuse the range's requests still on their way for a while
+        (`DeadRanges`). Returns how many were aborted."""
+        self.dead_ranges.add(first, end)
+        running = [seq for rid, seq in self.running.items() if first <= rid < end]
+        waiting = [seq for seq in self.waiting if first <= seq.rid < end]
+        for seq in running:
+            del self.running[seq.rid]
+        if waiting:
+            kept = [seq for seq in self.waiting if not first <= seq.rid < end]
+            self.waiting.clear()
+            self.waiting.extend(kept)
+        told = False
+        for seq in (*running, *waiting):
+            if seq.registered:  # (a preempted sequence waits registered)
+                self.client.end(seq.rid, "abort")
+                told = True
+            seq.cache = None
+            self.stats.finished += 1
+            self.stats.aborted += 1
+        if told:
+            self.client.flush()
+        return len(running) + len(waiting)
 
     def fail_running(self, message: str) -> int:
         """Finish every running sequence with an error (a step failed: their state cannot be

@@ -1,7 +1,7 @@
 """The stand-in scheduler: admits requests, "generates" tokens step by step, hands them to the
 detok workers through `SchedulerClient` exactly as a real scheduler would.
 
-Each step: take frontend messages (GenerateRequest, Abort), take the client's stop notices
+Each step: take frontend messages (GenerateRequest, Abort, AbortRange), take the client's stop notices
 (stop strings and errors the workers found), admit waiting requests up to `max_batch` (their
 registration goes with this step), draw `tokens_per_step` tokens for every running request, end
 those that hit EOS / a stop token / max_tokens, send the step. Requests are served first come,
@@ -25,11 +25,12 @@ import zmq
 
 from detok import wire
 from detok.scheduler.client import SchedulerClient
-from detok.wire.to_scheduler import Abort, GenerateRequest
+from detok.wire.to_scheduler import Abort, AbortRange, GenerateRequest
 from detok.wire.to_workers import EndRequest
 from detok.wire.security import SocketSecurity
 from scheduler_stub.generation import RequestGeneration
 from scheduler_stub.logprobs import step_logprobs
+from scheduler_stub.rid_ranges import DeadRanges, range_error
 from scheduler_stub.validation import request_error, rid_error
 from scheduler_stub.workload import Workload
 
@@ -91,12 +92,16 @@ class SchedulerStub:
         self._logprobs: dict[int, tuple[int, int]] = {}  # running rids that asked: (seed, k)
         self.stats = StubStats()
         self._full_workers: list[int] = []
+        self.dead_ranges = DeadRanges()  # rid spaces of frontends that died lately
 
     # ---- requests in ------------------------------------------------------------------------------
     def submit(self, request: GenerateRequest) -> None:
         error = request_error(request)
         if error is not None:
             self.reject(request.rid, request.reply_to, f"the scheduler rejected the request: {error}")
+            return
+        if self.dead_ranges.holds(request.rid):  # its frontend died after sending it: no one waits
+            self._count_finished(aborted=True)
             return
         if request.rid in self.running or request.rid in self._waiting_rids:
             log.warning("ignoring a second request with rid %d", request.rid)
@@ -115,10 +120,39 @@ class SchedulerStub:
             self.waiting.remove(next(r for r in self.waiting if r.rid == rid))
             self._count_finished(aborted=True)  # never registered: nothing to tell the worker
 
-    def handle(self, message: GenerateRequest | Abort) -> None:
+    def abort_range(self, first: int, end: int) -> int:
+        """Abort every rid in [first, end) (a dead frontend's), and refuse the range's requests
+        still on their way for a while (`DeadRanges`). Returns how many were aborted."""
+        self.dead_ranges.add(first, end)
+        running = [rid for rid in self.running if first <= rid < end]
+        for rid in running:  # the workers are told in one flush, not one message per rid
+            del self.running[rid]
+            self._logprobs.pop(rid, None)
+            self.client.end(rid, "abort")
+            self._count_finished(aborted=True)
+        if running:
+            self.client.flush()
+        kept = [r for r in self.waiting if not first <= r.rid < end]
+        waiting = len(self.waiting) - len(kept)
+        if waiting:  # never registered: nothing to tell the workers (one pass, not one per rid)
+            self.waiting.clear()
+            self.waiting.extend(kept)
+            self._waiting_rids = {r.rid for r in kept}
+            for _ in range(waiting):
+                self._count_finished(aborted=True)
+        return len(running) + waiting
+
+    def handle(self, message: GenerateRequest | Abort | AbortRange) -> None:
         try:
             if isinstance(message, GenerateRequest):
                 self.submit(message)
+            elif isinstance(message, AbortRange):
+                error = range_error(message)
+                if error is None:
+                    log.info("aborted %d requests of rids [%#x, %#x)", self.abort_range(message.first, message.end),
+                             message.first, message.end)
+                else:
+                    log.warning("ignored an abort of a rid range: %s", error)
             elif rid_error(message.rid) is None:
                 self.abort(message.rid)
         except Exception as e:  # noqa: BLE001 - one message must never stop the scheduler
@@ -214,7 +248,7 @@ class SchedulerStub:
 
 
 class RequestInbox:
-    """The PULL socket frontends send GenerateRequest / Abort to (bound by the scheduler)."""
+    """The PULL socket frontends send GenerateRequest / Abort / AbortRange to (bound by the scheduler)."""
 
     def __init__(self, ctx: zmq.Context, endpoint: str, hwm: int = 100_000, security: SocketSecurity | None = None) -> None:
         """`security`: CURVE keys for a tcp endpoint (a tcp endpoint without them is refused

@@ -10,6 +10,8 @@ new connection to one of the processes waiting in accept, and nothing queued in 
 lost when a frontend dies. A frontend that dies is started again (same index, next generation,
 so its rids never meet its predecessor's; backoff as the stub's); its open connections die with
 it (its clients see the connection end without `[DONE]`), the other frontends' streams go on.
+Its requests are aborted in the scheduler first (`on_death`: one AbortRange over its rid space,
+see scheduler_link.RangeAborter), so they stop generating and the workers free them.
 Stopping: SIGTERM to every frontend (each drains, see detok.frontend.shutdown), a bounded wait,
 then SIGKILL for any left.
 """
@@ -56,8 +58,12 @@ class _Slot:
 
 class FrontendSupervisor:
     def __init__(self, count: int, make_spec: Callable[[int, int], FrontendSpec], listener: socket.socket,
-                 drain_s: float, metrics_dir: str | None = None) -> None:
+                 drain_s: float, metrics_dir: str | None = None,
+                 on_death: Callable[[int, int], object] | None = None) -> None:
+        """`on_death(index, generation)`: called (in the watcher thread) when a frontend process
+        is seen dead, before it is started again."""
         self._make_spec = make_spec
+        self._on_death = on_death
         self._listener = listener
         self._drain_s = drain_s
         self._metrics_dir = metrics_dir
@@ -127,6 +133,14 @@ class FrontendSupervisor:
             from detok.metrics import mark_process_dead
 
             mark_process_dead(dead.pid, self._metrics_dir)
+        from detok.wire.owned_dirs import remove_orphans
+
+        remove_orphans()  # its receiver's ipc directory (its lock died with it): restarts leave no trail
+        if self._on_death is not None:
+            try:
+                self._on_death(slot.index, slot.generation)
+            except Exception:  # noqa: BLE001 - the restart must happen whatever this does
+                log.exception("frontend %d: aborting its requests failed", slot.index)
         quick = time.monotonic() - slot.up_since < _STABLE_S
         slot.quick_deaths = slot.quick_deaths + 1 if quick else 0
         with self._lock:

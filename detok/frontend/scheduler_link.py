@@ -16,7 +16,7 @@ from detok.wire.security import CurveKeys, SocketSecurity
 from detok.frontend.errors import RequestError
 from detok.frontend.validation import GenerationJob
 from detok.wire.codec import new_encoder
-from detok.wire.to_scheduler import Abort, GenerateRequest
+from detok.wire.to_scheduler import Abort, AbortRange, GenerateRequest
 from detok.receiver.receiver import DeltaReceiver, RequestStream
 
 _RID_COUNTER_BITS = 48  # rids: a frontend id above a per-frontend counter (63 bits in all)
@@ -31,6 +31,50 @@ def rid_base(index: int, generation: int) -> int:
         raise ValueError(f"frontend index must be in [0, {MAX_FRONTENDS}), got {index}")
     generation %= 1 << _RID_GENERATION_BITS
     return (index << (_RID_COUNTER_BITS + _RID_GENERATION_BITS)) | (generation << _RID_COUNTER_BITS)
+
+
+def rid_range(index: int, generation: int) -> tuple[int, int]:
+    """[first, end): every rid frontend `index` can make in its `generation`-th start."""
+    first = rid_base(index, generation)
+    return first, first + (1 << _RID_COUNTER_BITS)
+
+
+class RangeAborter:
+    """The frontend supervisor's wire to the scheduler: when a frontend process dies, every rid of
+    its rid space is aborted (one `AbortRange`), so its requests stop generating and the workers
+    free them, instead of running to `max_tokens` for clients that are gone. The socket is made on
+    first use, in the thread that uses it (the supervisor's watcher)."""
+
+    def __init__(self, scheduler_endpoint: str, *, keys: CurveKeys | str | os.PathLike[str] | None = None,
+                 insecure: bool = False) -> None:
+        self._endpoint = scheduler_endpoint
+        self._security = SocketSecurity(keys, insecure)
+        self._security.check(scheduler_endpoint)
+        self._ctx: zmq.Context | None = None
+        self._push: zmq.Socket | None = None
+        self._encoder = new_encoder()
+
+    def abort(self, index: int, generation: int) -> bool:
+        """Abort frontend `index`'s rids of `generation`; False if the scheduler's queue is full
+        (its requests then end on their own, at `max_tokens`)."""
+        if self._push is None:
+            self._ctx = zmq.Context()
+            self._push = make_socket(self._ctx, zmq.PUSH, hwm=1000)
+            self._security.connect(self._push, self._endpoint)
+        try:
+            self._push.send(self._encoder.encode(AbortRange(*rid_range(index, generation))), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
+
+    def close(self) -> None:
+        """Close the socket (bounded linger: a last abort still goes), then the context. Idempotent."""
+        if self._push is not None and not self._push.closed:
+            self._push.close()
+            self._security.close()
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
 
 
 class SchedulerLink:

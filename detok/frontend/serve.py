@@ -228,7 +228,11 @@ def _serve_many(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics
         return FrontendSpec(cfg, index, generation, stack.cfg.tokenizer, stack.requests_endpoint, metrics_root,
                             health_file, http)
 
-    frontends = FrontendSupervisor(cfg.frontends, spec, listener, cfg.shutdown_drain, metrics_root)
+    from detok.frontend.scheduler_link import RangeAborter
+
+    aborter = RangeAborter(stack.requests_endpoint)  # a dead frontend's requests stop in the scheduler
+    frontends = FrontendSupervisor(cfg.frontends, spec, listener, cfg.shutdown_drain, metrics_root,
+                                   on_death=aborter.abort)
 
     def snapshot() -> dict[str, object]:
         components: dict[str, bool] = dict(stack.health())
@@ -252,6 +256,7 @@ def _serve_many(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping is bounded: let it finish
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         frontends.stop()
+        aborter.close()  # after stop(): the watcher, its only user, has ended
         board.close()
         with contextlib.suppress(OSError):
             os.unlink(health_file)

@@ -1,7 +1,7 @@
 """Everything that crosses a socket or a pipe: messages grouped by destination, each module with its
 typed decoder, plus packing of integer columns, endpoints and socket security.
 
-    frontend  -> scheduler      to_scheduler.SchedulerRequest = GenerateRequest | Abort
+    frontend  -> scheduler      to_scheduler.SchedulerRequest = GenerateRequest | Abort | AbortRange
     scheduler -> worker         to_workers.WorkerInbound      = DetokBatch | FailRequests | Replay
     worker    -> frontend       to_frontends.FrontendInbound  = DeltaBatch
     worker, supervisor -> scheduler client

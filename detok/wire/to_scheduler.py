@@ -1,6 +1,6 @@
 """What reaches the scheduler: requests from frontends, and notices from workers and the supervisor.
 
-    frontend  -> scheduler                 SchedulerRequest = GenerateRequest | Abort
+    frontend  -> scheduler                 SchedulerRequest = GenerateRequest | Abort | AbortRange
     worker, supervisor -> scheduler client SchedulerNotice  = StopNotice | WorkerEvent | WorkerStatus
 
 Request ids (`rid`) are unsigned 63-bit integers made by the frontend (unique across frontends,
@@ -44,10 +44,21 @@ class Abort(msgspec.Struct, tag="abort", array_like=True, gc=False, frozen=True)
     rid: int
 
 
-SchedulerRequest = GenerateRequest | Abort
+class AbortRange(msgspec.Struct, tag="abort_range", array_like=True, gc=False, frozen=True):
+    """Every rid in [`first`, `end`) stops: the rid space of a frontend process that died (sent
+    by its supervisor, `detok serve --frontends N`; its clients are gone with it). The scheduler
+    also refuses, for a while, requests in that range still on their way from the dead process.
+    A new tag: an older scheduler drops it as malformed (its requests then run to `max_tokens`,
+    as before)."""
+
+    first: int
+    end: int
 
 
-def scheduler_request_decoder() -> msgspec.msgpack.Decoder[GenerateRequest | Abort]:
+SchedulerRequest = GenerateRequest | Abort | AbortRange
+
+
+def scheduler_request_decoder() -> msgspec.msgpack.Decoder[GenerateRequest | Abort | AbortRange]:
     return msgspec.msgpack.Decoder(SchedulerRequest)
 
 

@@ -1,17 +1,19 @@
 """`detok serve --frontends 2`: real processes and one shared port. Requests spread over the
 frontends stream correctly and at once; a SIGKILLed frontend is restarted and only its streams
-fail; one /metrics scrape counts every frontend's requests; Ctrl-C with streams open on every
+fail, and its requests are aborted in the scheduler (the workers free them); one /metrics scrape counts every frontend's requests; Ctrl-C with streams open on every
 frontend ends each with `[DONE]` and leaves no process."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import json
 import re
 import signal
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -142,6 +144,119 @@ def test_a_killed_frontend_is_restarted_and_only_its_streams_fail():
         assert not server.leftovers(), server.output
     finally:
         server.kill_group()
+
+
+def _worker_finished(server: LiveServer, reason: str) -> float:
+    """Requests the detok workers finished with `reason`, from one /metrics scrape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(sample.value for family in text_string_to_metric_families(server.get("/metrics").text)
+               if family.name == "detok_worker_requests_finished" for sample in family.samples
+               if sample.name.endswith("_total") and sample.labels.get("reason") == reason)
+
+
+def _open_on(server: LiveServer, frontend: int, count: int, max_tokens: int, seed: int,
+             other: Callable[[_Stream], object]) -> list[_Stream]:
+    """`count` streams open on `frontend` (each has its first event); a stream the kernel gives
+    another frontend goes to `other` first."""
+    mine: list[_Stream] = []
+    deadline = time.monotonic() + _DEADLINE_S
+    while len(mine) < count and time.monotonic() < deadline:
+        stream = _Stream(server.base_url, seed, max_tokens)
+        seed += 1
+        stream.next_event()
+        if stream.frontend == frontend:
+            mine.append(stream)
+        else:
+            other(stream)
+    assert len(mine) == count, "connections did not reach the frontend"
+    return mine
+
+
+def _owned_dirs(pid: int) -> list[Path]:
+    """The detok temp directories process `pid` holds (its owner file names it)."""
+    from detok.wire.owned_dirs import OWNER_FILE, temp_roots
+
+    return [owner.parent for root in temp_roots() for owner in root.glob(f"detok-*/{OWNER_FILE}")
+            if owner.read_text().strip() == str(pid)]
+
+
+def test_a_killed_frontends_requests_are_aborted_and_the_others_finish_exactly():
+    """Frontend 0's streams cannot end on their own in this test (100,000 tokens at 5 ms a step),
+    so the workers' abort count reaching them is the scheduler stopping them. Frontend 1's streams
+    finish at their own length, their text equal to the non-streamed one."""
+    server = LiveServer(*_SERVE, "--step-ms", "5", "--log-level", "info", "--max-model-len", "200000")
+    try:
+        closed: list[_Stream] = []  # long streams that reached frontend 1: closed, so frontend 1 aborts them
+        doomed = _open_on(server, 0, 2, 100_000, 0, lambda s: (closed.append(s), s.close()))
+        survivors = _open_on(server, 1, 2, 1000, 100, lambda s: s.read_all())
+        _wait(lambda: _worker_finished(server, "abort") == len(closed), "the closed streams aborted")
+        victim = next(f["pid"] for f in _frontends(server) if f["index"] == 0)
+        victim_dirs = _owned_dirs(victim)
+        assert victim_dirs  # its receiver's ipc directory
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: _worker_finished(server, "abort") == len(closed) + len(doomed), _DEADLINE_S, 0.05,
+                   lambda: f"aborts: {_worker_finished(server, 'abort')}: {server.output[-3000:]}")
+        assert re.search(r"aborted 2 requests of rids \[0x0, 0x1000000000000\)", server.output)
+        for s in doomed:
+            assert s.read_all()[-1] != "[DONE]"
+        with concurrent.futures.ThreadPoolExecutor(len(survivors)) as threads:
+            wholes = list(threads.map(lambda s: httpx.post(server.base_url + "/v1/completions", timeout=120, json={
+                "model": "detok-stub", "prompt": f"Hi {s.seed}", "max_tokens": 1000, "seed": s.seed,
+                "ignore_eos": True}).json(), survivors))
+        for s, whole in zip(survivors, wholes):
+            assert s.read_all()[-1] == "[DONE]"
+            assert s.text() == whole["choices"][0]["text"] and whole["usage"]["completion_tokens"] == 1000
+        assert _worker_finished(server, "abort") == len(closed) + len(doomed)
+        _wait(lambda: not any(d.exists() for d in victim_dirs), "the dead frontend's ipc directory removed")
+        assert server.stop(signal.SIGTERM) == 0, server.output
+        assert not server.leftovers(), server.output
+    finally:
+        server.kill_group()
+
+
+def test_a_frontend_killed_again_and_again_leaves_nothing_behind():
+    """Each death: the stream it held is aborted in the scheduler, its ipc directory removed; the
+    supervisor's open descriptors and detok's temp directories stay as they were."""
+    server = LiveServer(*_SERVE, "--step-ms", "5", "--max-model-len", "200000")
+    try:
+        closed: list[_Stream] = []
+        supervisor = server.proc.pid
+        fds = dirs = None
+        for death in range(1, 4):
+            doomed = _open_on(server, 0, 1, 100_000, 10 * death, lambda s: (closed.append(s), s.close()))
+            _wait(lambda: _worker_finished(server, "abort") == len(closed) + death - 1, "earlier aborts counted")
+            if dirs is None:
+                dirs = _temp_dirs()
+            os.kill(next(f["pid"] for f in _frontends(server) if f["index"] == 0), signal.SIGKILL)
+            _wait(lambda: _worker_finished(server, "abort") == len(closed) + death, "the dead frontend's stream aborted")
+            doomed[0].read_all()
+            _wait(lambda: [(f["state"], f["generation"]) for f in _frontends(server) if f["index"] == 0]
+                  == [("up", death)], "frontend 0 back")
+            _wait(lambda: _temp_dirs() == dirs, lambda: f"detok temp directories: {dirs} -> {_temp_dirs()}")
+            if fds is None:  # after the first death: the abort's socket is made then, once
+                fds = _fds(supervisor)
+            _wait(lambda: len(_fds(supervisor)) == len(fds),  # (pipes to the new process: other inodes)
+                  lambda: f"the supervisor's descriptors: {fds} -> {_fds(supervisor)}")
+        assert server.stop(signal.SIGTERM) == 0, server.output
+        assert not server.leftovers(), server.output
+    finally:
+        server.kill_group()
+
+
+def _fds(pid: int) -> list[str]:
+    """What process `pid` holds open (descriptor -> target)."""
+    fd_dir = f"/proc/{pid}/fd"
+    names = []
+    for fd in sorted(os.listdir(fd_dir), key=int):
+        with contextlib.suppress(OSError):
+            names.append(f"{fd}:{os.readlink(f'{fd_dir}/{fd}')}")
+    return names
+
+
+def _temp_dirs() -> int:
+    """detok's directories in this test run's temp dir (the stack's ipc, metrics, pool)."""
+    return sum(1 for _ in Path(tempfile.gettempdir()).glob("detok-*"))
 
 
 def test_one_metrics_scrape_counts_every_frontends_requests():

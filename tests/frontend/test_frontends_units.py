@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from detok.frontend.health_share import STALE_AFTER_S, HealthBoard, HealthView
-from detok.frontend.scheduler_link import _RID_COUNTER_BITS, MAX_FRONTENDS, rid_base
+from detok.frontend.scheduler_link import _RID_COUNTER_BITS, MAX_FRONTENDS, rid_base, rid_range
 from detok.frontend.serve import ServeConfig
 from detok.frontend.serve_cli import _frontends
 
@@ -24,6 +24,15 @@ def test_rid_spaces_are_disjoint_and_fit_63_bits(a, b, n):
     rid_a, rid_b = rid_base(*a) | n, rid_base(*b) | n
     assert 0 < rid_a < 1 << 63
     assert (rid_a == rid_b) == (a == b)
+
+
+@given(a=st.tuples(st.integers(0, MAX_FRONTENDS - 1), st.integers(0, 127)),
+       b=st.tuples(st.integers(0, MAX_FRONTENDS - 1), st.integers(0, 127)),
+       n=st.integers(1, (1 << _RID_COUNTER_BITS) - 1))
+def test_a_dead_frontends_rid_range_holds_its_rids_and_no_other(a, b, n):
+    """The AbortRange the supervisor sends for frontend `a` stops exactly `a`'s requests."""
+    first, end = rid_range(*a)
+    assert (first <= rid_base(*b) | n < end) == (a == b)
 
 
 def test_rid_base_refuses_an_index_out_of_range():

@@ -4,6 +4,7 @@ sequences, sampling and logprobs are the model's, and the bounds hold."""
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -70,6 +71,30 @@ def test_an_abort_frees_the_sequence(rig, tok):
     assert rig.engine.caches == 0 and rig.engine.kv_tokens == 0 and not rig.engine.running
     assert rig.engine.stats.aborted == 2
     assert rig.client.live_rids() == []  # the workers were told: nothing is left registered
+
+
+def test_an_abort_range_frees_a_dead_frontends_sequences_only(rig, tok):
+    """A frontend died: its sequences (running and waiting) are freed and the workers told, in one
+    AbortRange; a sequence outside its rid range goes on to its end; a late request of the range
+    is refused."""
+    from detok.wire.to_scheduler import AbortRange
+
+    inside = [rig.submit(rig.request(chat_ids(tok, f"Tell me story {i}."), max_tokens=500, ignore_eos=True))
+              for i in range(2)]
+    outside = rig.submit(rig.request(chat_ids(tok, "Hi"), max_tokens=6, ignore_eos=True))
+    rig.run_until(lambda: all(r in rig.engine.running for r in inside) and rig.engine.kv_tokens > 0)
+    first, end = min(inside), outside  # the rig's rids count up: `outside` is past the range
+    for rid in inside:
+        rig.receiver.discard(rid)
+        del rig.streams[rid]
+    rig.engine.handle(AbortRange(first, end))
+    assert not any(r in rig.engine.running for r in inside) and rig.engine.stats.aborted == 2
+    late = msgspec.structs.replace(rig.request(chat_ids(tok, "Late"), max_tokens=5), rid=first + 1)
+    rig.engine.handle(late)  # sent by the dead frontend, read after its range's abort
+    assert rig.engine.stats.aborted == 3 and not any(s.rid == first + 1 for s in rig.engine.waiting)
+    rig.run_until(lambda: rig.engine.idle and outside in rig.finishes)
+    assert rig.finishes[outside].reason == "length" and len(rig.engine.finished_log[outside][0]) == 6
+    assert rig.engine.caches == 0 and rig.client.live_rids() == []
 
 
 def test_seeds_decide_the_samples(rig, tok):

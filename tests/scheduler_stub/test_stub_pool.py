@@ -243,3 +243,33 @@ def test_standalone_stub_process_next_to_a_pool(pool, tok, workload, tmp_path):
         push.close(0)
         receiver.close()
         ctx.term()
+
+
+def test_an_abort_range_stops_a_dead_frontends_requests_and_refuses_its_late_ones(pool, tok, workload):
+    """A frontend died: every rid of its rid space stops (running: the workers are told; waiting:
+    dropped), another frontend's request goes on, and a request of the dead range that arrives
+    after the abort (it was still on its way) is refused."""
+    from detok.frontend.scheduler_link import rid_range
+    from detok.wire.to_scheduler import AbortRange
+
+    client = pool.client()
+    try:
+        stub = SchedulerStub(client, workload, tok.eos_token_ids, StepPolicy(max_batch=3))
+        first, end = rid_range(1, 5)
+        other = rid_range(0, 0)[0] + 1
+        dead = [first + 1, first + 2, end - 1, first + 3]  # 2 admitted, 2 waiting
+        for rid in [other, *dead]:
+            stub.submit(GenerateRequest(rid, [1], DecodeParams(), 10_000, "ipc:///unused", 0, ignore_eos=True))
+        stub.step()
+        assert sorted(client.live_rids()) == sorted([other, *dead[:2]])
+        stub.handle(AbortRange(first, end))
+        assert list(stub.running) == [other] and not stub.waiting and client.live_rids() == [other]
+        assert stub.stats.aborted == 4
+        stub.handle(GenerateRequest(first + 9, [1], DecodeParams(), 10, "ipc:///unused", 0))  # late
+        stub.step()
+        assert list(stub.running) == [other] and stub.stats.aborted == 5
+        for hostile in (AbortRange(end, first), AbortRange(0, 2**64 - 1), AbortRange(-1, 10)):
+            stub.handle(hostile)  # empty or outside the rid space: ignored
+        assert list(stub.running) == [other] and stub.stats.aborted == 5
+    finally:
+        client.close()
