@@ -35,7 +35,6 @@ from collections.abc import Callable
 import numpy as np
 
 from detok.metrics import WorkerCounts
-from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
 from detok.stream.table import PackedStep, StreamTable
 from detok.tokenizer.base import Tokenizer
@@ -54,10 +53,9 @@ log = logging.getLogger("detok.worker")
 class _Live:
     """One live request: its stream, its registration and where its deltas go."""
 
-    __slots__ = ("idle_mark", "idle_since", "out", "registration", "stream")
+    __slots__ = ("idle_mark", "idle_since", "out", "registration")
 
-    def __init__(self, stream: DecodeStream, registration: Registration, out: FrontendColumns, now: float) -> None:
-        self.stream = stream
+    def __init__(self, registration: Registration, out: FrontendColumns, now: float) -> None:
         self.registration = registration
         self.out = out
         self.idle_mark = -1  # tokens consumed at the last idle sweep
@@ -191,7 +189,7 @@ class WorkerCore:
             return
         out = self._columns_for(reg.reply_to)
         try:
-            stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag)  # type: ignore[arg-type]
+            self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag)  # type: ignore[arg-type]
         except Exception as e:  # noqa: BLE001 - a bad registration is that request's error, never the worker's
             log.warning("worker %d: cannot start rid %d: %s", self.worker, reg.rid, e)
             finish = Finish("error", None, f"cannot start decoding: {e}")
@@ -199,7 +197,7 @@ class WorkerCore:
             self._emit_finish(out, reg.rid, finish, 0)
             self._notify(reg.rid, finish)
             return
-        self.live[reg.rid] = _Live(stream, reg, out, now)
+        self.live[reg.rid] = _Live(reg, out, now)
         out.live += 1
         if reg.logprobs is not None and reg.logprobs >= 0:
             self._logprobs_wanted[reg.rid] = reg.logprobs
@@ -249,7 +247,7 @@ class WorkerCore:
             return
         self._forget(rid, entry, closed=True)
         self._remember_finished(rid)
-        kind = entry.stream.stop_kind
+        kind = _stop_kind(finish)
         if finish.reason == "error":
             if finish.message and "vocabulary" in finish.message:
                 self.counts.invalid_token_ids += 1
@@ -343,6 +341,14 @@ class WorkerCore:
     def live_requests_of(self, reply_to: str) -> int:
         """Live requests whose deltas go to this frontend endpoint."""
         return self._frontends.live_requests_of(reply_to)
+
+
+def _stop_kind(finish: Finish) -> str | None:
+    """What ended a request that its worker stopped (as DecodeStream.stop_kind): a stop token
+    or EOS (an int matched) or a stop string."""
+    if finish.reason != "stop":
+        return None
+    return "token" if isinstance(finish.matched, int) else "string" if isinstance(finish.matched, str) else None
 
 
 def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> StreamTable:
