@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from detok.stream.byte_text import OutOfVocabulary
+from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.stop_strings import StopStringMatcher
 from detok.stream.strategy import Strategy, prepare_decoding
@@ -15,12 +15,47 @@ _DEFAULT_PARAMS = DecodeParams()
 _NO_IDS: frozenset[int] = frozenset()
 
 
-class DecodeStream:
+class _PyStreamCore:
+    """The fields and one-id step of `_plainstep.StreamCore`, in Python (without the extension;
+    same results): `step(id)` of a plain stream whose decoder holds nothing is the id's
+    precomputed text unless the id is in `_stops`; everything else goes to `_step_py`."""
+
+    __slots__ = ("_texts", "_stops", "num_tokens", "char_offset", "finished", "_fast")
+
+    def step(self, token_ids: Sequence[int] | int) -> Delta:
+        if self.finished:
+            return EMPTY_DELTA
+        i = token_ids[0] if type(token_ids) is list and len(token_ids) == 1 else token_ids
+        if self._fast and type(i) is int and 0 <= i < len(self._texts):  # type: ignore[arg-type]
+            text = self._texts[i]  # type: ignore[index]
+            if text is not None and i not in self._stops:  # type: ignore[operator]
+                self.num_tokens += 1
+                if text:
+                    self.char_offset += len(text)
+                    return Delta(text)
+                return EMPTY_DELTA
+        return self._step_py(token_ids)  # type: ignore[attr-defined]
+
+
+try:  # the compiled one-id step (optional extension)
+    from detok.stream._plainstep import StreamCore as _StreamCore
+    from detok.stream._plainstep import configure_stream as _configure_stream
+
+    _configure_stream(Delta, EMPTY_DELTA)
+except ImportError:  # pragma: no cover - depends on the build
+    _StreamCore = _PyStreamCore  # type: ignore[misc,assignment]
+
+
+class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
     """Turns a request's token ids into text deltas, one scheduler step at a time.
 
     Text is emitted in the step whose token completes it, except an incomplete UTF-8 tail and the
     longest suffix that is a proper prefix of a stop string. The concatenated deltas do not depend
     on how the tokens are grouped into steps.
+
+    `step` takes a list of ids or one int id (no list to build per token). A plain stream's
+    one-id step is a table lookup in compiled code (`_plainstep.StreamCore`, the base class, which
+    holds `num_tokens`, `char_offset` and `finished`); everything else is `_step_py`.
     """
 
     __slots__ = (
@@ -32,9 +67,6 @@ class DecodeStream:
         "_min_tokens",
         "_plain",
         "_vocab",
-        "num_tokens",
-        "char_offset",
-        "finished",
         "stop_kind",
         "_pending_error",
     )
@@ -79,6 +111,16 @@ class DecodeStream:
             self._text = plan.text_decoder(p.skip_special_tokens, p.spaces_between_special_tokens, ())
             self._pending_error = e
             self._plain = False
+        self._stops = self._stop_ids
+        dec = self._text
+        self._texts = dec._texts if type(dec) is ByteTextDecoder else None
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Whether `step(id)` may take the precomputed text: the stream is plain and its byte
+        decoder holds nothing (no bytes, no leading space to strip, not after an added token)."""
+        dec = self._text
+        self._fast = self._plain and not self.finished and self._texts is not None and dec._fast  # type: ignore[union-attr]
 
     @property
     def holding_utf8(self) -> bool:
@@ -90,9 +132,16 @@ class DecodeStream:
         return self._stop.held if self._stop is not None else ""
 
     # ---- stepping ---------------------------------------------------------------------------
-    def step(self, token_ids: Sequence[int]) -> Delta:
+    def _step_py(self, token_ids: Sequence[int] | int) -> Delta:
         if self.finished:
             return EMPTY_DELTA
+        if type(token_ids) is int:
+            token_ids = [token_ids]
+        delta = self._step_ids(token_ids)  # type: ignore[arg-type]
+        self._refresh()
+        return delta
+
+    def _step_ids(self, token_ids: Sequence[int]) -> Delta:
         if self._plain and self._stop_ids.isdisjoint(token_ids):
             try:
                 text = self._text.push(token_ids)
@@ -159,6 +208,7 @@ class DecodeStream:
         """The scheduler ended the request: release what is held (incomplete bytes become U+FFFD)."""
         if self.finished:
             return EMPTY_DELTA
+        self._fast = False
         return self._end(reason, "", message=message)
 
     # ---- ending -----------------------------------------------------------------------------

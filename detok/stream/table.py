@@ -18,7 +18,7 @@ from itertools import repeat
 
 import numpy as np
 
-from detok.stream.byte_text import ByteTables, ByteTextDecoder
+from detok.stream.byte_text import ByteTables, ByteTextDecoder, context_held
 from detok.stream.decode_stream import CONTEXT_TOKENS, DecodeStream
 from detok.stream.mode_tables import ModeTables
 from detok.stream.numpy_step import _MAX_PENDING, _UNKNOWN, NumpyStepping
@@ -41,6 +41,8 @@ _COLUMNS = ("_pend", "_pend_len", "_tag", "_eos_stops", "_mode", "_ntok", "_chof
 
 
 def _indexable(rid: Hashable) -> bool:
+    if type(rid) is int:  # the wire's rids (the common case, checked first)
+        return 0 <= rid < 2**64
     return isinstance(rid, (int, np.integer)) and not isinstance(rid, bool) and 0 <= rid < 2**64
 
 
@@ -165,7 +167,7 @@ class StreamTable(NumpyStepping):
             if plain_mode is False:
                 plain_mode = self._plain_modes[key] = self._plain_mode(*key)
             if plain_mode is not None:
-                held = _context_held(plain_mode[1], context_ids)
+                held = context_held(plain_mode[1], (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:])
         if held is None:
             stream = DecodeStream(self.tokenizer, context_ids, p, ignore_eos=ignore_eos, strategy=self._strategy)
         if not self._free:
@@ -217,7 +219,7 @@ class StreamTable(NumpyStepping):
             del self._deferred[rid]
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.pop(int(rid))  # type: ignore[arg-type]
-        self._expect[slot] = _NOT_PLAIN
+        self._v_expect[slot] = _NOT_PLAIN
         self._free.append(slot)
 
     def _grow(self) -> None:
@@ -264,6 +266,7 @@ class StreamTable(NumpyStepping):
             n = int(self._pend_len[slot])
             dec._pending = self._pend[slot, :n].tobytes() if n else b""
             dec._fast = not (dec._strip or dec._after_added or n)
+        stream._refresh()
 
     # ---- stepping ---------------------------------------------------------------------------
     def step_packed(self, rids: bytes, starts: bytes, counts: bytes, tokens: bytes) -> PackedStep:
@@ -350,24 +353,3 @@ class StreamTable(NumpyStepping):
         return delta.text, stream.char_offset - len(delta.text), stream.num_tokens, delta.finish
 
 
-def _context_held(tables: ByteTables, context_ids: Sequence[int]) -> bytes | None:
-    """The bytes of an incomplete character a prompt tail leaves held (as ByteTextDecoder's
-    push of it would), or None where the request needs its stream from the start: an id out of
-    the vocabulary, or a leading space still to strip."""
-    ctx = (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:]
-    if not ctx:
-        return None if tables.strip_leading_space else b""
-    pieces = tables.pieces
-    n = len(pieces)
-    for i in ctx:
-        if not 0 <= i < n:
-            return None
-    last = ctx[-1]
-    if tables.texts[last] and (tables.raw_added is None or last not in tables.raw_added):
-        # the last id's bytes are whole characters, and valid UTF-8 never begins with a
-        # continuation byte: whatever came before is decoded (or replaced), nothing is held
-        return b""
-    data = b"".join([pieces[i] for i in ctx])
-    if not data and tables.strip_leading_space:
-        return None
-    return data[utf8_decode(data, "replace", False)[1] :]
