@@ -671,22 +671,27 @@ done:
  * only while this shortcut gives the text it would. */
 typedef struct {
     PyObject_HEAD
-    PyObject *texts; /* list[str | None], or NULL/None: no shortcut */
-    PyObject *stops; /* frozenset of ids that end or must be checked, or NULL */
+    PyObject *texts;  /* list[str | None], or NULL/None: no shortcut */
+    PyObject *pieces; /* list[bytes] of the same ids, or NULL/None: ids of no whole text go to Python */
+    PyObject *stops;  /* frozenset of ids that end or must be checked, or NULL */
     Py_ssize_t num_tokens, char_offset;
     char finished, fast;
+    unsigned char held[MAX_PENDING]; /* while `fast`: the bytes of an incomplete character held */
+    unsigned char held_len;
 } StreamCore;
 
 static PyObject *delta_type = NULL, *empty_delta = NULL, *str_step_py = NULL;
 
 static int StreamCore_traverse(StreamCore *c, visitproc visit, void *arg) {
     Py_VISIT(c->texts);
+    Py_VISIT(c->pieces);
     Py_VISIT(c->stops);
     return 0;
 }
 
 static int StreamCore_clear(StreamCore *c) {
     Py_CLEAR(c->texts);
+    Py_CLEAR(c->pieces);
     Py_CLEAR(c->stops);
     return 0;
 }
@@ -696,6 +701,60 @@ static void StreamCore_dealloc(StreamCore *c) { /* (a Python subclass's dealloc 
     StreamCore_clear(c);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
+
+/* An id whose bytes are part of a character, or bytes held before it: the stream's incremental
+ * UTF-8 (as ByteTextDecoder's, which gets the held bytes back before Python steps the stream). */
+static PyObject *core_step_bytes(StreamCore *c, PyObject *piece) {
+    unsigned char small[64], *data = small;
+    Py_ssize_t n = PyBytes_GET_SIZE(piece), size = c->held_len + n, used = 0;
+    if (size > (Py_ssize_t)sizeof(small) && (data = PyMem_Malloc(size)) == NULL) return PyErr_NoMemory();
+    memcpy(data, c->held, c->held_len);
+    memcpy(data + c->held_len, PyBytes_AS_STRING(piece), n);
+    Text out = {NULL, 0, 0};
+    PyObject *result = NULL;
+    int64_t chars = utf8_replace(&out, data, size, &used);
+    if (chars >= 0 && size - used > MAX_PENDING - 1) { /* cannot happen: a held prefix is < 4 bytes */
+        PyErr_SetString(PyExc_ValueError, "incomplete UTF-8 tail too long");
+        chars = -1;
+    }
+    if (chars >= 0) {
+        memcpy(c->held, data + used, size - used);
+        c->held_len = (unsigned char)(size - used);
+        c->num_tokens++;
+        if (chars == 0) {
+            result = Py_NewRef(empty_delta);
+        } else {
+            PyObject *text = PyUnicode_DecodeUTF8(out.data, out.size, "strict");
+            if (text != NULL) {
+                c->char_offset += chars;
+                result = PyObject_CallOneArg(delta_type, text);
+                Py_DECREF(text);
+            }
+        }
+    }
+    PyMem_Free(out.data);
+    if (data != small) PyMem_Free(data);
+    return result;
+}
+
+static PyObject *StreamCore_get_held(StreamCore *c, void *closure) {
+    return PyBytes_FromStringAndSize((const char *)c->held, c->held_len);
+}
+
+static int StreamCore_set_held(StreamCore *c, PyObject *value, void *closure) {
+    if (value == NULL || !PyBytes_Check(value) || PyBytes_GET_SIZE(value) > MAX_PENDING - 1) {
+        PyErr_SetString(PyExc_ValueError, "_held: bytes of an incomplete character (at most 3)");
+        return -1;
+    }
+    c->held_len = (unsigned char)PyBytes_GET_SIZE(value);
+    memcpy(c->held, PyBytes_AS_STRING(value), c->held_len);
+    return 0;
+}
+
+static PyGetSetDef StreamCore_getset[] = {
+    {"_held", (getter)StreamCore_get_held, (setter)StreamCore_set_held, "held bytes of the compiled step", NULL},
+    {NULL},
+};
 
 static PyObject *StreamCore_step(StreamCore *c, PyObject *arg) {
     if (c->finished) return Py_NewRef(empty_delta);
@@ -708,17 +767,20 @@ static PyObject *StreamCore_step(StreamCore *c, PyObject *arg) {
         } else if (i >= 0 && i < PyList_GET_SIZE(c->texts)) {
             PyObject *t = PyList_GET_ITEM(c->texts, i);
             int stop = 0;
-            if (t != Py_None && c->stops != NULL && PyAnySet_Check(c->stops) && PySet_GET_SIZE(c->stops)) {
+            if (c->stops != NULL && PyAnySet_Check(c->stops) && PySet_GET_SIZE(c->stops)) {
                 stop = PySet_Contains(c->stops, arg);
                 if (stop < 0) return NULL;
             }
-            if (t != Py_None && !stop && PyUnicode_CheckExact(t)) {
+            if (!stop && t != Py_None && c->held_len == 0 && PyUnicode_CheckExact(t)) {
                 c->num_tokens++;
                 Py_ssize_t n = PyUnicode_GET_LENGTH(t);
                 if (n == 0) return Py_NewRef(empty_delta);
                 c->char_offset += n;
                 return PyObject_CallOneArg(delta_type, t);
             }
+            if (!stop && c->pieces != NULL && PyList_CheckExact(c->pieces) && i < PyList_GET_SIZE(c->pieces) &&
+                PyBytes_CheckExact(PyList_GET_ITEM(c->pieces, i)))
+                return core_step_bytes(c, PyList_GET_ITEM(c->pieces, i));
         }
     }
     return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
@@ -735,6 +797,7 @@ static PyObject *configure_stream(PyObject *self, PyObject *args) {
 static PyMemberDef StreamCore_members[] = {
     {"_texts", T_OBJECT, offsetof(StreamCore, texts), 0, "the shortcut's texts per id (or None)"},
     {"_stops", T_OBJECT, offsetof(StreamCore, stops), 0, "ids the shortcut leaves to _step_py"},
+    {"_pieces", T_OBJECT, offsetof(StreamCore, pieces), 0, "the shortcut's bytes per id (or None)"},
     {"num_tokens", T_PYSSIZET, offsetof(StreamCore, num_tokens), 0, "output tokens consumed"},
     {"char_offset", T_PYSSIZET, offsetof(StreamCore, char_offset), 0, "chars emitted"},
     {"finished", T_BOOL, offsetof(StreamCore, finished), 0, "the request ended"},
@@ -759,6 +822,7 @@ static PyTypeObject StreamCoreType = {
     .tp_clear = (inquiry)StreamCore_clear,
     .tp_dealloc = (destructor)StreamCore_dealloc,
     .tp_members = StreamCore_members,
+    .tp_getset = StreamCore_getset,
     .tp_methods = StreamCore_methods,
 };
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 
 from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary
@@ -13,27 +14,34 @@ from detok.tokenizer.base import Tokenizer
 CONTEXT_TOKENS = 5  # the prompt tail that fixes the first delta's text (leading space, split characters)
 _DEFAULT_PARAMS = DecodeParams()
 _NO_IDS: frozenset[int] = frozenset()
+_utf8_decode = codecs.utf_8_decode
 
 
 class _PyStreamCore:
     """The fields and one-id step of `_plainstep.StreamCore`, in Python (without the extension;
-    same results): `step(id)` of a plain stream whose decoder holds nothing is the id's
-    precomputed text unless the id is in `_stops`; everything else goes to `_step_py`."""
+    same results): while `_fast`, `step(id)` of an id not in `_stops` is the id's precomputed
+    text, or its bytes (`_pieces`) after the held ones (`_held`) through the incremental UTF-8
+    decoder; everything else goes to `_step_py`."""
 
-    __slots__ = ("_texts", "_stops", "num_tokens", "char_offset", "finished", "_fast")
+    __slots__ = ("_texts", "_pieces", "_stops", "_held", "num_tokens", "char_offset", "finished", "_fast")
 
     def step(self, token_ids: Sequence[int] | int) -> Delta:
         if self.finished:
             return EMPTY_DELTA
         i = token_ids[0] if type(token_ids) is list and len(token_ids) == 1 else token_ids
-        if self._fast and type(i) is int and 0 <= i < len(self._texts):  # type: ignore[arg-type]
+        if self._fast and type(i) is int and 0 <= i < len(self._texts) and i not in self._stops:  # type: ignore[arg-type,operator]
             text = self._texts[i]  # type: ignore[index]
-            if text is not None and i not in self._stops:  # type: ignore[operator]
-                self.num_tokens += 1
-                if text:
-                    self.char_offset += len(text)
-                    return Delta(text)
-                return EMPTY_DELTA
+            if text is None or self._held:
+                if self._pieces is None or i >= len(self._pieces):
+                    return self._step_py(token_ids)  # type: ignore[attr-defined]
+                data = self._held + self._pieces[i]
+                text, used = _utf8_decode(data, "replace", False)
+                self._held = data[used:]
+            self.num_tokens += 1
+            if text:
+                self.char_offset += len(text)
+                return Delta(text)
+            return EMPTY_DELTA
         return self._step_py(token_ids)  # type: ignore[attr-defined]
 
 
@@ -113,18 +121,46 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
             self._plain = False
         self._stops = self._stop_ids
         dec = self._text
-        self._texts = dec._texts if type(dec) is ByteTextDecoder else None
+        if type(dec) is ByteTextDecoder:
+            self._texts = dec._texts
+            # raw-added mode: an added id's text depends on the id before it (Python's job)
+            self._pieces = dec._t.pieces if dec._t.raw_added is None else None
+        else:
+            self._texts = self._pieces = None
+        self._held = b""
         self._refresh()
 
     def _refresh(self) -> None:
-        """Whether `step(id)` may take the precomputed text: the stream is plain and its byte
-        decoder holds nothing (no bytes, no leading space to strip, not after an added token)."""
+        """Hand the decoder's state to the compiled one-id step where it can go on from it: a
+        plain stream whose byte decoder has no leading space to strip and is not after an added
+        token. Its held bytes then live in `_held` (`_to_python` gives them back)."""
         dec = self._text
-        self._fast = self._plain and not self.finished and self._texts is not None and dec._fast  # type: ignore[union-attr]
+        if self._plain and not self.finished and self._texts is not None and not dec._strip and not dec._after_added:  # type: ignore[union-attr]
+            self._held = dec._pending  # type: ignore[union-attr]
+            self._fast = True
+        else:
+            self._fast = False
+
+    def _to_python(self) -> None:
+        """The compiled step's held bytes back into the decoder, before Python code steps it."""
+        if self._fast:
+            dec = self._text
+            dec._pending = held = self._held  # type: ignore[union-attr]
+            dec._fast = not (dec._strip or dec._after_added or held)  # type: ignore[union-attr]
+            self._held = b""
+            self._fast = False
+
+    @property
+    def held_bytes(self) -> bytes:
+        """The bytes of an incomplete character held (byte-table decoding)."""
+        if self._fast:
+            return self._held
+        dec = self._text
+        return dec._pending if type(dec) is ByteTextDecoder else b""
 
     @property
     def holding_utf8(self) -> bool:
-        return self._text.holding
+        return bool(self._held) if self._fast else self._text.holding
 
     @property
     def held_text(self) -> str:
@@ -137,6 +173,7 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
             return EMPTY_DELTA
         if type(token_ids) is int:
             token_ids = [token_ids]
+        self._to_python()
         delta = self._step_ids(token_ids)  # type: ignore[arg-type]
         self._refresh()
         return delta
@@ -208,7 +245,7 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
         """The scheduler ended the request: release what is held (incomplete bytes become U+FFFD)."""
         if self.finished:
             return EMPTY_DELTA
-        self._fast = False
+        self._to_python()
         return self._end(reason, "", message=message)
 
     # ---- ending -----------------------------------------------------------------------------

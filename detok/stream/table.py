@@ -248,7 +248,7 @@ class StreamTable(NumpyStepping):
         self._ntok[slot] = stream.num_tokens
         self._choff[slot] = stream.char_offset
         self._eos_stops[slot] = bool(stream._stop_ids)
-        held = dec._pending if isinstance(dec, ByteTextDecoder) else b""
+        held = stream.held_bytes
         if len(held) >= _MAX_PENDING:  # never for a valid prefix: the stream keeps them, off the plain path
             self._expect[slot] = _NOT_PLAIN
             held = b""
@@ -259,6 +259,7 @@ class StreamTable(NumpyStepping):
     def _load(self, slot: int, stream: DecodeStream) -> None:
         """The columns' state into the stream, before it steps on its own (the plain rows advance
         the columns only)."""
+        stream._to_python()
         stream.num_tokens = int(self._ntok[slot])
         stream.char_offset = int(self._choff[slot])
         dec = stream._text
