@@ -90,7 +90,7 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
     ) -> None:
         p = params or _DEFAULT_PARAMS
         plan = prepare_decoding(tokenizer, strategy)
-        self._vocab = tokenizer.vocab_size
+        self._vocab = plan.vocab_size
         self.num_tokens = 0
         self.char_offset = 0
         self.finished = False
@@ -111,7 +111,7 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
         self._stop = StopStringMatcher(p.stop, p.include_stop_str_in_output) if p.stop else None
         self._plain = self._stop is None and p.min_tokens == 0
         self._pending_error: OutOfVocabulary | None = None
-        ctx = list(context_ids)[-CONTEXT_TOKENS:]
+        ctx = (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:]
         try:
             self._text = plan.text_decoder(p.skip_special_tokens, p.spaces_between_special_tokens, ctx)
         except OutOfVocabulary as e:
@@ -125,9 +125,12 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
             self._texts = dec._texts
             # raw-added mode: an added id's text depends on the id before it (Python's job)
             self._pieces = dec._t.pieces if dec._t.raw_added is None else None
+            if self._plain and not dec._strip:  # (`_refresh`, inline: this runs once per request)
+                self._held = dec._pending
+                self._fast = True
+                return
         else:
             self._texts = self._pieces = None
-        self._held = b""
         self._refresh()
 
     def _refresh(self) -> None:
