@@ -72,10 +72,8 @@ def _ends_whole(tables: ByteTables, ids: Sequence[int]) -> bool:
     """Whether pushing these ids would leave nothing held: all in the vocabulary and the last
     one's bytes non-empty whole characters (valid UTF-8 never begins with a continuation byte,
     so whatever came before is decoded or replaced before them). Spares a prompt tail's decode."""
-    n = tables.vocab_size
-    for i in ids:
-        if type(i) is not int or not 0 <= i < n:
-            return False
+    if min(ids) < 0 or max(ids) >= tables.vocab_size:
+        return False
     return bool(tables.texts[ids[-1]])
 
 
