@@ -344,8 +344,7 @@ class WorkerCore:
 
 
 def _stop_kind(finish: Finish) -> str | None:
-    """What ended a request that its worker stopped (as DecodeStream.stop_kind): a stop token
-    or EOS (an int matched) or a stop string."""
+    """DecodeStream.stop_kind from the finish: a stop token or EOS (int matched), a stop string."""
     if finish.reason != "stop":
         return None
     return "token" if isinstance(finish.matched, int) else "string" if isinstance(finish.matched, str) else None
