@@ -15,6 +15,7 @@ CONTEXT_TOKENS = 5  # the prompt tail that fixes the first delta's text (leading
 _DEFAULT_PARAMS = DecodeParams()
 _NO_IDS: frozenset[int] = frozenset()
 _utf8_decode = codecs.utf_8_decode
+_ENDED: dict[str, Delta] = {}  # reason -> the (immutable) delta of a plain finish without a message
 
 
 class _PyStreamCore:
@@ -248,6 +249,19 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
         """The scheduler ended the request: release what is held (incomplete bytes become U+FFFD)."""
         if self.finished:
             return EMPTY_DELTA
+        if self._fast and not self._held:
+            # a plain stream holding nothing: no text to release, no stop string to check (what
+            # `_end` gives, without its flush)
+            self.finished = True
+            self._fast = False
+            dec = self._text
+            dec._pending, dec._fast = b"", False  # type: ignore[union-attr]  # (as its flush leaves it)
+            if message is None:
+                delta = _ENDED.get(reason)
+                if delta is None:
+                    delta = _ENDED[reason] = Delta("", Finish(reason))
+                return delta
+            return Delta("", Finish(reason, None, message))
         self._to_python()
         return self._end(reason, "", message=message)
 

@@ -113,8 +113,11 @@ def test_int_step_is_the_list_step_and_the_python_path(name: str, data: st.DataO
         deltas = [streams[0].step(i), streams[1].step([i]), streams[2].step(i), streams[3].step(i)]
         assert deltas[1:] == deltas[:1] * 3, i
         assert [_state(s) for s in streams[1:]] == [_state(streams[0])] * 3
-    ends = [s.finish("length") for s in streams]
+    reason = data.draw(st.sampled_from(["length", "abort"]))
+    ends = [s.finish(reason) for s in streams]
     assert ends[1:] == ends[:1] * 3
+    assert [_state(s) for s in streams[1:]] == [_state(streams[0])] * 3
+    assert [s.finish("length") for s in streams] == [streams[0].finish("length")] * 4
     assert len({s.stop_kind for s in streams}) == 1
 
 
