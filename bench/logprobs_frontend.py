@@ -33,7 +33,7 @@ from bench import _common
 import msgspec
 import numpy as np
 from bench.pool_drivers import LogprobTable, Workload
-from worker import encode_workload
+from bench.worker import encode_workload
 
 import detok
 from detok import wire
@@ -70,10 +70,16 @@ def without_strings(messages: list[bytes]) -> list[bytes]:
 
 def run_once(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = None) -> float:
     """CPU seconds for a frontend to handle every message: dispatch, take per request, format, encode."""
+    return handle(messages, rids, k, decode_ids)[0]
+
+
+def handle(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = None) -> tuple[float, int]:
+    """`run_once`'s work: its CPU seconds and how many logprob payloads it formatted (for tests)."""
     rx = DeltaReceiver()
     streams = {rid: rx.open(rid) for rid in rids}
     decoder = wire.frontend_inbound_decoder()
     encode = msgspec.json.Encoder().encode
+    formatted = 0
     t0 = time.process_time()  # CPU time: the 2 cores are shared, wall time counts other processes' turns
     for raw in messages:
         batch = decoder.decode(raw)
@@ -88,9 +94,10 @@ def run_once(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = N
                 lp = TokenLogprobs(lp.first, lp.token_ids, [decode_ids([i]) for i in lp.token_ids], lp.logprobs,
                                    lp.top_counts, lp.top_ids, [decode_ids([i]) for i in lp.top_ids], lp.top_logprobs)
             encode(chat_logprobs(lp, k))
+            formatted += 1
     seconds = time.process_time() - t0
     rx.close()
-    return seconds
+    return seconds, formatted
 
 
 def main() -> int:

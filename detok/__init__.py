@@ -28,10 +28,12 @@ _EXPORTS: dict[str, str] = {
     # pool
     "DetokPool": "detok.pool.pool",
     "SchedulerClient": "detok.scheduler.client",
+    "RequestIdInUse": "detok.scheduler.client",
     "LogprobColumns": "detok.scheduler.step_logprobs",
     "Registration": "detok.wire.to_workers",
     "EndRequest": "detok.wire.to_workers",
     "DeltaReceiver": "detok.receiver.receiver",
+    "RequestDelta": "detok.receiver.receiver",
     "CurveKeys": "detok.wire.security",
 }
 
@@ -52,9 +54,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from detok.scheduler.client import SchedulerClient
+    from detok.scheduler.client import RequestIdInUse, SchedulerClient
     from detok.pool.pool import DetokPool
-    from detok.receiver.receiver import DeltaReceiver
+    from detok.receiver.receiver import DeltaReceiver, RequestDelta
     from detok.wire.to_workers import EndRequest, Registration
     from detok.wire.security import CurveKeys
     from detok.scheduler.step_logprobs import LogprobColumns

@@ -49,6 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in the help, except the empty ones (None, False: "(default: None)" says nothing)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
@@ -107,7 +116,7 @@ def _add_worker(subparsers: Any) -> None:
             "in a registration for deltas. Use tcp:// endpoints to run it on another host. The scheduler "
             "must list the workers in the same order everywhere (--index is this worker's shard)."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsHelp,
     )
     p.add_argument("--tokenizer", required=True, metavar="SOURCE", help="anything detok.load_tokenizer accepts")
     p.add_argument("--bind", required=True, metavar="ENDPOINT", help="input endpoint to bind, e.g. tcp://0.0.0.0:5555")
@@ -117,7 +126,8 @@ def _add_worker(subparsers: Any) -> None:
                    help="finish a request with an error after this long without tokens")
     p.add_argument("--metrics-dir", default=None, help="prometheus multiprocess directory (default: none)")
     _add_security_args(p)
-    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                   help="log level of the worker")
     p.set_defaults(func=_run_worker)
 
 
@@ -156,36 +166,45 @@ def _add_pool(subparsers: Any) -> None:
             "the worker endpoints (shard order), the notice endpoint the scheduler client must bind, and the "
             "metrics directory, then runs until SIGTERM / Ctrl-C."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsHelp,
     )
     p.add_argument("--tokenizer", required=True, metavar="SOURCE", help="anything detok.load_tokenizer accepts")
     p.add_argument("--workers", type=int, default=2, help="worker processes")
-    p.add_argument("--transport", choices=["ipc", "tcp"], default="ipc")
+    p.add_argument("--transport", choices=["ipc", "tcp"], default="ipc",
+                   help="ipc: one host (private 0700 directory); tcp: across hosts (needs --keys or --insecure)")
     p.add_argument("--host", default="127.0.0.1", help="tcp: address the workers bind")
-    p.add_argument("--ports", default=None, help="tcp: comma-separated worker ports (default: free ports)")
-    p.add_argument("--notify", default=None, metavar="ENDPOINT",
-                   help="the scheduler client's notice endpoint (default: chosen by the pool)")
-    p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS")
+    p.add_argument("--ports", default="free ports", help="tcp: comma-separated worker ports")
+    p.add_argument("--notify", default="chosen by the pool", metavar="ENDPOINT",
+                   help="the scheduler client's notice endpoint")
+    p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="a request that gets no token for this long finishes with an error")
     p.add_argument("--no-spare", action="store_true", help="do not keep a loaded spare process (slower restarts)")
-    p.add_argument("--metrics-dir", default=None, help="prometheus multiprocess directory "
-                   "(default: $PROMETHEUS_MULTIPROC_DIR or a private one)")
+    p.add_argument("--metrics-dir", default="$PROMETHEUS_MULTIPROC_DIR or a private one",
+                   help="prometheus multiprocess directory")
     _add_security_args(p)
-    p.add_argument("--stall-timeout", type=float, default=None, metavar="SECONDS",
-                   help="a worker whose loop sends no heartbeat for this long is stalled (default: 10)")
+    p.add_argument("--stall-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="a worker whose loop sends no heartbeat for this long is stalled")
     p.add_argument("--no-replace-stalled", action="store_true",
                    help="only report stalled workers (/metrics, slots), do not kill and replace them")
-    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                   help="log level of the supervisor and the workers")
     p.set_defaults(func=_run_pool)
 
 
 def _run_pool(args: argparse.Namespace) -> int:
+    from detok.wire.owned_dirs import remove_orphans
+
+    remove_orphans()  # what a SIGKILLed pool or stack left in the temp dir (never a running one's)
+    # the help shows what a missing value means; the code takes None
+    args.ports = None if args.ports == "free ports" else args.ports
+    args.notify = None if args.notify == "chosen by the pool" else args.notify
+    args.metrics_dir = None if args.metrics_dir == "$PROMETHEUS_MULTIPROC_DIR or a private one" else args.metrics_dir
     if args.metrics_dir:  # before prometheus_client is imported: the supervisor's own metrics go there too
         from detok.metrics import use_metrics_dir
 
         use_metrics_dir(args.metrics_dir)
     from detok.pool.pool import DetokPool, PoolStartError
-    from detok.wire.security import KeyFileError
-    from detok.pool.supervisor import STALL_TIMEOUT_S
+    from detok.wire.security import InsecureTransportError, KeyFileError
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()
@@ -206,10 +225,13 @@ def _run_pool(args: argparse.Namespace) -> int:
             log_level=args.log_level.upper(),
             keys=_load_keys(args),
             insecure=args.insecure,
-            stall_timeout_s=args.stall_timeout if args.stall_timeout is not None else STALL_TIMEOUT_S,
+            stall_timeout_s=args.stall_timeout,
             replace_stalled=not args.no_replace_stalled,
         )
-    except (PoolStartError, ValueError, KeyFileError) as e:
+    except (InsecureTransportError, KeyFileError) as e:  # configuration: exit 2, as `detok worker`
+        print(f"detok pool: {e}", file=sys.stderr)
+        return 2
+    except (PoolStartError, ValueError) as e:
         print(f"detok pool: {e}", file=sys.stderr)
         return 1
     with pool:

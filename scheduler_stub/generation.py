@@ -7,16 +7,17 @@ token that ends it is still sent, as an engine sends its sampled EOS.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 
 from detok.wire.to_scheduler import GenerateRequest
 from detok.wire.to_workers import EndRequest
 from detok.tokenizer.base import Tokenizer
-from scheduler_stub.workload import END, Workload
+from scheduler_stub.workload import END, Workload, request_hash
 
 
 class RequestGeneration:
-    __slots__ = ("request", "rid", "_tokens", "generated", "_eos_id", "_stop_ids", "ended")
+    __slots__ = ("request", "rid", "_tokens", "generated", "_eos_id", "_stop_ids", "ended", "_counts")
 
     def __init__(
         self, request: GenerateRequest, workload: Workload, eos_ids: frozenset[int], end_id: int | None = None
@@ -34,6 +35,13 @@ class RequestGeneration:
         if not request.ignore_eos:
             self._stop_ids |= eos_ids
         self.ended = False
+        self._counts: random.Random | None = None  # per-step token counts (--tokens-per-step MIN-MAX)
+
+    def draw_count(self, low: int, high: int) -> int:
+        """This step's token count, from the request's own generator (seeded by its prompt and seed)."""
+        if self._counts is None:
+            self._counts = random.Random(request_hash(self.request.prompt_ids, self.request.seed or 0) ^ 0x5EED)
+        return self._counts.randint(low, high)
 
     def _may_stop(self) -> bool:
         # the token being decided is number generated+1; it may stop only once min_tokens came before it

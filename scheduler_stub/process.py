@@ -38,6 +38,7 @@ class StubConfig:
     parent_pid: int = 0
     keys: CurveKeys | None = None  # deployment keys for tcp endpoints (detok.wire.security)
     insecure: bool = False  # tcp without keys, explicitly
+    chat_template: str | None = None  # the served chat template (the echo workload finds the user turn by it)
 
 
 class PoolEndpoints(msgspec.Struct):
@@ -64,7 +65,7 @@ StubStatus = StubLoaded | StubReady | StubFailed
 def load_workload(cfg: StubConfig) -> tuple[Workload, frozenset[int], int | None]:
     from detok.tokenizer.factory import load_tokenizer
 
-    tok = load_tokenizer(cfg.tokenizer)
+    tok = load_tokenizer(cfg.tokenizer, chat_template=cfg.chat_template) if cfg.chat_template else load_tokenizer(cfg.tokenizer)
     return make_workload(cfg.workload, tok, cfg.end_probability), tok.eos_token_ids, primary_eos_id(tok)
 
 

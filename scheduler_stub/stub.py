@@ -43,8 +43,13 @@ class StepPolicy:
     step_interval_s: float = 0.02
     max_batch: int = 256
     tokens_per_step: int = 1
+    # set: each request gets a random count in [tokens_per_step, max_tokens_per_step] each step,
+    # drawn from its own seeded generator (the same request always gets the same counts)
+    max_tokens_per_step: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_tokens_per_step is not None and self.max_tokens_per_step < self.tokens_per_step:
+            raise ValueError("max_tokens_per_step must be >= tokens_per_step")
         if self.step_interval_s < 0:
             raise ValueError("step_interval_s must be >= 0")
         if self.max_batch < 1:
@@ -155,10 +160,11 @@ class SchedulerStub:
         tokens: list[int] = []
         ends: list[EndRequest] = []
         per_step = self.policy.tokens_per_step
+        top = self.policy.max_tokens_per_step
         failed: list[tuple[int, Exception]] = []
         for rid, gen in self.running.items():
             try:
-                got, end = gen.next_tokens(per_step)
+                got, end = gen.next_tokens(per_step if top is None else gen.draw_count(per_step, top))
             except Exception as e:  # noqa: BLE001 - this request's error, not the step's
                 failed.append((rid, e))
                 continue
@@ -181,7 +187,7 @@ class SchedulerStub:
             self._count_finished()
             self.reject(rid, gen.request.reply_to, f"the scheduler failed the request: {type(e).__name__}: {e}")
         self._full_workers = self.client.send_step(
-            rids, tokens, None if per_step == 1 else counts, starts=starts, ends=ends, logprobs=logprobs
+            rids, tokens, None if per_step == 1 and top is None else counts, starts=starts, ends=ends, logprobs=logprobs
         )
         self.stats.steps += 1
         self.stats.tokens += len(tokens)
@@ -237,7 +243,7 @@ class RequestInbox:
             handled += 1
             try:
                 message = self._decoder.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:  # (a schema nested too deep)
                 self.malformed += 1
                 log.warning("dropped a malformed frontend message (%d bytes): %s", len(raw), e)
                 continue

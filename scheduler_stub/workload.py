@@ -10,6 +10,10 @@ Modes:
   served tokenizer, starting at a paragraph chosen by the request; ends after one or two paragraphs.
 - random: uniformly random non-special ids (the worst case for the decoder: broken UTF-8 included).
 - trace: token sequences from a JSONL file (one list of ids, or {"output_ids": [...]}, per line).
+- echo: the last user message of a chat prompt (the whole prompt of a completion), encoded with the
+  served tokenizer with its special and added tokens recognised (`<think>`, `<tool_call>` become
+  their ids): any model output, parser cases included, reproduced over HTTP
+  (`scheduler_stub.echo`).
 """
 
 from __future__ import annotations
@@ -161,7 +165,7 @@ def embedded_corpus_text() -> str:
 
 
 def make_workload(spec: str, tokenizer: Tokenizer, end_probability: float = 0.0) -> Workload:
-    """Build a workload from a CLI spec: `corpus`, `corpus:PATH`, `random` or `trace:PATH`."""
+    """Build a workload from a CLI spec: `corpus`, `corpus:PATH`, `random`, `trace:PATH` or `echo`."""
     kind, _, arg = spec.partition(":")
     if kind == "corpus":
         text = Path(arg).read_text(encoding="utf-8") if arg else embedded_corpus_text()
@@ -170,4 +174,8 @@ def make_workload(spec: str, tokenizer: Tokenizer, end_probability: float = 0.0)
         return RandomIdsWorkload(tokenizer, end_probability)
     if kind == "trace" and arg:
         return TraceWorkload(arg, tokenizer.vocab_size)
-    raise ValueError(f"unknown workload {spec!r}: expected corpus, corpus:PATH, random or trace:PATH")
+    if kind == "echo" and not arg:
+        from scheduler_stub.echo import EchoWorkload
+
+        return EchoWorkload(tokenizer)
+    raise ValueError(f"unknown workload {spec!r}: expected corpus, corpus:PATH, random, trace:PATH or echo")

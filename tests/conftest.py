@@ -2,17 +2,53 @@
 
 `make test` runs a bounded sample: hypothesis example counts are small and tests marked `slow`
 (long soak and fuzz runs) are skipped. `DETOK_SLOW=1` runs them all, with many more examples.
+
+Hermetic: every cache and temporary file of the run (detok's default-tokenizer cache, Hugging Face,
+tiktoken, prometheus multiprocess files, matplotlib, tempfile) goes to one temporary folder per test
+process, removed at exit; the environment is set here, before any test module imports detok, so the
+processes the tests start inherit it. No network (HF_HUB_OFFLINE=1).
+
+No unseen skip: with `DETOK_STRICT_SKIPS=1` (or CI=true; `.ci/run` sets it) a skipped test that is
+not marked `slow` fails the run (a missing tokenizer package, the C extension not built), so CI
+cannot pass by testing less. Skips are listed in every run's summary (`-rs` in pyproject).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
+from collections.abc import Generator
+from pathlib import Path
 
 import pytest
 
 SLOW = os.environ.get("DETOK_SLOW") == "1"
 if SLOW:
     os.environ.setdefault("DETOK_EXAMPLES", "300")  # read by the property-test modules at import
+
+STRICT_SKIPS = os.environ.get("DETOK_STRICT_SKIPS") == "1" or os.environ.get("CI", "").lower() == "true"
+
+# ---- hermetic run folder (one per test process: xdist workers each import this file) -----------
+# short: ipc:// socket paths under it (pytest's tmp_path included) must stay under 107 bytes
+RUN_DIR = Path(tempfile.mkdtemp(prefix="dt-"))
+atexit.register(shutil.rmtree, RUN_DIR, True)
+_TMP = RUN_DIR / "t"
+_TMP.mkdir()
+for _var, _sub in (
+    ("DETOK_CACHE_DIR", "detok-cache"),
+    ("XDG_CACHE_HOME", "xdg-cache"),
+    ("HF_HOME", "hf-home"),
+    ("TIKTOKEN_CACHE_DIR", "tiktoken-cache"),
+    ("MPLCONFIGDIR", "matplotlib"),
+):
+    os.environ[_var] = str(RUN_DIR / _sub)
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # each pool makes its own metrics folder
+os.environ.pop("HF_HUB_CACHE", None)  # follows HF_HOME
+os.environ["TMPDIR"] = str(_TMP)
+tempfile.tempdir = str(_TMP)  # gettempdir() may already be cached
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -22,3 +58,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if not STRICT_SKIPS or not report.skipped or hasattr(report, "wasxfail") or "slow" in item.keywords:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = (f"skipped under DETOK_STRICT_SKIPS / CI (install what it needs: make test): {reason}")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"detok: run folder {RUN_DIR} (caches, tmp); strict skips {'on' if STRICT_SKIPS else 'off'}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    """The order's seed at the end of every run, `-q` included (the header that names it is not
+    printed then), so a failing order can be replayed."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int):
+        terminalreporter.write_line(f"random order: replay it with -p randomly --randomly-seed={seed}")

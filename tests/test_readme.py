@@ -1,4 +1,7 @@
-"""The README's embedding example runs as written (real pool, real sockets)."""
+"""The README runs as written: its Python examples are executed (the embedding example as is and
+over CURVE tcp with its two documented changes, in subprocesses that must exit 0 within seconds;
+the decode example line by line against the values its comments give; the OpenAI client against a
+live `detok serve`), and its CLI table is checked against each command's --help, both ways."""
 
 from __future__ import annotations
 
@@ -8,27 +11,178 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
+
+pytestmark = pytest.mark.timeout(240)
 
 
-def test_embedding_example_runs_and_stops_on_the_stop_string(tmp_path: Path) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    example = next(b for b in blocks if "DetokPool" in b and "__main__" in b)
-    script = tmp_path / "embed.py"
-    script.write_text(example, encoding="utf-8")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+def _block(*needles: str) -> str:
+    return next(b for b in PYTHON_BLOCKS if all(n in b for n in needles))
+
+
+def _run_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "example.py"
+    script.write_text(source, encoding="utf-8")
+    # the timeout is a hang detector (the tcp example once stayed in zmq.Context.term forever)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path)
+
+
+def _check_embedding_output(out: subprocess.CompletedProcess[str]) -> None:
     assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr and "ContextTerminated" not in out.stderr, out.stderr
     lines = out.stdout.splitlines()
     texts = [ast.literal_eval(re.split(r" (?:None|Finish\()", line)[0]) for line in lines if "scheduler" not in line]
-    streamed = "".join(texts)
-    assert streamed == " this is a test 北京 欢迎 你 "
+    assert "".join(texts) == " this is a test 北京 欢迎 你 "
     assert lines[-1].endswith("Finish(reason='stop', matched='stop token', message=None)")
 
 
-def test_decode_api_example_gives_the_documented_deltas() -> None:
+def test_embedding_example_runs_and_stops_on_the_stop_string(tmp_path: Path) -> None:
+    _check_embedding_output(_run_script(tmp_path, _block("DetokPool", "__main__")))
+
+
+def test_embedding_example_over_curve_tcp_exits_cleanly(tmp_path: Path) -> None:
+    """The README's "Over tcp" sentence applied to the example: the same text, exit 0, no traceback."""
+    from detok.wire.security import generate_keys
+
+    keys = tmp_path / "keys"
+    generate_keys(keys)
+    example = _block("DetokPool", "__main__")
+    pool_call, receiver_call = 'detok.DetokPool("mock", workers=2)', "detok.DeltaReceiver()"
+    assert pool_call in example and receiver_call in example
+    # exactly the calls the README's paragraph gives, with DIR filled in
+    assert 'detok.DetokPool("mock", workers=2, transport="tcp", keys=DIR)' in README
+    assert 'detok.DeltaReceiver("tcp://127.0.0.1:*", keys=DIR)' in README
+    tcp = example.replace(pool_call, f'detok.DetokPool("mock", workers=2, transport="tcp", keys={str(keys)!r})')
+    tcp = tcp.replace(receiver_call, f'detok.DeltaReceiver("tcp://127.0.0.1:*", keys={str(keys)!r})')
+    _check_embedding_output(_run_script(tmp_path, tcp))
+
+
+def test_decode_api_example_gives_the_values_its_comments_show(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each line `EXPR   # VALUE` of the example becomes `assert (EXPR) == VALUE`; the block runs whole."""
     import detok
 
-    tok = detok.load_tokenizer(str(README.parent / "tests" / "fixtures" / "hf" / "qwen2"))
-    stream = detok.DecodeStream(tok, context_ids=tok.encode("Say hi:")[-5:], params=detok.DecodeParams(stop=["\n\n"]))
-    assert stream.step(tok.encode(" 🫨")) == detok.Delta(" 🫨", None)
-    assert stream.finish("length") == detok.Delta("", detok.Finish("length", None, None))
+    monkeypatch.chdir(ROOT)  # its tokenizer path is relative to the clone
+    lines, checked = [], 0
+    for line in _block("DecodeStream(", "stream.step").splitlines():
+        code, sep, comment = line.partition("   # ")
+        if sep and comment.strip().startswith("Delta("):
+            line = f"assert ({code.strip()}) == {comment.strip()}, {code.strip()!r}"
+            checked += 1
+        lines.append(line)
+    assert checked == 2
+    exec("\n".join(lines), {"Delta": detok.Delta, "Finish": detok.Finish})  # noqa: S102 - the README's own code
+
+
+def test_openai_client_example_against_a_live_server(tmp_path: Path) -> None:
+    from tests.helpers.serve_helpers import LiveServer
+
+    live = LiveServer("--workers", "1", "--no-spare", "--step-ms", "2")
+    try:
+        example = _block("from openai import OpenAI")
+        assert 'base_url="http://127.0.0.1:8000/v1"' in example
+        source = example.replace("http://127.0.0.1:8000/v1", live.base_url + "/v1")  # the port this test got
+        out = _run_script(tmp_path, source)
+        assert out.returncode == 0, out.stderr
+        assert len(out.stdout) > 20
+    finally:
+        live.stop()
+        live.kill_group()
+
+
+# ---- the CLI table ------------------------------------------------------------------------------
+
+
+def _cli_rows() -> dict[str, str]:
+    """First cell of each CLI table row that starts with `detok <command>` -> the whole row."""
+    section = README.split("## CLI", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        m = re.match(r"\| `detok (\w+)", line)
+        if m:
+            rows[m.group(1)] = rows.get(m.group(1), "") + line
+    return rows
+
+
+@pytest.mark.parametrize("command", ["serve", "frontend", "pool", "worker", "keygen"])
+def test_cli_table_names_every_option_and_only_real_ones(command: str) -> None:
+    row = _cli_rows()[command]
+    out = subprocess.run([sys.executable, "-m", "detok.cli", command, "--help"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    usage = out.stdout.split("\n\n", 1)[0]
+    real = set(re.findall(r"--[a-z][a-z0-9-]+", usage)) - {"--help"}
+    named = set(re.findall(r"--[a-z][a-z0-9-]+", row))
+    assert real - named == set(), f"options of `detok {command}` missing from the README's CLI table"
+    assert named - real == set(), f"options in the README's CLI table that `detok {command}` does not have"
+    assert "(default: None)" not in out.stdout and "(default: False)" not in out.stdout
+    import argparse
+
+    from detok.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    bare = [a.option_strings for a in sub._actions if a.option_strings and not a.help and a.dest != "help"]
+    assert bare == [], f"options of `detok {command}` without help: {bare}"
+
+
+def test_missing_keys_is_the_same_error_from_pool_and_worker(tmp_path: Path) -> None:
+    codes = {}
+    for argv in (["pool", "--tokenizer", "mock", "--transport", "tcp"],
+                 ["worker", "--tokenizer", "mock", "--bind", "tcp://127.0.0.1:0"]):
+        out = subprocess.run([sys.executable, "-m", "detok.cli", *argv], capture_output=True, text=True, timeout=60,
+                             cwd=tmp_path)
+        assert "need CURVE keys" in out.stderr
+        codes[argv[0]] = out.returncode
+    assert codes == {"pool": 2, "worker": 2}
+
+
+def test_readme_refers_to_nothing_outside_the_repository() -> None:
+    for outside in ("DESIGN", "seed 003", "issue 1", "issue 2", "../shared"):
+        assert outside not in README, outside
+
+
+# ---- every command the README shows -------------------------------------------------------------
+
+
+def _commands() -> list[str]:
+    """Every command the README shows: inline `python ...` spans and command lines of code blocks."""
+    found = re.findall(r"`((?:python|detok) [^`]+)`", README)
+    for block in re.findall(r"```(?:sh)?\n(.*?)```", README, re.S):
+        joined = block.replace("\\\n", " ")
+        found += [line.split("  #")[0].strip() for line in joined.splitlines() if re.match(r"(python|detok) ", line)]
+    return [c for c in found if "..." not in c]
+
+
+def _program(command: str) -> list[str] | None:
+    words = command.split()
+    if words[0] == "detok":
+        return [sys.executable, "-m", "detok.cli", words[1]]
+    if words[1] == "-m":
+        return [sys.executable, "-m", words[2], *([words[3]] if words[2] in ("scheduler_stub", "reference_engine") else [])]
+    if words[1].startswith("bench/"):
+        return [sys.executable, words[1]]
+    return None
+
+
+def test_every_option_of_every_command_in_the_readme_exists() -> None:
+    """The flags of each README command are ones its program's --help lists (commands the README
+    shows with long runs are checked this way rather than run)."""
+    helps: dict[tuple[str, ...], str] = {}
+    commands = _commands()
+    assert len(commands) > 20
+    for command in commands:
+        program = _program(command)
+        if program is None:
+            continue
+        key = tuple(program)
+        if key not in helps:
+            out = subprocess.run([*program, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+            assert out.returncode == 0, (command, out.stderr[-2000:])
+            helps[key] = out.stdout
+        flags = {f.split("=")[0] for f in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?:=\S*)?", command)}
+        flags -= {f.split("=")[0] for f in re.findall(r"--serve-arg=(--[a-z0-9-]+)", command)}  # passed on to serve
+        missing = {f for f in flags if f not in helps[key]}
+        assert not missing, f"`{command}`: {sorted(missing)} not in `{' '.join(program[1:])} --help`"

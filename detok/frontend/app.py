@@ -27,9 +27,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
+from detok.frontend.body_precheck import precheck
 from detok.frontend.errors import RequestError, error_response, from_validation_error
 from detok.frontend.health import SchedulerWatch
 from detok.frontend.http_limits import read_body
+from detok.frontend.intake import Intake
 from detok.frontend.latency import LatencyRecorder
 from detok.frontend.limits import HttpLimits
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
@@ -44,8 +46,8 @@ from detok.tokenizer.base import Tokenizer
 
 log = logging.getLogger("detok.frontend")
 
-# Bodies above this size are tokenized (and chat-templated) off the event loop: a long prompt
-# must not stall every other stream for milliseconds.
+# Bodies above this size are parsed, chat-templated and tokenized in the intake pool
+# (detok.frontend.intake), off the event loop: a long prompt must not stall every other stream.
 _OFFLOAD_BODY_BYTES = 16_384
 _CLIENT_CLOSED_REQUEST = 499  # nginx's status for a response nobody is listening to
 
@@ -64,8 +66,10 @@ class FrontendState:
     http: HttpLimits = HttpLimits()
     stream_interval: int = 1  # deltas per streamed chunk after the first (vLLM's --stream-interval)
     frontend_index: int | None = None  # `detok serve --frontends N`: this process's index (a response header)
+    reasoning_field: str = "reasoning"  # `--reasoning-field`: vLLM's name, or reasoning_content (SGLang)
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     draining: bool = False  # shutting down: new requests are refused
+    intake: Intake = dataclasses.field(default_factory=Intake)  # where large bodies become jobs
     watch: SchedulerWatch = dataclasses.field(init=False)
     eos_id: int | None = dataclasses.field(init=False)
 
@@ -85,6 +89,7 @@ def create_app(state: FrontendState) -> FastAPI:
             yield
         finally:
             watchdog.cancel()
+            state.intake.close()
             if state.latency is not None:
                 state.latency.flush()
 
@@ -139,6 +144,7 @@ def _authorize(state: FrontendState, request: Request) -> None:
 
 def _build_job(state: FrontendState, body: bytes, kind: str) -> GenerationJob:
     model = ChatCompletionRequest if kind == "chat" else CompletionRequest
+    precheck(body, kind, state.limits.max_model_len)
     try:
         req = model.model_validate_json(body)
     except pydantic.ValidationError as e:
@@ -175,7 +181,7 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
         log.info("%s disconnected while sending its request", _client(request))
         return Response(status_code=_CLIENT_CLOSED_REQUEST)
     if len(body) > _OFFLOAD_BODY_BYTES:
-        job = await asyncio.to_thread(_build_job, state, body, kind)
+        job = await state.intake.run(len(body), _build_job, state, body, kind)
     else:
         job = _build_job(state, body, kind)
     if state.draining:
@@ -198,6 +204,11 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             echo=job.echo,
             logprobs=job.logprobs,
             stream_interval=state.stream_interval,
+            continuous_usage=job.continuous_usage,
+            parsing=job.parsing,
+            reasoning_field=state.reasoning_field,
+            include_reasoning=job.include_reasoning,
+            parallel_tool_calls=job.parallel_tool_calls,
         )
         if job.stream:
             return SseResponse(stream_events(ctx, streams, state.latency), release, ctx, state.frontend_index)

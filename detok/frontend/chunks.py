@@ -30,7 +30,7 @@ _END = b"}]}\n\n"
 class ChunkRenderer:
     """Renders one streamed response's text chunks as complete SSE events (`data: ...\\n\\n`)."""
 
-    __slots__ = ("_chat", "_heads")
+    __slots__ = ("_chat", "_delta_heads", "_heads", "_keys")
 
     def __init__(self, kind: Literal["completion", "chat"], response_id: str, created: int, model: str,
                  choices: int = 1) -> None:
@@ -41,11 +41,40 @@ class ChunkRenderer:
         # per choice index: everything up to the first byte of the text's JSON string
         field = b',"delta":{"content":' if self._chat else b',"text":'
         self._heads = [head + str(i).encode() + field for i in range(choices)]
+        self._delta_heads = [head + str(i).encode() + b',"delta":{' for i in range(choices)]
+        self._keys: dict[str, bytes] = {}  # delta key -> its encoded `"key":`
+
+    def field(self, index: int, key: str, value: Any, logprobs: Any = None, usage: Any = None) -> bytes:
+        """A chat chunk whose delta is the one field `key` (the reasoning, or `tool_calls`)."""
+        prefix = self._keys.get(key)
+        if prefix is None:
+            if not self._chat:
+                raise ValueError("delta fields are for chat chunks only")
+            prefix = self._keys[key] = _encode(key) + b":"
+        return b"".join((self._delta_heads[index], prefix, _encode(value), b"}", _OPEN_TAIL,
+                         _NULL if logprobs is None else _encode(logprobs),
+                         _END if usage is None else b'}],"usage":' + _encode(usage) + b"}\n\n"))
+
+    def fields(self, index: int, fields: Mapping[str, Any], logprobs: Any = None) -> bytes:
+        """A chat chunk whose delta holds only `fields` (in order): a reasoning chunk
+        (`{"reasoning": ...}`) or a tool-call chunk (`{"tool_calls": [...]}`)."""
+        if not self._chat:
+            raise ValueError("delta fields are for chat chunks only")
+        parts = [self._delta_heads[index]]
+        first = True
+        for key, value in fields.items():
+            parts.append((b"" if first else b",") + _encode(key) + b":" + _encode(value))
+            first = False
+        parts.append(b"}")
+        parts.append(_OPEN_TAIL)
+        parts.append(_NULL if logprobs is None else _encode(logprobs))
+        parts.append(_END)
+        return b"".join(parts)
 
     def text(self, index: int, text: str, logprobs: Any = None,
-             extra: Mapping[str, Any] | None = None) -> bytes:
+             extra: Mapping[str, Any] | None = None, usage: Any = None) -> bytes:
         """The chunk carrying `text` (and `logprobs`, a Struct or None; `extra` delta fields, chat
-        only) for choice `index`."""
+        only; `usage`, a Usage Struct, for `continuous_usage_stats`) for choice `index`."""
         parts = [self._heads[index], _encode(text)]
         if self._chat:
             if extra:
@@ -56,5 +85,5 @@ class ChunkRenderer:
             raise ValueError("extra delta fields are for chat chunks only")
         parts.append(_OPEN_TAIL)
         parts.append(_NULL if logprobs is None else _encode(logprobs))
-        parts.append(_END)
+        parts.append(_END if usage is None else b'}],"usage":' + _encode(usage) + b"}\n\n")
         return b"".join(parts)

@@ -74,7 +74,8 @@ def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.sock
         raise
     state = FrontendState(
         tokenizer=parts.tokenizer,
-        limits=ServingLimits(cfg.served_model_name, cfg.max_model_len, random_seed=cfg.model is not None),
+        limits=ServingLimits(cfg.served_model_name, cfg.max_model_len, random_seed=cfg.model is not None,
+                             reasoning_parser=cfg.reasoning_parser, tool_parser=cfg.tool_call_parser),
         link=link,
         health=parts.health,
         health_detail=parts.health_detail,
@@ -85,6 +86,7 @@ def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.sock
         http=parts.http,
         stream_interval=cfg.stream_interval,
         frontend_index=parts.index,
+        reasoning_field=cfg.reasoning_field,
     )
     verbose = cfg.log_level in ("debug", "info")
     server = DrainingServer(
@@ -95,7 +97,7 @@ def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.sock
             lifespan="on",
             log_level=cfg.log_level,
             access_log=verbose,
-            timeout_keep_alive=int(state.http.keep_alive_s),
+            timeout_keep_alive=state.http.keep_alive_s,  # type: ignore[arg-type]  (a float works: call_later)
             timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
         ),
         state,

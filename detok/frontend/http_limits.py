@@ -2,7 +2,10 @@
 
 - headers: a connection must finish its request line and headers within `header_timeout_s` of
   opening (or of the request's first byte on a kept-alive connection), in at most
-  `max_header_bytes`, else it gets a 408 / 431 and is closed (slowloris connections do not pile up);
+  `max_header_bytes`, else it gets a 408 / 431 and is closed (slowloris connections do not pile up).
+  The size is what the parser delivered (method, target, every header name and value, and their
+  delimiters), checked when the headers complete whatever the read boundaries, and while they
+  are still incomplete from the bytes received (an endless header is cut off early);
 - connections: past `max_connections` open at once, a new one gets a 503 and is closed;
 - body: `read_body` takes a request's body within `body_timeout_s` (408) and at most
   `max_body_bytes` (413, from Content-Length before reading, or while reading a chunked body).
@@ -28,6 +31,10 @@ from detok.frontend.errors import RequestError, error_json
 from detok.frontend.limits import LINGER_S, HttpLimits
 
 _CLOSE = {"Connection": "close"}
+
+
+class _HeadersTooLarge(Exception):
+    """Raised in a parser callback to stop parsing a refused request."""
 
 
 async def read_body(request: Request, limits: HttpLimits) -> bytes:
@@ -100,7 +107,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_deadline: asyncio.TimerHandle | None = None
-        self._header_bytes = 0
+        self._header_bytes = 0  # bytes received while the headers are incomplete
+        self._header_fields = 0  # bytes of request line and headers, as parsed
         self._in_headers = False
         self.discard_input = False  # lingering close: what the client still sends is dropped
         self._refused = False
@@ -140,14 +148,33 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not self._in_headers:  # the next request on a kept-alive connection
             self._start_headers()
 
+    def on_url(self, url: bytes) -> None:
+        self._header_fields += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_fields += len(name) + len(value) + 4  # ": " and CRLF
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
         self._stop_header_deadline()
         self._in_headers = False
+        # method, the spaces and " HTTP/1.1" + CRLF around the target, the blank line
+        size = self._header_fields + len(self.parser.get_method()) + 13
+        if size > self.limits.max_header_bytes:
+            self._refuse(431, "Request Header Fields Too Large",
+                         f"request line and headers are larger than {self.limits.max_header_bytes} bytes")
+            raise _HeadersTooLarge  # stops the parser: no request is started
         super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._refused:  # (a refusal of ours that stopped the parser was answered already)
+            super().send_400_response(msg)
 
     def _start_headers(self) -> None:
         self._in_headers = True
         self._header_bytes = 0
+        self._header_fields = 0
         self._stop_header_deadline()
         self._header_deadline = self.loop.call_later(self.limits.header_timeout_s, self._headers_too_slow)
 

@@ -40,7 +40,7 @@ class _OpenObject(BaseModel):
 
 class StreamOptions(_Request):
     include_usage: bool | None = None
-    continuous_usage_stats: Any = None  # refused
+    continuous_usage_stats: bool | None = None  # usage in every chunk (vLLM's; with include_usage)
 
 
 class _SamplingRequest(_Request):
@@ -146,8 +146,9 @@ class ChatCompletionRequest(_SamplingRequest):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     documents: list[dict[str, str]] | None = Field(default=None, max_length=MAX_DOCUMENTS)
     chat_template_kwargs: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None  # false: only the first tool call is returned (as vLLM)
+    include_reasoning: bool | None = None  # false: the reasoning is parsed out and dropped (vLLM)
     # refused (detok.frontend.refusals)
-    parallel_tool_calls: Any = None
     functions: Any = None
     function_call: Any = None
     chat_template: Any = None

@@ -39,9 +39,27 @@ class Completion(msgspec.Struct, omit_defaults=True, tag_field="object", tag="te
     usage: Usage | None = None
 
 
+class ToolCallFunction(msgspec.Struct, gc=False):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(msgspec.Struct, gc=False):
+    id: str
+    function: ToolCallFunction
+    type: str = "function"
+
+
 class ChatMessageOut(msgspec.Struct, gc=False):
-    content: str
+    """`content` is None (null) only for a parsed reply with no content; the reasoning field (vLLM's
+    `reasoning` or SGLang's / DeepSeek's `reasoning_content`) and `tool_calls` are present only
+    when the server parses them (UNSET fields are not written)."""
+
+    content: str | None
     role: str = "assistant"
+    reasoning: str | None | msgspec.UnsetType = msgspec.UNSET
+    reasoning_content: str | None | msgspec.UnsetType = msgspec.UNSET
+    tool_calls: list[ToolCallOut] | msgspec.UnsetType = msgspec.UNSET
 
 
 class ChatChoice(msgspec.Struct, gc=False):

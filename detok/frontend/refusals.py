@@ -1,8 +1,10 @@
 """Options this server cannot honour: each is a 400 naming the parameter and saying why, never
 silently ignored. Where vLLM refuses the same option without a server flag, the reason says so.
 
-Not implemented here: tool-call parsing (the model's text is never turned into `tool_calls`),
-structured output (no grammar-constrained sampling), beam search and constrained sampling, prompt
+Tool calls are parsed (by the workers) only when the server runs a tool-call parser
+(`--tool-call-parser`) and the request's `tool_choice` is "auto" (the default with tools) or "none"
+(tools rendered, nothing parsed); "required" and a named tool need constrained sampling in the
+engine and stay refused. Not implemented here: structured output (no grammar-constrained sampling), beam search and constrained sampling, prompt
 logprobs, suffix insertion, and a chat template sent with the request.
 """
 
@@ -15,8 +17,13 @@ from detok.frontend.errors import RequestError
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest, _SamplingRequest
 
 _TOOL_PARSING = (
-    "needs tool-call parsing, which this server does not implement (vLLM needs --enable-auto-tool-choice "
-    "and a --tool-call-parser for it); send tool_choice \"none\" to have the tools rendered into the prompt only"
+    "needs tool-call parsing, which this server runs only when started with --tool-call-parser (vLLM needs "
+    "--enable-auto-tool-choice and a --tool-call-parser for it); send tool_choice \"none\" to have the tools "
+    "rendered into the prompt only"
+)
+_CONSTRAINED = (
+    "needs constrained sampling in the engine (the model must be made to call a tool), which this server does "
+    "not implement; send tool_choice \"auto\" (with --tool-call-parser) or \"none\""
 )
 _STRUCTURED = "structured output (constrained decoding) is not implemented by this server"
 _SAMPLING = "is not implemented by this server (the scheduler samples without it)"
@@ -46,7 +53,6 @@ _COMPLETION: dict[str, Rule] = {
     "best_of": (lambda v: v is None or (type(v) is int and v == 1), f"best_of above 1 {_SAMPLING}"),
 }
 _CHAT: dict[str, Rule] = {
-    "parallel_tool_calls": (_GIVEN, f"parallel tool calls {_TOOL_PARSING}"),
     "functions": (_GIVEN, f"legacy function calling {_TOOL_PARSING}"),
     "function_call": (_GIVEN, f"legacy function calling {_TOOL_PARSING}"),
     "chat_template": (_GIVEN, "a chat template sent with the request is not accepted (as vLLM without "
@@ -60,29 +66,32 @@ def _apply(req: _SamplingRequest, rules: dict[str, Rule]) -> None:
             raise RequestError(f"{name}: {why}", name)
 
 
-def refuse_unsupported(req: _SamplingRequest) -> None:
-    """Raise RequestError (400) for the first option given that this server cannot honour."""
+def refuse_unsupported(req: _SamplingRequest, tool_parser: str | None = None) -> None:
+    """Raise RequestError (400) for the first option given that this server cannot honour
+    (`tool_parser`: the server's tool-call parser, if it runs one)."""
     _apply(req, _COMMON)
-    if req.stream_options is not None and req.stream_options.continuous_usage_stats not in (None, False):
-        raise RequestError("stream_options.continuous_usage_stats: usage in every chunk is not implemented "
-                           "by this server (the final usage chunk is)", "stream_options.continuous_usage_stats")
     if isinstance(req, CompletionRequest):
         _apply(req, _COMPLETION)
     if isinstance(req, ChatCompletionRequest):
         _apply(req, _CHAT)
-        _refuse_tool_choice(req)
+        _refuse_tool_choice(req, tool_parser)
 
 
-def _refuse_tool_choice(req: ChatCompletionRequest) -> None:
+def _refuse_tool_choice(req: ChatCompletionRequest, tool_parser: str | None) -> None:
     """As vLLM: tools without tool_choice mean "auto"; "none" renders the tools into the prompt and
-    parses nothing (accepted); "auto", "required" and a named tool need parsing (refused)."""
+    parses nothing (accepted); "auto" needs the server's tool-call parser; "required" and a named
+    tool need constrained sampling (refused)."""
     if req.tools is None:
         if req.tool_choice not in (None, "none"):
             raise RequestError("tool_choice: needs tools (when using tool_choice, tools must be set)", "tool_choice")
         return
-    if req.tool_choice is None:
-        raise RequestError(f"tools: tool_choice \"auto\" (the default when tools are given) {_TOOL_PARSING}",
-                           "tools")
+    if req.tool_choice is None or req.tool_choice == "auto":
+        if tool_parser is None:
+            if req.tool_choice is None:
+                raise RequestError(f"tools: tool_choice \"auto\" (the default when tools are given) {_TOOL_PARSING}",
+                                   "tools")
+            raise RequestError(f"tool_choice: \"auto\" {_TOOL_PARSING}", "tool_choice")
+        return
     if req.tool_choice != "none":
         shown = f'"{req.tool_choice}"' if isinstance(req.tool_choice, str) else "a named tool"
-        raise RequestError(f"tool_choice: {shown} {_TOOL_PARSING}", "tool_choice")
+        raise RequestError(f"tool_choice: {shown} {_CONSTRAINED}", "tool_choice")

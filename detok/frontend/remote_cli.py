@@ -15,12 +15,11 @@ import argparse
 import logging
 import signal
 import sys
-import tempfile
 import threading
 from typing import Any
 
 from detok.frontend import limits
-from detok.frontend.serve_cli import DEFAULT_MODEL_NAME, _positive_int
+from detok.frontend.serve_cli import DEFAULT_MODEL_NAME, _positive_int, add_parsing_arguments
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -37,15 +36,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--keys", default=None, metavar="DIR", help="the deployment's CURVE keys (detok keygen DIR)")
     p.add_argument("--insecure", action="store_true", help="tcp without CURVE (trusted networks only)")
     p.add_argument("--tokenizer", required=True, metavar="SOURCE", help="the tokenizer the pool uses")
-    p.add_argument("--chat-template", default=None, metavar="FILE_OR_STRING")
+    p.add_argument("--chat-template", default=None, metavar="FILE_OR_STRING",
+                   help="a chat template (file or the template itself) instead of the tokenizer's")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: %(default)s)")
     p.add_argument("--port", type=int, default=None, help=f"HTTP port (default: {limits.DEFAULT_PORT}; 0: any)")
-    p.add_argument("--served-model-name", default=DEFAULT_MODEL_NAME)
-    p.add_argument("--max-model-len", type=_positive_int, default=32768)
-    p.add_argument("--api-key", default=None)
-    p.add_argument("--stream-interval", type=_positive_int, default=1, metavar="N")
-    p.add_argument("--max-connections", type=_positive_int, default=limits.MAX_CONNECTIONS)
-    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--served-model-name", default=DEFAULT_MODEL_NAME,
+                   help="the model name the API answers to (default: %(default)s)")
+    p.add_argument("--max-model-len", type=_positive_int, default=32768,
+                   help="prompt + output tokens a request may take (default: %(default)s)")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
+    p.add_argument("--stream-interval", type=_positive_int, default=1, metavar="N",
+                   help="deltas joined into one streamed chunk after a choice's first (default: %(default)s)")
+    p.add_argument("--max-connections", type=_positive_int, default=limits.MAX_CONNECTIONS,
+                   help="open connections at once; one more gets a 503 (default: %(default)s)")
+    p.add_argument("--timeout-keep-alive", type=float, default=limits.KEEP_ALIVE_S, metavar="S",
+                   help="seconds an idle kept-alive connection stays open (default: %(default)s)")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                   help="(default: %(default)s)")
+    add_parsing_arguments(p)
     p.set_defaults(func=_run)
     return p
 
@@ -57,7 +65,11 @@ def _run(args: argparse.Namespace) -> int:
     from detok.frontend.serve import ServeConfig, _bind, _url_host
 
     listener = _bind(args.host, args.port)
-    metrics_root = tempfile.mkdtemp(prefix="detok-frontend-metrics-")
+    from detok.wire.owned_dirs import OwnedDir, remove_orphans
+
+    remove_orphans()
+    metrics_dir = OwnedDir("detok-frontend-metrics-")  # locked while this process lives
+    metrics_root = str(metrics_dir.path)
     use_metrics_dir(metrics_root)
     from detok.frontend.frontend_process import FrontendParts, serve_frontend
     from detok.tokenizer.factory import load_tokenizer
@@ -65,6 +77,13 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = ServeConfig.from_args(args)
     tokenizer = load_tokenizer(args.tokenizer, chat_template=args.chat_template)
+    from detok.parsing.registry import ParserConfigError
+    from detok.parsing.tokens import check_parsers
+
+    try:  # the pool's workers must run the same detok (their families are this package's)
+        check_parsers(tokenizer, args.reasoning_parser, args.tool_call_parser)
+    except ParserConfigError as e:
+        raise SystemExit(f"detok frontend: {e}") from None
     parts = FrontendParts(tokenizer, args.scheduler, args.receiver, lambda: {"scheduler": True}, dict, lambda: 1,
                           metrics_root, cfg.http_limits(), keys=args.keys, insecure=args.insecure)
     base = f"http://{_url_host(args.host)}:{listener.getsockname()[1]}"
@@ -90,4 +109,5 @@ def _run(args: argparse.Namespace) -> int:
         pass
     finally:
         listener.close()
+        metrics_dir.remove()
     return 0

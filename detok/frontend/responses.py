@@ -44,7 +44,11 @@ from detok.frontend.openai_types import (
     CompletionChoice,
     Usage,
 )
+from detok.frontend.typed_responses import TypedChoice
+from detok.parsing.types import OutputParsing
 from detok.receiver.receiver import RequestDelta, RequestStream
+from detok.receiver.typed import join_calls
+from detok.wire.to_frontends import openai_finish_reason
 from detok.receiver.token_logprobs import TokenLogprobs
 from detok.stream.params import Finish
 
@@ -66,12 +70,26 @@ class ResponseContext:
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     stream_interval: int = 1  # deltas joined into one streamed chunk (the first goes out alone)
     completed: bool = False  # the response was built to its end (not cut short by its client)
+    continuous_usage: bool = False  # usage in every chunk (stream_options.continuous_usage_stats)
+    # output parsing (detok.frontend.typed_responses): None for plain text
+    parsing: OutputParsing | None = None
+    reasoning_field: str = "reasoning"
+    include_reasoning: bool = True
+    parallel_tool_calls: bool = True
+
+    def typed_choice(self) -> TypedChoice | None:
+        p = self.parsing
+        if p is None or self.kind != "chat":
+            return None
+        return TypedChoice(self.reasoning_field, self.include_reasoning, self.parallel_tool_calls,
+                           p.tool_parser is not None, p.reasoning_parser is not None)
 
 
 class ChoiceState:
     """One choice's progress: its text (non-streamed), logprobs, finish, tokens and clock."""
 
-    __slots__ = ("chat", "finish", "index", "k", "logprob_parts", "num_tokens", "offsets", "parts", "timer")
+    __slots__ = ("calls", "chat", "finish", "index", "k", "logprob_parts", "num_tokens", "offsets", "parts", "timer",
+                 "typed")
 
     def __init__(self, index: int, ctx: ResponseContext, recorder: LatencyRecorder | None) -> None:
         self.index = index
@@ -82,11 +100,26 @@ class ChoiceState:
         self.logprob_parts: list[Any] = []  # non-streamed: each delta's logprobs, for body_logprobs()
         self.finish: Finish | None = None
         self.num_tokens = 0
+        self.calls = 0  # tool calls the worker emitted (from the finish)
         self.timer = RequestTimer(recorder, ctx.arrival)
+        self.typed = ctx.typed_choice()
 
-    def end(self, finish: Finish, num_tokens: int | None) -> None:
+    def running_usage(self, ctx: ResponseContext, delta: RequestDelta | None = None) -> Usage | None:
+        """vLLM's usage of a chunk with `continuous_usage_stats`: the prompt and this choice's
+        output tokens so far (None: not asked for)."""
+        if not ctx.continuous_usage:
+            return None
+        if delta is not None and delta.num_tokens is not None:
+            self.num_tokens = delta.num_tokens
+        return Usage(ctx.prompt_tokens, self.num_tokens, ctx.prompt_tokens + self.num_tokens)
+
+    def end(self, finish: Finish, num_tokens: int | None, calls: int = 0) -> None:
         self.timer.finish(finish.reason)
         self.finish, self.num_tokens = finish, num_tokens or 0
+        self.calls = self.typed.num_calls(calls) if self.typed is not None else 0
+
+    def finish_reason(self) -> str | None:
+        return openai_finish_reason(self.finish, self.calls) if self.finish is not None else None
 
     def logprobs(self, delta: RequestDelta) -> ChatLogprobs | CompletionLogprobs | None:
         """The `logprobs` object of a streamed chunk carrying `delta` (None: none to carry). A
@@ -133,24 +166,25 @@ def _usage(ctx: ResponseContext, choices: Sequence[ChoiceState]) -> Usage:
     return Usage(ctx.prompt_tokens, completion, ctx.prompt_tokens + completion)
 
 
-def _text_chunk(ctx: ResponseContext, index: int, text: str, logprobs: Any = None, role: bool = False) -> bytes:
+def _text_chunk(ctx: ResponseContext, index: int, text: str, logprobs: Any = None, role: bool = False,
+                usage: Usage | None = None) -> bytes:
     if ctx.kind == "chat":
         delta = ChatDelta(role="assistant", content=text) if role else ChatDelta(content=text)
         chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(
-            ctx.id, ctx.created, ctx.model, [ChatChunkChoice(index, delta, logprobs=logprobs)]
+            ctx.id, ctx.created, ctx.model, [ChatChunkChoice(index, delta, logprobs=logprobs)], usage
         )
     else:
-        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, text, None, logprobs=logprobs)])
+        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, text, None, logprobs=logprobs)], usage)
     return sse.event(_ENCODER.encode(chunk))
 
 
-def _finish_chunk(ctx: ResponseContext, index: int, finish: Finish) -> bytes:
+def _finish_chunk(ctx: ResponseContext, index: int, finish: Finish, usage: Usage | None = None, calls: int = 0) -> bytes:
     reason = stop_reason(ctx, finish)
     if ctx.kind == "chat":
-        choice = ChatChunkChoice(index, ChatDelta(), finish.reason, reason)
-        chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(ctx.id, ctx.created, ctx.model, [choice])
+        choice = ChatChunkChoice(index, ChatDelta(), openai_finish_reason(finish, calls), reason)
+        chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(ctx.id, ctx.created, ctx.model, [choice], usage)
     else:
-        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, "", finish.reason, reason)])
+        chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, "", finish.reason, reason)], usage)
     return sse.event(_ENCODER.encode(chunk))
 
 
@@ -198,7 +232,9 @@ def _joined(pending: list[RequestDelta]) -> RequestDelta:
     runs = [d.logprobs for d in pending if d.logprobs is not None]
     last = pending[-1]
     logprobs = TokenLogprobs.concat(runs) if runs else None
-    return RequestDelta("".join(d.text for d in pending), last.finish, last.num_tokens, logprobs)
+    calls = tuple(c for d in pending for c in d.tool_calls)
+    return RequestDelta("".join(d.text for d in pending), last.finish, last.num_tokens, logprobs,
+                        "".join(d.reasoning for d in pending), tuple(join_calls(list(calls))), last.calls)
 
 
 async def stream_events(
@@ -216,9 +252,9 @@ async def stream_events(
     choices = [ChoiceState(i, ctx, recorder) for i in range(len(streams))]
     for c in choices:
         if ctx.kind == "chat":  # OpenAI's first chunk of a choice announces the role
-            yield _text_chunk(ctx, c.index, "", role=True)
+            yield _text_chunk(ctx, c.index, "", role=True, usage=c.running_usage(ctx))
         if ctx.echo:
-            yield render.text(c.index, ctx.echo)
+            yield render.text(c.index, ctx.echo, usage=c.running_usage(ctx))
     interval = ctx.stream_interval
     held: list[list[RequestDelta]] = [[] for _ in choices]
     sent_first = [interval <= 1] * len(choices)
@@ -226,7 +262,7 @@ async def stream_events(
     async with contextlib.aclosing(merged_deltas(streams)) as deltas:
         async for index, delta in deltas:
             if not sent_first[index]:
-                if delta.text or delta.logprobs is not None:
+                if delta.text or delta.logprobs is not None or delta.reasoning or delta.tool_calls:
                     sent_first[index] = True  # the first text goes out at once: time to first token
             elif interval > 1:
                 pending = held[index]
@@ -237,17 +273,23 @@ async def stream_events(
                 pending.clear()
             choice = choices[index]
             logprobs = choice.logprobs(delta)
-            if delta.text or logprobs is not None:
+            if choice.typed is not None:
+                chunks = choice.typed.chunks(render, index, delta, logprobs, choice.running_usage(ctx, delta))
+                if chunks:
+                    choice.timer.text()
+                    for chunk in chunks:
+                        yield chunk
+            elif delta.text or logprobs is not None:
                 choice.timer.text()
-                yield render.text(index, delta.text, logprobs)
+                yield render.text(index, delta.text, logprobs, usage=choice.running_usage(ctx, delta))
             finish = delta.finish
             if finish is None:
                 continue
-            choice.end(finish, delta.num_tokens)
+            choice.end(finish, delta.num_tokens, delta.calls)
             if finish.reason in ("error", "abort"):
                 yield sse.event(error_json(_error(finish)))
                 break
-            yield _finish_chunk(ctx, index, finish)
+            yield _finish_chunk(ctx, index, finish, choice.running_usage(ctx), choice.calls)
             finished += 1
             if finished == len(choices):
                 if ctx.include_usage:
@@ -271,8 +313,10 @@ async def collect_body(
             if delta.text:
                 choice.timer.text()
                 choice.parts.append(delta.text)
+            if choice.typed is not None:
+                choice.typed.add(delta)
             if delta.finish is not None:
-                choice.end(delta.finish, delta.num_tokens)
+                choice.end(delta.finish, delta.num_tokens, delta.calls)
                 if delta.finish.reason in ("error", "abort"):
                     raise _error(delta.finish)
     finishes = [c.finish for c in choices]
@@ -280,7 +324,8 @@ async def collect_body(
         raise RequestError("the request ended without a result", status=500, type="server_error")
     usage = _usage(ctx, choices)
     if ctx.kind == "chat":
-        chat = [ChatChoice(c.index, ChatMessageOut("".join(c.parts)), f.reason, stop_reason(ctx, f), c.body_logprobs())
+        chat = [ChatChoice(c.index, c.typed.message("".join(c.parts)) if c.typed is not None else
+                           ChatMessageOut("".join(c.parts)), c.finish_reason(), stop_reason(ctx, f), c.body_logprobs())
                 for c, f in zip(choices, finishes) if f is not None]
         return _ENCODER.encode(ChatCompletion(ctx.id, ctx.created, ctx.model, chat, usage))
     text = [CompletionChoice(c.index, "".join(c.parts), f.reason, stop_reason(ctx, f), c.body_logprobs())

@@ -8,6 +8,7 @@ import os
 import secrets
 import time
 
+import msgspec
 import zmq
 
 from detok.wire.endpoints import make_socket
@@ -48,6 +49,9 @@ class SchedulerLink:
         # unique across frontends sharing a scheduler: given (`rid_base`), or random without coordination
         self._rid_base = secrets.randbits(63 - _RID_COUNTER_BITS) << _RID_COUNTER_BITS if base is None else base
         self._counter = itertools.count(1)
+        # tool-call ids: this salt and the rid (so ids differ across restarts, and a replay, which
+        # carries the same registration, gives the same ones)
+        self._call_salt = secrets.token_hex(6)
 
     def _new_rid(self) -> int:
         return self._rid_base | (next(self._counter) & ((1 << _RID_COUNTER_BITS) - 1))
@@ -82,6 +86,8 @@ class SchedulerLink:
                     ignore_eos=job.ignore_eos,
                     arrival_time=arrival,
                     logprobs=job.logprobs,
+                    parsing=(msgspec.structs.replace(job.parsing, call_id_seed=f"{self._call_salt}-{rid:x}")
+                             if job.parsing is not None else None),
                 )
                 if not self._send(request):
                     raise RequestError(
@@ -104,6 +110,15 @@ class SchedulerLink:
         self._send(Abort(rid))  # best effort: if the queue is full the request ends on its own
 
     def close(self) -> None:
+        """Close the socket (bounded linger), then the authenticator, then the context. Idempotent."""
+        if self._push.closed:
+            return
         self._push.close()
         self._security.close()
         self._ctx.term()
+
+    def __enter__(self) -> SchedulerLink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -16,11 +16,9 @@ import errno
 import logging
 import os
 import resource
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -50,8 +48,11 @@ class ServeConfig:
     no_spare: bool = False
     step_ms: float = 20.0
     max_batch: int = 256
-    tokens_per_step: int = 1
+    tokens_per_step: int | tuple[int, int] = 1  # (MIN, MAX): a seeded random count per request per step
     workload: str = "corpus"
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    reasoning_field: str = "reasoning"
     served_model_name: str = "detok-stub"
     max_model_len: int = 32768
     api_key: str | None = None
@@ -61,6 +62,7 @@ class ServeConfig:
     http_header_timeout: float = limits.HEADER_TIMEOUT_S
     http_body_timeout: float = limits.BODY_TIMEOUT_S
     max_connections: int = limits.MAX_CONNECTIONS
+    timeout_keep_alive: float = limits.KEEP_ALIVE_S
     shutdown_drain: float = limits.SHUTDOWN_DRAIN_S
     stream_interval: int = 1
     frontends: int = 1  # HTTP processes over one port (>1: child processes, see detok.frontend.frontends)
@@ -79,6 +81,7 @@ class ServeConfig:
             header_timeout_s=self.http_header_timeout,
             body_timeout_s=self.http_body_timeout,
             max_connections=min(share, room),
+            keep_alive_s=self.timeout_keep_alive,
         )
 
     @classmethod
@@ -123,8 +126,12 @@ def run_serve(cfg: ServeConfig) -> int:
     from detok.metrics import use_metrics_dir
 
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from detok.wire.owned_dirs import OwnedDir, remove_orphans
+
     listener = _bind(cfg.host, cfg.port)
-    metrics_root = tempfile.mkdtemp(prefix="detok-metrics-")
+    remove_orphans()  # what a SIGKILLed stack left in the temp dir (never a running one's)
+    metrics_dir = OwnedDir("detok-metrics-")
+    metrics_root = str(metrics_dir.path)
     use_metrics_dir(metrics_root)  # before anything imports prometheus_client
     signal.signal(signal.SIGTERM, _raise_shutdown)
     stack = None
@@ -140,7 +147,7 @@ def run_serve(cfg: ServeConfig) -> int:
         if stack is not None:
             stack.close()
         listener.close()
-        shutil.rmtree(metrics_root, ignore_errors=True)
+        metrics_dir.remove()
 
 
 def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
@@ -154,7 +161,9 @@ def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
         source = str(default_tokenizer_dir())
     else:
         source = cfg.tokenizer
-    policy = StepPolicy(cfg.step_ms / 1000.0, cfg.max_batch, cfg.tokens_per_step)
+    per_step = cfg.tokens_per_step
+    low, high = per_step if isinstance(per_step, tuple) else (per_step, per_step)
+    policy = StepPolicy(cfg.step_ms / 1000.0, cfg.max_batch, low, high if high != low else None)
     stack = Stack(
         StackConfig(
             tokenizer=source,
@@ -166,6 +175,8 @@ def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
             model=cfg.model,
             metrics_dir=metrics_root,
             log_level=cfg.log_level.upper(),
+            reasoning_parser=cfg.reasoning_parser,
+            tool_parser=cfg.tool_call_parser,
         )
     )
     scheduler = f"the reference engine on {cfg.model}" if cfg.model else "the scheduler stub"

@@ -37,6 +37,17 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _tokens_per_step(text: str) -> int | tuple[int, int]:
+    """N, or MIN-MAX (a seeded random count per request per step)."""
+    low, sep, high = text.partition("-")
+    if not sep:
+        return _positive_int(text)
+    lo, hi = _positive_int(low), _positive_int(high)
+    if lo > hi:
+        raise argparse.ArgumentTypeError(f"MIN must not exceed MAX, got {text}")
+    return (lo, hi) if lo != hi else lo
+
+
 def _frontends(text: str) -> int:
     """N, or "auto": half the cores (the other half for the pool and the scheduler), at most 8."""
     if text == "auto":
@@ -45,6 +56,21 @@ def _frontends(text: str) -> int:
     if value > MAX_FRONTENDS:
         raise argparse.ArgumentTypeError(f"at most {MAX_FRONTENDS}, got {value}")
     return value
+
+
+def add_parsing_arguments(p: argparse.ArgumentParser) -> None:
+    """--reasoning-parser, --tool-call-parser, --reasoning-field (detok serve and detok frontend)."""
+    parsing = p.add_argument_group("output parsing (in the workers)")
+    parsing.add_argument("--reasoning-parser", default=None, metavar="NAME",
+                         help="split chat output into reasoning and content (vLLM's names, SGLang's as aliases); an "
+                              "unknown name, or a tokenizer without the family's marker tokens, fails the start")
+    parsing.add_argument("--tool-call-parser", default=None, metavar="NAME",
+                         help="parse tool calls of requests with tools and tool_choice \"auto\" into tool_calls")
+    parsing.add_argument("--enable-auto-tool-choice", action="store_true",
+                         help="accepted for vLLM compatibility (tool_choice \"auto\" is on with --tool-call-parser)")
+    parsing.add_argument("--reasoning-field", default="reasoning", choices=["reasoning", "reasoning_content"],
+                         help="the response field of the reasoning: vLLM's `reasoning`, or `reasoning_content` "
+                              "(SGLang, DeepSeek) (default: %(default)s)")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -79,12 +105,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     p.add_argument("--max-batch", type=_positive_int, default=256,
                    help="most requests generating at once; later ones wait (default: %(default)s)")
-    p.add_argument("--tokens-per-step", type=_positive_int, default=1,
-                   help="tokens per request per step, as with speculative decoding (default: %(default)s)")
+    p.add_argument("--tokens-per-step", type=_tokens_per_step, default=1, metavar="N|MIN-MAX",
+                   help="tokens per request per step, as with speculative decoding; MIN-MAX: a random number in that "
+                        "range per request per step, seeded by the request (default: %(default)s)")
     p.add_argument("--workload", default="corpus", metavar="SPEC",
                    help="what the stub generates: corpus (the embedded multilingual text), corpus:PATH (paragraphs "
-                        "of a text file), random (random valid ids), trace:PATH (JSONL of token id lists) "
-                        "(default: %(default)s)")
+                        "of a text file), random (random valid ids), trace:PATH (JSONL of token id lists), echo (the "
+                        "last user message, or the completion prompt, encoded with special and added tokens "
+                        "recognised: reproduce any parser case over HTTP) (default: %(default)s)")
+    add_parsing_arguments(p)
     p.add_argument("--served-model-name", default=None,
                    help=f"model name of the API (default: the --model value, else {DEFAULT_MODEL_NAME})")
     p.add_argument("--max-model-len", type=_positive_int, default=None,
@@ -113,6 +142,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     limits_group.add_argument("--max-connections", type=_positive_int, default=limits.MAX_CONNECTIONS,
                               help="open connections at once; one more gets a 503 and is closed (default: "
                                    "%(default)s)")
+    limits_group.add_argument("--timeout-keep-alive", type=_positive_float, default=limits.KEEP_ALIVE_S,
+                              metavar="S", help="seconds an idle kept-alive connection stays open between "
+                                                "requests (vLLM's option; default: %(default)s)")
     limits_group.add_argument("--shutdown-drain", type=_non_negative_float, default=limits.SHUTDOWN_DRAIN_S,
                               metavar="S", help="on SIGINT/SIGTERM, seconds open requests get to finish before "
                                                 "they end with an error (default: %(default)s)")
@@ -126,7 +158,21 @@ def _run(args: argparse.Namespace) -> int:
     from detok.frontend.serve import ServeConfig, run_serve
 
     _model_defaults(args)
+    _check_parser_names(args)
     return run_serve(ServeConfig.from_args(args))
+
+
+def _check_parser_names(args: argparse.Namespace) -> None:
+    """An unknown parser name fails at once (markers are checked by the workers at load)."""
+    from detok.parsing.registry import ParserConfigError, reasoning_parser_class, tool_parser_class
+
+    try:
+        if args.reasoning_parser:
+            reasoning_parser_class(args.reasoning_parser)
+        if args.tool_call_parser:
+            tool_parser_class(args.tool_call_parser)
+    except ParserConfigError as e:
+        raise SystemExit(f"detok serve: {e}") from None
 
 
 def _model_defaults(args: argparse.Namespace) -> None:

@@ -65,6 +65,8 @@ class StackConfig:
     start_timeout_s: float = 120.0
     stall_timeout_s: float = STALL_TIMEOUT_S  # a worker silent this long is stalled (detok.pool.supervisor)
     replace_stalled: bool = True
+    reasoning_parser: str | None = None  # checked by each worker against the tokenizer at load
+    tool_parser: str | None = None
 
 
 class Stack:
@@ -102,6 +104,8 @@ class Stack:
                 start_timeout_s=self.cfg.start_timeout_s,
                 stall_timeout_s=self.cfg.stall_timeout_s,
                 replace_stalled=self.cfg.replace_stalled,
+                reasoning_parser=self.cfg.reasoning_parser,
+                tool_parser=self.cfg.tool_parser,
             )
         except Exception as e:
             raise StackStartError(str(e)) from None
@@ -151,6 +155,7 @@ class Stack:
             return engine_main, engine_config_json(self.cfg.model, self.cfg.log_level, os.getpid())
         cfg = StubConfig(
             tokenizer=self.cfg.tokenizer,
+            chat_template=self.cfg.chat_template,
             workload=self.cfg.workload,
             policy=self.cfg.policy,
             log_level=self.cfg.log_level,

@@ -15,8 +15,11 @@ from detok.frontend.chat_messages import message_text, template_messages
 from detok.frontend.errors import RequestError
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest, _SamplingRequest
 from detok.frontend.refusals import refuse_unsupported
+from detok.frontend.typed_requests import output_parsing
+from detok.parsing.types import OutputParsing
 from detok.stream.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
+from detok.tokenizer.bounded import TooLong, encode_within
 from detok.tokenizer.chat import ChatTemplateError, template_content_format, template_variables
 
 _COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -29,6 +32,8 @@ class ServingLimits:
     model_name: str
     max_model_len: int
     random_seed: bool = False  # a request without a seed samples at random (a real engine); else seed 0
+    reasoning_parser: str | None = None  # `--reasoning-parser`: chat output parsed by the workers
+    tool_parser: str | None = None  # `--tool-call-parser`: tool calls of tool_choice "auto" parsed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,12 +45,16 @@ class GenerationJob:
     ignore_eos: bool
     stream: bool
     include_usage: bool
+    continuous_usage: bool = False  # usage in every chunk: stream_options.continuous_usage_stats
     n: int = 1
     logprobs: int | None = None  # None: none; k: the sampled token's logprob and k alternatives
     echo: str = ""  # text every choice starts with (`echo`)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
+    parsing: OutputParsing | None = None  # reasoning / tool-call parsing by the workers (chat)
+    include_reasoning: bool = True  # false: parsed reasoning is dropped
+    parallel_tool_calls: bool = True  # false: only the first tool call is returned
 
     def choice_seeds(self) -> list[int]:
         """One seed per choice, distinct, within the int64 range (wrapping around)."""
@@ -63,7 +72,7 @@ def _check_common(req: _SamplingRequest, lim: ServingLimits) -> None:
         )
     if req.stream_options is not None and not req.stream:
         raise RequestError("stream_options: only allowed when stream is true", "stream_options")
-    refuse_unsupported(req)
+    refuse_unsupported(req, lim.tool_parser)
 
 
 def _stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
@@ -112,6 +121,24 @@ def _check_logit_bias(bias: dict[str, float] | None, tok: Tokenizer) -> None:
                                f"[-{limits.LOGIT_BIAS_RANGE:g}, {limits.LOGIT_BIAS_RANGE:g}]", "logit_bias")
 
 
+def _context_error(lim: ServingLimits, count: str, param: str) -> RequestError:
+    return RequestError(
+        f"This model's maximum context length is {lim.max_model_len} tokens. However, your "
+        f"request has {count} input tokens. Please reduce the length of the input.",
+        param,
+        code="context_length_exceeded",
+    )
+
+
+def encode_prompt(tok: Tokenizer, text: str, add_special_tokens: bool, lim: ServingLimits, param: str) -> list[int]:
+    """The prompt's ids (exactly `tok.encode`'s), or the context-length 400 as soon as counting
+    shows the text cannot fit: a prompt of a million tokens is not tokenized whole to refuse it."""
+    ids = encode_within(tok, text, lim.max_model_len - 1, add_special_tokens)
+    if isinstance(ids, TooLong):
+        raise _context_error(lim, f"at least {ids.at_least}", param)
+    return ids
+
+
 def _job(
     req: _SamplingRequest,
     prompt_ids: list[int],
@@ -122,17 +149,13 @@ def _job(
     lim: ServingLimits,
     logprobs: int | None,
     echo: str,
+    parsing: OutputParsing | None = None,
 ) -> GenerationJob:
     if not prompt_ids:
         raise RequestError(f"{prompt_param}: the prompt is empty", prompt_param)
     room = lim.max_model_len - len(prompt_ids)
     if room < 1:
-        raise RequestError(
-            f"This model's maximum context length is {lim.max_model_len} tokens. However, your "
-            f"request has {len(prompt_ids)} input tokens. Please reduce the length of the input.",
-            prompt_param,
-            code="context_length_exceeded",
-        )
+        raise _context_error(lim, str(len(prompt_ids)), prompt_param)
     if max_tokens is None:
         max_tokens = room if default_max_tokens is None else min(default_max_tokens, room)
     elif max_tokens > room:
@@ -168,18 +191,24 @@ def _job(
         ignore_eos=bool(req.ignore_eos),
         stream=stream,
         include_usage=bool(stream and req.stream_options and req.stream_options.include_usage),
+        # as vLLM: running usage in every chunk only together with include_usage
+        continuous_usage=bool(stream and req.stream_options and req.stream_options.include_usage
+                              and req.stream_options.continuous_usage_stats),
         n=req.n or 1,
         logprobs=logprobs,
         echo=echo,
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
         top_k=-1 if req.top_k is None else req.top_k,
+        parsing=parsing,
+        include_reasoning=getattr(req, "include_reasoning", None) is not False,
+        parallel_tool_calls=getattr(req, "parallel_tool_calls", None) is not False,
     )
 
 
 def completion_job(req: CompletionRequest, tok: Tokenizer, lim: ServingLimits) -> GenerationJob:
     _check_common(req, lim)
-    prompt_ids, prompt_text = _completion_prompt(req.prompt, tok, req.add_special_tokens is not False)
+    prompt_ids, prompt_text = _completion_prompt(req.prompt, tok, req.add_special_tokens is not False, lim)
     echo = ""
     if req.echo:  # the prompt as given, or decoded from its ids as vLLM does
         echo = prompt_text if prompt_text is not None else tok.decode(prompt_ids, skip_special_tokens=False)
@@ -188,14 +217,15 @@ def completion_job(req: CompletionRequest, tok: Tokenizer, lim: ServingLimits) -
 
 
 def _completion_prompt(
-    prompt: str | list[str] | list[int] | list[list[int]], tok: Tokenizer, add_special_tokens: bool
+    prompt: str | list[str] | list[int] | list[list[int]], tok: Tokenizer, add_special_tokens: bool,
+    lim: ServingLimits,
 ) -> tuple[list[int], str | None]:
     if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
         if len(prompt) != 1:
             raise RequestError("prompt: send one prompt per request (batched prompts are not supported)", "prompt")
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return tok.encode(prompt, add_special_tokens=add_special_tokens), prompt
+        return encode_prompt(tok, prompt, add_special_tokens, lim, "prompt"), prompt
     _check_ids(prompt, tok, "prompt")  # type: ignore[arg-type]
     return list(prompt), None  # type: ignore[arg-type]
 
@@ -230,5 +260,6 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
         echo = message_text(req.messages[-1])
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    return _job(req, tok.encode(text, add_special_tokens=bool(req.add_special_tokens)), max_tokens, None,
-                "messages", tok, lim, logprobs, echo)
+    ids = encode_prompt(tok, text, bool(req.add_special_tokens), lim, "messages")
+    parsing = output_parsing(req, text, lim.reasoning_parser, lim.tool_parser)
+    return _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing)

@@ -24,6 +24,9 @@ class ReasoningParser(ABC):
     markers: ClassVar[tuple[str, ...]]
     # markers that must be single tokens of the tokenizer (else: error at start naming them)
     required_tokens: ClassVar[tuple[str, ...]] = ()
+    # Set True by OutputParser when a tool parser reads this parser's content: a family whose tool
+    # calls are messages of its own format (Harmony) then passes them on raw instead of leaving them out.
+    tools_follow: bool = False
 
     def __init__(self, *, starts_in_reasoning: bool | None, token_markers: frozenset[str]) -> None:
         """`token_markers`: the markers that are single tokens of this tokenizer (fed as marker

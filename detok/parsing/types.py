@@ -24,7 +24,8 @@ class OutputParsing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     reasoning_parser: str | None = None
     tool_parser: str | None = None
     tools: tuple[ToolSpec, ...] = ()
-    # None: the family's default (e.g. deepseek_r1 starts inside reasoning, qwen3 does not);
+    # None: the family's default (deepseek_r1, qwen3, glm45, kimi_k2 start inside reasoning, as vLLM's
+    # current parsers with thinking on; mistral does not; openai_gptoss reads Harmony's channels);
     # True when the prompt already opened `<think>` (templates, enable_thinking / thinking kwargs).
     starts_in_reasoning: bool | None = None
     # Tool-call ids are derived from this and the call's index, so a replay after a worker's death

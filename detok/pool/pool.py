@@ -35,6 +35,7 @@ from detok.wire.security import CurveKeys, SocketSecurity
 from detok.worker.process import WorkerConfig
 
 if TYPE_CHECKING:
+    from detok.parsing.types import OutputParsing, ToolSpec
     from detok.scheduler.client import SchedulerClient
     from detok.tokenizer.base import Tokenizer
 
@@ -64,6 +65,8 @@ class DetokPool:
         insecure: bool = False,
         stall_timeout_s: float = STALL_TIMEOUT_S,
         replace_stalled: bool = True,
+        reasoning_parser: str | None = None,
+        tool_parser: str | None = None,
     ) -> None:
         """Start `workers` processes and return once all serve (PoolStartError otherwise).
 
@@ -74,8 +77,19 @@ class DetokPool:
         worker within milliseconds. `keys`: CURVE keys (a `CurveKeys` or the directory `detok
         keygen` wrote) for tcp; tcp without them raises InsecureTransportError unless `insecure`.
         `stall_timeout_s`: a worker whose loop sends no heartbeat for this long is reported stalled
-        and, if `replace_stalled`, killed and replaced.
+        and, if `replace_stalled`, killed and replaced. `reasoning_parser` / `tool_parser`: the
+        parsers the deployment's requests name in their registrations (`OutputParsing`, see
+        `output_parsing()`); each worker checks them against the tokenizer at load, so an unknown
+        name or a missing marker token is a PoolStartError naming it.
         """
+        if reasoning_parser or tool_parser:
+            from detok.parsing.registry import reasoning_parser_class, tool_parser_class
+
+            if reasoning_parser:
+                reasoning_parser_class(reasoning_parser)  # an unknown name fails here, before any process
+            if tool_parser:
+                tool_parser_class(tool_parser)
+        self.reasoning_parser, self.tool_parser = reasoning_parser, tool_parser
         if workers < 1:
             raise ValueError("workers must be >= 1")
         if ports is not None and len(ports) != workers:
@@ -111,12 +125,15 @@ class DetokPool:
                 orphan_cleanup_dir=str(self._dir.path),
                 keys=self.keys,
                 insecure=insecure,
+                reasoning_parser=reasoning_parser,
+                tool_parser=tool_parser,
             )
             self._supervisor = Supervisor(
                 cfg, endpoints, notify_endpoint=self.notify_endpoint, spare=spare, shutdown_timeout_s=shutdown_timeout_s,
                 stall_timeout_s=stall_timeout_s, replace_stalled=replace_stalled,
             )
-            self._finalizer = weakref.finalize(self, _close, self._supervisor, self._dir)
+            self._clients: weakref.WeakSet[SchedulerClient] = weakref.WeakSet()  # pool.client()s: closed first
+            self._finalizer = weakref.finalize(self, _close, self._supervisor, self._dir, self._clients)
             self._supervisor.start(start_timeout_s)
         except BaseException:
             self._dir.remove()
@@ -138,11 +155,26 @@ class DetokPool:
         from detok.scheduler.client import SchedulerClient
 
         options = {"keys": self.keys, "insecure": self.insecure, **options}
-        return SchedulerClient(self.endpoints, self.notify_endpoint, **options)  # type: ignore[arg-type]
+        client = SchedulerClient(self.endpoints, self.notify_endpoint, **options)  # type: ignore[arg-type]
+        self._clients.add(client)  # closed with the pool, if not before
+        return client
 
     def receiver_endpoint(self, name: str = "frontend") -> str:
         """An ipc endpoint in the pool's private directory, for a DeltaReceiver on this host."""
         return self._dir.endpoint(name)
+
+    def output_parsing(
+        self, tools: Sequence[ToolSpec] = (), starts_in_reasoning: bool | None = None, call_id_seed: str = ""
+    ) -> OutputParsing | None:
+        """The `OutputParsing` for a request's registration (`Registration.parsing` or
+        `GenerateRequest.parsing`) with this pool's parsers; the tool parser only if `tools` are
+        given. None when the pool runs no parser. `call_id_seed` "" seeds call ids from the rid."""
+        from detok.parsing.types import OutputParsing
+
+        tool = self.tool_parser if tools else None
+        if not (self.reasoning_parser or tool):
+            return None
+        return OutputParsing(self.reasoning_parser, tool, tuple(tools), starts_in_reasoning, call_id_seed)
 
     # ---- supervision ----------------------------------------------------------------------------
     def slots(self) -> list[SlotInfo]:
@@ -191,8 +223,10 @@ class DetokPool:
         return f"<DetokPool workers={self.workers} endpoints={self.endpoints}>"
 
 
-def _close(supervisor: Supervisor, ipc_dir: IpcDir) -> None:
+def _close(supervisor: Supervisor, ipc_dir: IpcDir, clients: weakref.WeakSet[SchedulerClient] | None = None) -> None:
     try:
+        for client in list(clients or ()):
+            client.close()
         supervisor.stop()
     finally:
         ipc_dir.remove()

@@ -14,6 +14,9 @@ Two ways to consume:
 
 Replays are de-duplicated by char offset: a delta that starts before what a request already has
 is cut, one that would leave a gap is kept and counted (`gaps`). The first finish of a rid wins.
+A rid may be opened again once its stream finished: the finish carries its registration
+generation, and a message that finishes an earlier generation of the rid again (a worker's replay
+of the earlier request) is dropped whole for that rid, so it never reaches the new stream.
 Logprob entries (requests that asked for them) are de-duplicated the same way, by token index.
 Without asyncio (benchmarks, tests), `poll_blocking` receives and dispatches on the calling thread.
 """
@@ -25,7 +28,7 @@ import logging
 import os
 import weakref
 from collections.abc import Callable
-from typing import NamedTuple, Self
+from typing import Self
 
 import msgspec
 import zmq
@@ -36,118 +39,15 @@ from detok.wire.endpoints import IpcDir, bound_endpoint, connectable, make_socke
 from detok.wire.to_frontends import DeltaBatch
 from detok.wire.security import CurveKeys, SocketSecurity
 from detok.stream.params import Finish
-from detok.receiver.token_logprobs import TokenLogprobs, split_logprobs
+from detok.receiver.request_stream import RequestDelta, RequestStream  # noqa: F401 (re-exported)
+from detok.receiver.token_logprobs import split_logprobs
 
 log = logging.getLogger("detok.receiver")
 
 _DRAIN_MAX = 256  # messages dispatched per wake-up before yielding to the event loop
-
-
-class RequestDelta(NamedTuple):
-    """New text of one request; `finish` and `num_tokens` (output tokens) are set on the last.
-    `logprobs`: the entries of the output tokens that arrived since the last delta, if the request
-    asked for logprobs (entries may come with no text: a token held as part of a character)."""
-
-    text: str
-    finish: Finish | None = None
-    num_tokens: int | None = None
-    logprobs: TokenLogprobs | None = None
-
-
-class RequestStream:
-    """Async iterator over one request's deltas; ends after the delta carrying the finish."""
-
-    __slots__ = (
-        "_chunks", "_done", "_logprobs", "_next_token", "_received", "_receiver", "_waiter", "finish", "num_tokens", "rid",
-    )
-
-    def __init__(self, rid: int, receiver: DeltaReceiver) -> None:
-        self.rid = rid
-        self._chunks: list[str] = []
-        self._received = 0  # chars received so far: the offset the next delta should have
-        self._logprobs: list[TokenLogprobs] = []
-        self._next_token = 0  # logprob entries received so far: the token index the next should have
-        self.finish: Finish | None = None
-        self.num_tokens: int | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._done = False
-        self._receiver = receiver
-
-    def _feed(self, text: str, offset: int) -> None:
-        if not text:
-            return  # an empty row says nothing (its offset is not meaningful)
-        if offset != self._received:
-            if offset < self._received:  # replayed text: keep only what is new
-                text = text[self._received - offset :]
-                if not text:
-                    return
-            else:
-                self._receiver.gaps += 1
-                log.warning("rid %d: text gap (have %d chars, delta starts at %d)", self.rid, self._received, offset)
-                self._received = offset
-        self._chunks.append(text)
-        self._received += len(text)
-        self._wake()
-
-    def _feed_logprobs(self, entries: TokenLogprobs) -> None:
-        if entries.end <= self._next_token:
-            return  # replayed entries
-        if entries.first != self._next_token:
-            if entries.first < self._next_token:
-                entries = entries.tail(self._next_token)
-            else:
-                self._receiver.logprob_gaps += 1
-                log.warning("rid %d: logprob gap (have %d tokens, entries start at %d)", self.rid, self._next_token, entries.first)
-        self._logprobs.append(entries)
-        self._next_token = entries.end
-        self._wake()
-
-    def _end(self, finish: Finish, num_tokens: int) -> None:
-        if self.finish is None:
-            self.finish = finish
-            self.num_tokens = num_tokens
-            self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def take(self) -> RequestDelta | None:
-        """What arrived since the last take, or None if nothing did (non-async consumers)."""
-        if self._done or not (self._chunks or self.finish is not None or self._logprobs):
-            return None
-        text = "".join(self._chunks)
-        self._chunks.clear()
-        logprobs = None
-        if self._logprobs:
-            logprobs = TokenLogprobs.concat(self._logprobs)
-            self._logprobs = []
-        if self.finish is not None:
-            self._done = True
-            self._receiver._streams.pop(self.rid, None)
-            return RequestDelta(text, self.finish, self.num_tokens, logprobs)
-        return RequestDelta(text, logprobs=logprobs)
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def __aiter__(self) -> RequestStream:
-        return self
-
-    async def __anext__(self) -> RequestDelta:
-        while True:
-            delta = self.take()
-            if delta is not None:
-                return delta
-            if self._done:
-                raise StopAsyncIteration
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+# Finished registration generations remembered (per rid, the latest), to drop replayed output of
+# requests already finished; the oldest are forgotten beyond this many rids.
+FINISHED_GENS_MAX = 65_536
 
 
 class DeltaReceiver:
@@ -170,17 +70,21 @@ class DeltaReceiver:
         if self._dir is not None:  # removed at close, or at interpreter exit if never closed
             self._dir_finalizer = weakref.finalize(self, self._dir.remove)
         self._ctx = zmq.asyncio.Context()
+        self._ctx._socket_class = _ReceiverSocket  # type: ignore[attr-defined]
         self._sock: zmq.asyncio.Socket = make_socket(self._ctx, zmq.PULL, hwm=hwm)  # type: ignore[assignment]
         try:
             self._security.bind(self._sock, endpoint or self._dir.endpoint("deltas"))  # type: ignore[union-attr]
         except zmq.ZMQError:
-            self.close()
+            _close_receiver(self._sock, self._security, self._ctx, self._dir_finalizer if self._dir is not None else None)
             raise
         self.endpoint = connectable(bound_endpoint(self._sock))
+        self._finalizer = weakref.finalize(self, _close_receiver, self._sock, self._security, self._ctx,
+                                           self._dir_finalizer if self._dir is not None else None)
         # A blocking twin of the same socket, for poll_blocking (never used while start() runs).
         self._sync_sock: zmq.Socket = zmq.Socket.shadow(self._sock.underlying)
         self._decoder = wire.frontend_inbound_decoder()
         self._streams: dict[int, RequestStream] = {}
+        self._finished_gens: dict[int, int] = {}  # rid -> latest registration generation finished
         self.on_batch = on_batch
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
@@ -190,9 +94,11 @@ class DeltaReceiver:
 
     # ---- requests -------------------------------------------------------------------------------
     def open(self, rid: int) -> RequestStream:
-        """The delta stream of `rid`; open it before the request is submitted."""
+        """The delta stream of `rid`; open it before the request is submitted. Opening a rid
+        whose stream is open and not finished returns that stream; once it finished (even if its
+        consumer has not taken the finish yet), a new stream for a new request."""
         stream = self._streams.get(rid)
-        if stream is None:
+        if stream is None or stream.finish is not None:
             stream = self._streams[rid] = RequestStream(rid, self)
         return stream
 
@@ -262,39 +168,88 @@ class DeltaReceiver:
         if self.on_batch is not None:
             self.on_batch(batch)
         streams = self._streams
+        stale = None
+        if batch.finished:
+            stale = self._stale(batch)
+            gens = self._finished_gens
+            for done in batch.finished:
+                if done.gen and (stale is None or done.rid not in stale):
+                    gens.pop(done.rid, None)  # re-inserted: the newest last, evicted last
+                    gens[done.rid] = done.gen
+            while len(gens) > FINISHED_GENS_MAX:
+                del gens[next(iter(gens))]
         if not streams:
             return
         try:
             rows = batch.rows()
             entries = split_logprobs(batch.logprobs) if batch.logprobs is not None else ()
+            counts = batch.token_counts() if batch.num_tokens else None
         except ValueError as e:
             self.malformed += 1
             log.warning("dropped a delta message whose columns do not fit together: %s", e)
             return
         get = streams.get
-        for rid, text, offset in rows:
-            stream = get(rid)
-            if stream is not None:
-                stream._feed(text, offset)
+        if stale:
+            streams = {r: s for r, s in streams.items() if r not in stale}
+            get = streams.get
+        if counts is None:
+            for rid, text, offset in rows:
+                stream = get(rid)
+                if stream is not None:
+                    stream._feed(text, offset)
+        else:
+            for (rid, text, offset), n in zip(rows, counts):
+                stream = get(rid)
+                if stream is not None:
+                    if stream._tokens is None or n > stream._tokens:
+                        stream._tokens = n
+                    stream._feed(text, offset)
         for rid, run in entries:
             stream = get(rid)
             if stream is not None:
                 stream._feed_logprobs(run)
+        if batch.typed:
+            for row in batch.typed:
+                stream = get(row.rid)
+                if stream is not None:
+                    stream._feed_typed(row)
         for done in batch.finished:
             stream = get(done.rid)
             if stream is not None:
-                stream._end(done.finish, done.num_tokens)
+                stream._end(done.finish, done.num_tokens, done.calls)
+
+    def _stale(self, batch: DeltaBatch) -> set[int] | None:
+        """Rids this message finishes again in a generation they already finished in: a replay
+        of an earlier request with that rid (all its rows in the message are stale too)."""
+        gens = self._finished_gens
+        if not gens:
+            return None
+        stale = None
+        for done in batch.finished:
+            if done.gen and done.gen <= gens.get(done.rid, 0):
+                if stale is None:
+                    stale = set()
+                stale.add(done.rid)
+        return stale
 
     # ---- shutdown -------------------------------------------------------------------------------
     def close(self) -> None:
+        """Stop receiving, close the socket, stop the CURVE authenticator, terminate the context,
+        remove the ipc directory. Idempotent; also run at garbage collection or interpreter exit."""
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        self._sock.close(linger=0)
-        self._security.close()
-        self._ctx.term()
-        if self._dir is not None:
-            self._dir_finalizer()
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -302,3 +257,22 @@ class DeltaReceiver:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+class _ReceiverSocket(zmq.asyncio.Socket):
+    """pyzmq's asyncio socket, whose event handler also returns once the socket is closed: pyzmq
+    checks only its shadow socket, which a close does not mark, so a handler the loop had already
+    scheduled would otherwise read a closed socket (ContextTerminated tracebacks at exit)."""
+
+    def _handle_events(self, fd: int = 0, events: int = 0) -> None:
+        if self._closed:  # (the socket object's own flag: no call into libzmq)
+            return
+        super()._handle_events(fd, events)
+
+
+def _close_receiver(sock: zmq.Socket, security: SocketSecurity, ctx: zmq.Context, remove_dir: Callable[[], object] | None) -> None:
+    sock.close(linger=0)
+    security.close()
+    ctx.term()
+    if remove_dir is not None:
+        remove_dir()

@@ -20,20 +20,22 @@ import collections
 import logging
 import os
 import time
+import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any, Self
+from typing import Self
 
+import msgspec
 import numpy as np
 import zmq
 
 from detok import wire
+from detok.scheduler.client_notices import NOTICE_CHECK_S, REPLAY_RETRY_S, ClientNotices  # noqa: F401 (re-exported)
 from detok.scheduler.notices import Stopped, WorkerState
 from detok.scheduler.replay_book import ReplayBook
-from detok.scheduler.replay_journal import EMPTY, Columns
+from detok.scheduler.replay_journal import Columns
 from detok.scheduler.sharding import shard_array, shard_of
 from detok.scheduler.step_logprobs import LogprobArrays, LogprobColumns
 from detok.scheduler.worker_queues import WorkerQueues
-from detok.stream.params import Finish
 from detok.wire.endpoints import make_socket
 from detok.wire.security import CurveKeys, SocketSecurity
 from detok.wire.to_scheduler import GenerateRequest
@@ -41,18 +43,22 @@ from detok.wire.to_workers import EndRequest, Registration
 
 log = logging.getLogger("detok.client")
 
-# A worker that reports `synced=False` gets at most one replay per this interval (its status
-# messages repeat until one arrives).
-REPLAY_RETRY_S = 0.5
-# send_step / flush take pending notices (replay requests, acknowledgements) at most this often;
-# poll() always does.
-NOTICE_CHECK_S = 0.001
+# add_request of a rid the client still holds live waits this long for the worker's notice that
+# finished it (a stop string, seen by the frontend before the notice reached the scheduler)
+# before refusing the request id as in use.
+REUSE_NOTICE_WAIT_S = 0.5
+
+
+class RequestIdInUse(ValueError):
+    """add_request of a rid whose earlier request is still live (neither ended by the scheduler
+    nor finished by its worker). A rid may be used again once its request finished."""
 
 
 EndLike = EndRequest | tuple[int, str] | tuple[int, str, int | None]
+_EMPTY_STEP = (np.empty(0, np.uint64), np.empty(0, np.uint32), None, np.empty(0, np.uint32))
 
 
-class SchedulerClient:
+class SchedulerClient(ClientNotices):
     def __init__(
         self,
         worker_endpoints: Sequence[str],
@@ -78,7 +84,15 @@ class SchedulerClient:
         if notify_endpoint:
             self._notify = make_socket(self._ctx, zmq.PULL, hwm=hwm)
             self._security.bind(self._notify, notify_endpoint)
+        # closed by close(), by garbage collection or at interpreter exit, whichever comes first:
+        # the authenticator thread stopped before the context is terminated (else term() hangs)
+        self._finalizer = weakref.finalize(
+            self, _close_client, self._queues, self._notify, self._security, self._ctx if self._own_ctx else None
+        )
         self._encoder = wire.new_encoder()
+        # registration generations: increasing, and across clients too (a receiver takes a
+        # finish of a generation not above the last it saw for a rid as a replay of it)
+        self._gen = time.time_ns() // 1000
         self._decoder = wire.scheduler_notice_decoder()
         self._book = ReplayBook(self._n)  # every request a replay may have to rebuild
         self._live = self._book.live
@@ -106,12 +120,43 @@ class SchedulerClient:
         return shard_of(rid, self._n)
 
     def add_request(self, request: GenerateRequest | Registration) -> int:
-        """Register a request; the registration goes with the next message to its worker."""
+        """Register a request; the registration goes with the next message to its worker.
+
+        A rid may be used again once its earlier request finished (ended, aborted or failed by
+        the scheduler, or finished by its worker: stop string, stop id, error); the new request
+        is a new registration generation, and nothing of the earlier one (late notices, ends,
+        replays after a worker's death) touches it. A rid whose request is still live raises
+        `RequestIdInUse` (after up to REUSE_NOTICE_WAIT_S for a worker notice finishing it)."""
         reg = wire.registration_for(request) if isinstance(request, GenerateRequest) else request
         worker = shard_of(reg.rid, self._n)
-        self._book.register(worker, reg)
+        if reg.rid in self._book:
+            self._reuse(worker, reg.rid)
+        self._gen += 1
+        reg = msgspec.structs.replace(reg, gen=self._gen)
+        # staged registrations go with the next message to their worker, whichever it is
+        self._book.register(worker, reg, self._seq[worker] + 1)
         self._new[worker].append(reg)
         return worker
+
+    def _reuse(self, worker: int, rid: int) -> None:
+        """`rid` is registered again: its earlier request must be over, and whatever of it is
+        still staged goes first (an end staged with the new registration would end the new one)."""
+        if rid in self._live:
+            self._take_notices()
+            deadline = time.monotonic() + REUSE_NOTICE_WAIT_S
+            while rid in self._live and self._notify is not None and (left := deadline - time.monotonic()) > 0:
+                self._notify.poll(max(1, int(left * 1000)))
+                self._take_notices()
+            if rid in self._live:
+                raise RequestIdInUse(
+                    f"request id {rid} is still live (registered and not finished): a request id may "
+                    "be used again only after its request finished (end, abort, fail, or a stop the worker reported)"
+                )
+        # the scheduler is done with the earlier request: a Stopped of it not polled yet would
+        # otherwise stop the new one
+        self._stopped = [s for s in self._stopped if s.rid != rid]
+        if any(e.rid == rid for e in self._ends[worker]) or any(r.rid == rid for r in self._new[worker]):
+            self._send_batch(worker, time.time(), *_EMPTY_STEP)
 
     def end(self, rid: int, reason: str = "length", matched: int | None = None) -> None:
         """The scheduler ended a request (eos, stop token, length): sent with the next step."""
@@ -192,10 +237,9 @@ class SchedulerClient:
         """Send staged registrations and ends now (no tokens); returns workers with a full queue."""
         self._take_notices_soon()
         now = time.time()
-        empty64, empty32 = np.empty(0, np.uint64), np.empty(0, np.uint32)
         for w in range(self._n):
             if self._new[w] or self._ends[w]:
-                self._send_batch(w, now, empty64, empty32, None, empty32)
+                self._send_batch(w, now, *_EMPTY_STEP)
             else:
                 self._queues.drain(w)
         return self._queues.full()
@@ -230,132 +274,27 @@ class SchedulerClient:
         tracked = self._book.end(end)  # kept for replay until the worker acknowledges this end
         self._ends[tracked.worker if tracked is not None else shard_of(end.rid, self._n)].append(end)
 
-    # ---- notices --------------------------------------------------------------------------------
-    def poll(self, timeout: float = 0.0) -> list[Stopped]:
-        """Requests the detok side finished since the last call (stop strings and stop tokens the
-        worker saw, errors). Waits up to `timeout` seconds for the first notice; never longer.
-        Also answers workers that wait for a replay."""
-        sock = self._notify
-        if sock is not None and not self._stopped and timeout > 0:
-            sock.poll(int(timeout * 1000))
-        self._take_notices()
-        out, self._stopped = self._stopped, []
-        return out
-
-    def worker_states(self) -> list[WorkerState]:
-        """What the client knows of each worker (liveness for standalone workers: `last_heard`)."""
-        return list(self._states)
-
-    @property
-    def kept_requests(self) -> int:
-        """Requests the client can replay: live ones and recently ended ones."""
-        return len(self._book)
-
-    def journal_bytes(self) -> int:
-        """Bytes of step columns the client keeps for replay, all workers."""
-        return self._book.journal_bytes()
-
-    def _take_notices_soon(self) -> None:
-        """Notices from the step path, at most every NOTICE_CHECK_S (an empty non-blocking receive
-        costs microseconds: per step at full speed, and in a full-queue retry loop, that adds up)."""
-        now = time.monotonic()
-        if now - self._notices_at >= NOTICE_CHECK_S:
-            self._take_notices(now)
-
-    def _take_notices(self, now: float | None = None) -> None:
-        self._notices_at = time.monotonic() if now is None else now
-        sock = self._notify
-        if sock is None:
-            return
-        # EVENTS before each receive: an empty non-blocking receive raises zmq.Again, which
-        # pyzmq builds at a cost of tens of microseconds
-        while sock.get(zmq.EVENTS) & zmq.POLLIN:
-            try:
-                raw = sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            try:
-                self._on_notice(self._decoder.decode(raw))
-            except Exception as e:  # noqa: BLE001 - a bad notice must not take the scheduler down
-                log.warning("dropped a malformed scheduler notice: %s", e)
-        self._book.prune(time.monotonic())
-
-    def _on_notice(self, msg: Any) -> None:
-        if not 0 <= msg.worker < self._n:
-            log.warning("dropped a notice naming worker %d of %d", msg.worker, self._n)
-            return
-        if isinstance(msg, wire.WorkerStatus):
-            self._on_status(msg)
-        elif isinstance(msg, wire.StopNotice):
-            self._on_stop_notice(msg)
-        else:
-            self.events.append(msg)
-            # "died": nothing to do but wait - the slot's next process asks for its replay
-            self._states[msg.worker] = self._states[msg.worker]._replace(down=msg.kind == "died")
-
-    def _on_status(self, msg: wire.WorkerStatus) -> None:
-        w = msg.worker
-        now = time.monotonic()
-        before = self._states[w]
-        self._states[w] = before._replace(
-            instance=msg.instance, synced=msg.synced, last_heard=now, down=False,
-            acked_seq=msg.seq if msg.synced else before.acked_seq,
-        )
-        if not msg.synced:
-            if msg.instance != before.instance or now - self._replayed_at[w] >= REPLAY_RETRY_S:
-                self._send_replay(w, msg.instance, f"worker {w} process {msg.pid} asked for its shard")
-            return
-        self._book.acknowledged(w, msg.seq, now)
-
-    def _on_stop_notice(self, msg: wire.StopNotice) -> None:
-        for rid, finish in zip(msg.rids, msg.finishes):
-            if self._book.stopped(rid, self._seq[msg.worker]) is not None:
-                self._stopped.append(Stopped(rid, finish))
-        lost = [self._book.forget(r) for r in msg.unknown_rids if r in self._live]
-        if lost:
-            # A worker that serves without the registration of a live request (never after a
-            # replay, which carries every registration): the frontend is told through it.
-            message = f"detok worker {msg.worker} has no registration for this request"
-            log.warning("failing %d requests of detok worker %d: %s", len(lost), msg.worker, message)
-            rids = [t.registration.rid for t in lost]
-            self._queues.send(msg.worker, self._encoder.encode(wire.FailRequests(rids, [t.reply_to for t in lost], message)))
-            self._stopped.extend(Stopped(rid, Finish("error", None, message)) for rid in rids)
-
-    # ---- replay ---------------------------------------------------------------------------------
-    def _send_replay(self, w: int, instance: int, reason: str) -> None:
-        """Everything worker `w`'s shard needs, to the process `instance` (0: any process)."""
-        self._replayed_at[w] = time.monotonic()
-        registrations, columns, ends = self._book.shard(w)
-        # staged registrations and ends not sent yet go in the replay, not after it
-        named = {reg.rid for reg in registrations}
-        registrations += [reg for reg in self._new[w] if reg.rid not in named]
-        ends += [e for e in self._ends[w] if e not in ends]
-        self._new[w], self._ends[w] = [], []
-        self._seq[w] += 1
-        seq = self._seq[w]
-        self._book.track_ends(w, seq, ends)
-        c = columns or EMPTY
-        batch = wire.DetokBatch(seq, time.time(), registrations, c.rids, c.starts, c.counts, c.tokens, ends, c.logprobs)
-        self._queues.send(w, self._encoder.encode(wire.Replay(instance, batch, reason)))
-        if instance:
-            self.replays_sent += 1
-            self.replayed_tokens += len(c.tokens) // 4
-            state = self._states[w]
-            self._states[w] = state._replace(replays=state.replays + 1)
-            log.warning("replaying %d requests (%d token ids) to detok worker %d: %s",
-                        len(registrations), len(c.tokens) // 4, w, reason)
-
     # ---- shutdown -------------------------------------------------------------------------------
     def close(self) -> None:
-        self._queues.close()
-        if self._notify is not None:
-            self._notify.close()
-        self._security.close()
-        if self._own_ctx:
-            self._ctx.term()
+        """Close the sockets (queued messages get the bounded linger), stop the CURVE
+        authenticator, terminate the context if the client made it. Idempotent."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_client(queues: WorkerQueues, notify: zmq.Socket | None, security: SocketSecurity, ctx: zmq.Context | None) -> None:
+    queues.close()
+    if notify is not None:
+        notify.close(linger=0)
+    security.close()
+    if ctx is not None:
+        ctx.term()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import collections
 import heapq
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Final, NamedTuple
 
 import numpy as np
@@ -102,11 +102,14 @@ class ShardJournal:
         self._bytes += columns.nbytes
         self._rows += len(columns.rids) // 8
 
-    def trim(self, kept: Container[int], kept_rids: Callable[[], Iterable[int]]) -> None:
+    def trim(self, kept: Container[int] | Callable[[int, int], bool], kept_rids: Callable[[], Iterable[int] | Mapping[int, int]]) -> None:
         """Drop the chunks no kept request can be in; compact when most rows are garbage.
-        `kept` answers membership; `kept_rids()` lists the kept requests (called to compact)."""
+        `kept` answers membership (of a rid, or of (first chunk, rid): a rid registered again
+        since is not the request that entry was for); `kept_rids()` lists the kept requests
+        (rid -> first chunk, or rids; called to compact)."""
         firsts = self._firsts
-        while firsts and firsts[0][1] not in kept:
+        is_kept = kept if callable(kept) else (lambda first, rid: rid in kept)  # type: ignore[operator]
+        while firsts and not is_kept(*firsts[0]):
             heapq.heappop(firsts)
         low = firsts[0][0] if firsts else self._next
         chunks = self._chunks
@@ -118,21 +121,29 @@ class ShardJournal:
         if self._rows > max(COMPACT_MIN_ROWS, 2 * needed):
             self._compact(kept_rids())
 
-    def _compact(self, keep: Iterable[int]) -> None:
+    def _compact(self, keep: Iterable[int] | Mapping[int, int]) -> None:
         last = self._chunks[-1][0]
-        merged = _group(self._chunks, np.fromiter(keep, dtype=np.uint64))
+        merged = _group(self._chunks, *_wanted(keep))
         self._chunks.clear()
         self._chunks.append((last, merged))  # numbered as the newest chunk it replaced
         self._bytes = merged.nbytes
         self._rows = len(merged.rids) // 8
         self.compactions += 1
 
-    def columns(self, keep: Iterable[int]) -> Columns:
-        """Every row sent for the requests in `keep`, one row per request (its ids in order)."""
-        wanted = np.fromiter(keep, dtype=np.uint64)
+    def columns(self, keep: Iterable[int] | Mapping[int, int]) -> Columns:
+        """Every row sent for the requests in `keep`, one row per request (its ids in order).
+        `keep` maps rid -> its first chunk (rows of a rid in older chunks belong to an earlier
+        request with the same rid and are left out), or lists rids (every row of theirs)."""
+        wanted, firsts = _wanted(keep)
         if not len(wanted) or not self._chunks:
             return EMPTY
-        return _group(self._chunks, wanted)
+        return _group(self._chunks, wanted, firsts)
+
+
+def _wanted(keep: Iterable[int] | Mapping[int, int]) -> tuple[np.ndarray, np.ndarray | None]:
+    if isinstance(keep, Mapping):
+        return np.fromiter(keep.keys(), dtype=np.uint64, count=len(keep)), np.fromiter(keep.values(), dtype=np.int64, count=len(keep))
+    return np.fromiter(keep, dtype=np.uint64), None
 
 
 def _member(rids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -159,8 +170,10 @@ def _member(rids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return hit, where
 
 
-def _group(chunks: Iterable[tuple[int, Columns]], wanted: np.ndarray) -> Columns:
-    """The rows of `wanted` rids, grouped by rid (in `wanted`'s order), contiguous runs merged."""
+def _group(chunks: Iterable[tuple[int, Columns]], wanted: np.ndarray, firsts_of: np.ndarray | None = None) -> Columns:
+    """The rows of `wanted` rids, grouped by rid (in `wanted`'s order), contiguous runs merged;
+    with `firsts_of`, only the rows of chunks numbered from `firsts_of[i]` on for `wanted[i]`."""
+    chunks = list(chunks)
     parts = [c for _, c in chunks]
     rids = np.frombuffer(b"".join(c.rids for c in parts), dtype="<u8")
     starts = np.frombuffer(b"".join(c.starts for c in parts), dtype="<u4").astype(np.int64)
@@ -170,6 +183,9 @@ def _group(chunks: Iterable[tuple[int, Columns]], wanted: np.ndarray) -> Columns
     counts = np.concatenate(part_counts).astype(np.int64) if parts else np.empty(0, np.int64)
     tokens = np.frombuffer(b"".join(c.tokens for c in parts), dtype="<u4")
     hit, where = _member(rids, wanted)
+    if firsts_of is not None and len(rids):
+        chunk_of_row = np.repeat(np.fromiter((n for n, _ in chunks), dtype=np.int64), [len(c.rids) // 8 for c in parts])
+        hit &= chunk_of_row >= firsts_of[where]
     rows = np.flatnonzero(hit)
     key = where[rows].astype(np.uint16 if len(wanted) <= 1 << 16 else np.uint32)  # radix-sorted when 16-bit
     rows = rows[np.argsort(key, kind="stable")]  # by request, each in sending order

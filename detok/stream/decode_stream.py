@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Sequence
+from typing import ClassVar
 
 from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
@@ -79,6 +80,9 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
         "stop_kind",
         "_pending_error",
     )
+    # False for subclasses whose steps must always go through `step` (typed output): the table
+    # never puts them on its compiled plain path
+    columnar: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -122,7 +126,7 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
             self._plain = False
         self._stops = self._stop_ids
         dec = self._text
-        if type(dec) is ByteTextDecoder:
+        if type(dec) is ByteTextDecoder and self.columnar:  # (typed output steps its own text)
             self._texts = dec._texts
             # raw-added mode: an added id's text depends on the id before it (Python's job)
             self._pieces = dec._t.pieces if dec._t.raw_added is None else None

@@ -6,8 +6,18 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import NamedTuple
 
+import numpy as np
+
 from detok.stream.params import Finish
 from detok.wire.packing import split_text, unpack_u32
+
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_RIDS = np.zeros(0, dtype=np.uint64)
+
+
+def unknown_finish(rid: Hashable) -> Finish:
+    return Finish("error", None, f"unknown request id {rid!r} (not registered, or already finished)")
 
 
 class StepResult(NamedTuple):
@@ -22,7 +32,10 @@ class PackedStep(NamedTuple):
     back; `lengths` (chars of each row's text), `offsets` and `num_tokens` (as in StepResult),
     `byte_lengths` (UTF-8 bytes of each row's text) and `tags` (the tag each row's request was
     opened with, 0 for an unknown rid) are packed little-endian uint32, one per row. `finished`:
-    (row, rid, finish) of rows that ended their request."""
+    (row, rid, finish) of rows that ended their request. `unknown_rows` / `unknown_rids`: the rows
+    whose rid is not open (never registered, or finished by an earlier row), kept as arrays, not
+    as a Finish per row: a flood of a million unknown rids builds no per-row objects (the compiled
+    step; the numpy step lists them in `finished`)."""
 
     text: bytes
     lengths: bytes
@@ -31,10 +44,14 @@ class PackedStep(NamedTuple):
     byte_lengths: bytes
     tags: bytes
     finished: list[tuple[int, Hashable, Finish]]
+    unknown_rows: np.ndarray = _NO_ROWS
+    unknown_rids: np.ndarray = _NO_RIDS
 
     def unpacked(self) -> StepResult:
         texts = split_text(self.text, self.lengths)
         finishes: list[Finish | None] = [None] * len(texts)
         for row, _, finish in self.finished:
             finishes[row] = finish
+        for row, rid in zip(self.unknown_rows.tolist(), self.unknown_rids.tolist()):
+            finishes[row] = unknown_finish(rid)
         return StepResult(texts, unpack_u32(self.offsets).tolist(), unpack_u32(self.num_tokens).tolist(), finishes)

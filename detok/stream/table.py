@@ -13,8 +13,10 @@ returns Python sequences (same results); without the extension both run on numpy
 from __future__ import annotations
 
 import codecs
-from collections.abc import Hashable, Sequence
+from array import array
+from collections.abc import Callable, Hashable, Sequence
 from itertools import repeat
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,10 +25,14 @@ from detok.stream.decode_stream import CONTEXT_TOKENS, DecodeStream
 from detok.stream.mode_tables import ModeTables
 from detok.stream.numpy_step import _MAX_PENDING, _UNKNOWN, NumpyStepping
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Finish
-from detok.stream.step_results import PackedStep, StepResult
+from detok.stream.step_results import PackedStep, StepResult, unknown_finish
 from detok.stream.strategy import Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
 from detok.wire.packing import join_texts, pack_u32, unpack_rids, unpack_u32
+
+if TYPE_CHECKING:
+    from detok.parsing.output import OutputParser
+    from detok.wire.to_frontends import TypedRow
 
 try:  # the compiled step (optional extension); the numpy/Python path gives the same results
     from detok.stream._plainstep import RidMap as _RidMap
@@ -109,6 +115,8 @@ class StreamTable(NumpyStepping):
         self._c_args: tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...]] | None = None
         self._cur_tokens = b""  # the step in progress (for `_slow_row`)
         self._cur_finished: list[tuple[int, Hashable, Finish]] = []
+        self._cur_unknown_rows: array[int] = array("q")  # rows of unknown rids in the step in progress
+        self._cur_unknown_rids: array[int] = array("Q")
         self._rows = np.arange(capacity, dtype=np.int64)  # scratch for duplicate detection
         self._row_of = np.zeros(capacity, dtype=np.int64)
         self._eos = frozenset(tokenizer.eos_token_ids)
@@ -154,22 +162,33 @@ class StreamTable(NumpyStepping):
         params: DecodeParams | None = None,
         ignore_eos: bool = False,
         tag: int = 0,
-    ) -> None:
+        parser: OutputParser | None = None,
+        emit: Callable[[TypedRow], None] | None = None,
+    ) -> DecodeStream | None:
         """Start a request; `tag` (a uint32 of the caller's, e.g. which frontend owns it) comes
-        back with each of its rows in `PackedStep.tags`."""
+        back with each of its rows in `PackedStep.tags`. With a `parser`, the request's output goes
+        to `emit` as typed rows (`detok.stream.typed_stream`) and its text rows stay empty.
+        Returns the request's stream, or None for a deferred one (see the class docstring)."""
         if rid in self._slot_of:
             raise DuplicateRequest(rid)
         p = params or _DEFAULT_PARAMS
         held = None
-        if not (p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output):
-            key = (p.skip_special_tokens, p.spaces_between_special_tokens)
-            plain_mode = self._plain_modes.get(key, False)
-            if plain_mode is False:
-                plain_mode = self._plain_modes[key] = self._plain_mode(*key)
-            if plain_mode is not None:
-                held = context_held(plain_mode[1], (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:])
-        if held is None:
-            stream = DecodeStream(self.tokenizer, context_ids, p, ignore_eos=ignore_eos, strategy=self._strategy)
+        if parser is not None:
+            from detok.stream.typed_stream import TypedStream
+
+            assert emit is not None, "a parsed request needs an emit callback"
+            stream: DecodeStream = TypedStream(self.tokenizer, context_ids, params, parser=parser, rid=rid,  # type: ignore[arg-type]
+                                               emit=emit, ignore_eos=ignore_eos, strategy=self._strategy)
+        else:
+            if not (p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output):
+                key = (p.skip_special_tokens, p.spaces_between_special_tokens)
+                plain_mode = self._plain_modes.get(key, False)
+                if plain_mode is False:
+                    plain_mode = self._plain_modes[key] = self._plain_mode(*key)
+                if plain_mode is not None:
+                    held = context_held(plain_mode[1], (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:])
+            if held is None:
+                stream = DecodeStream(self.tokenizer, context_ids, p, ignore_eos=ignore_eos, strategy=self._strategy)
         if not self._free:
             self._grow()
         slot = self._free.pop()
@@ -182,7 +201,7 @@ class StreamTable(NumpyStepping):
             dec = stream._text
             self._v_mode[slot] = self._tables.mode_of(dec._t) if isinstance(dec, ByteTextDecoder) else 0
             self._sync(slot, stream)
-            return
+            return stream
         # deferred: the columns as `_sync` would set them from the stream
         self._deferred[rid] = (p, ignore_eos)
         self._v_mode[slot] = plain_mode[0]  # type: ignore[index]
@@ -191,6 +210,7 @@ class StreamTable(NumpyStepping):
         self._v_pend_len[slot] = len(held)
         if held:
             self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
+        return None
 
     def _plain_mode(self, skip_special: bool, spaces: bool) -> tuple[int, ByteTables] | None:
         if self._strategy == "window" or self.plan.strategy != "bytes":
@@ -237,7 +257,8 @@ class StreamTable(NumpyStepping):
         """Columnar state from the stream's own, after it stepped on its own."""
         dec = stream._text
         plain = (
-            stream._plain
+            stream.columnar
+            and stream._plain
             and not stream.finished
             and stream._stop_ids <= self._eos  # the vectorized path checks end-of-sequence ids only
             and isinstance(dec, ByteTextDecoder)
@@ -259,6 +280,8 @@ class StreamTable(NumpyStepping):
     def _load(self, slot: int, stream: DecodeStream) -> None:
         """The columns' state into the stream, before it steps on its own (the plain rows advance
         the columns only)."""
+        if not stream.columnar:  # never on the plain path: the stream's own counters are the truth
+            return
         stream._to_python()
         stream.num_tokens = int(self._ntok[slot])
         stream.char_offset = int(self._choff[slot])
@@ -288,8 +311,14 @@ class StreamTable(NumpyStepping):
         if c_args is None or c_args[0] is not self._tables.entries:
             c_args = self._c_args = self._compiled_args()
         self._cur_tokens, self._cur_finished = tokens, []
+        self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
         out = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], self._slow_row)  # type: ignore[misc]
-        return PackedStep(*out, self._cur_finished)
+        unknown_rows, unknown_rids = self._cur_unknown_rows, self._cur_unknown_rids
+        self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
+        if not unknown_rows:
+            return PackedStep(*out, self._cur_finished)
+        return PackedStep(*out, self._cur_finished, np.frombuffer(unknown_rows, dtype=np.int64),
+                          np.frombuffer(unknown_rids, dtype=np.uint64))
 
     def _compiled_args(self) -> tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...]]:
         """The compiled step's table and slot arguments (rebuilt when a mode is added or the
@@ -300,6 +329,10 @@ class StreamTable(NumpyStepping):
 
     def _slow_row(self, k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
         """A row the compiled step hands back (called by it, in row order): its own stream steps."""
+        if slot == _UNKNOWN or self._slot_of.get(rid) != slot:  # (or finished by an earlier row of this batch)
+            self._cur_unknown_rows.append(k)  # no Finish per row: a flood of unknown rids stays arrays
+            self._cur_unknown_rids.append(rid)
+            return "", 0, 0
         ids = np.frombuffer(self._cur_tokens, dtype="<u4", count=count, offset=4 * first)
         text, offset, ntok, finish = self._step_one(rid, slot, start, ids)
         if finish is not None:
@@ -319,7 +352,7 @@ class StreamTable(NumpyStepping):
 
     def _step_one(self, rid: Hashable, slot: int, start: int, ids_a: np.ndarray) -> tuple[str, int, int, Finish | None]:
         if slot == _UNKNOWN or self._slot_of.get(rid) != slot:  # (or finished by an earlier row of this batch)
-            return "", 0, 0, Finish("error", None, f"unknown request id {rid!r} (not registered, or already finished)")
+            return "", 0, 0, unknown_finish(rid)
         stream = self._stream_at(rid, slot)
         self._load(slot, stream)
         done = stream.num_tokens
@@ -332,8 +365,10 @@ class StreamTable(NumpyStepping):
         offset = stream.char_offset - len(delta.text)
         if delta.finish is not None:
             self.close(rid)
-        else:
+        elif stream.columnar:
             self._sync(slot, stream)
+        else:  # off the plain path for good (typed output): only the progress column is read
+            self._ntok[slot] = stream.num_tokens
         return delta.text, offset, stream.num_tokens, delta.finish
 
     def finish(self, rid: Hashable, reason: str, message: str | None = None) -> tuple[str, int, int, Finish | None]:

@@ -124,7 +124,9 @@ class HFTokenizer(StoredVocabularyTokenizer):
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_batch(self, texts: Iterable[str], add_special_tokens: bool = False) -> list[list[int]]:
-        encs = self._tok.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        # encode_batch(_fast) releases the GIL while it works (encode holds it for the whole call,
+        # 0.6 s per 100K tokens); _fast skips the offsets, which nothing here reads (2-3x faster)
+        encs = self._tok.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
         return [e.ids for e in encs]
 
     def _decode_ids(self, ids: Sequence[int], skip_special_tokens: bool) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Final
 
 import zmq
+
+from detok.wire.owned_dirs import OwnedDir
 
 # A closed socket may keep unsent messages this long, never forever: shutdown stays bounded.
 LINGER_MS: Final = 1000
@@ -32,8 +33,10 @@ class IpcDir:
     """A private directory (mode 0700) for ipc endpoint files, removed by `remove()`."""
 
     def __init__(self, prefix: str = "detok-", parent: str | None = None) -> None:
-        # mkdtemp creates the directory with mode 0700 atomically.
-        self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent or _short_tmp()))
+        # mkdtemp creates the directory with mode 0700 atomically; its owner lock tells a later
+        # start that this one is alive (detok.wire.owned_dirs)
+        self._owned = OwnedDir(prefix, parent or _short_tmp())
+        self.path = self._owned.path
 
     def endpoint(self, name: str) -> str:
         path = self.path / name
@@ -45,7 +48,7 @@ class IpcDir:
         return f"ipc://{path}"
 
     def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        self._owned.remove()
 
     def __repr__(self) -> str:
         return f"IpcDir({str(self.path)!r})"

@@ -163,9 +163,16 @@ class SocketSecurity:
         sock.bind(endpoint)
 
     def close(self) -> None:
+        """Release the ZAP authenticator threads this owner started or shares. Idempotent."""
         for underlying in self._authenticated:
             _release_authenticator(underlying)
         self._authenticated.clear()
+
+    def __enter__(self) -> SocketSecurity:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _AllowKey:

@@ -4,6 +4,12 @@ Char `offset`s come out (index of a delta's first char within the request's text
 to a restarted worker can be de-duplicated by the receiver. A `DeltaBatch`'s texts are one UTF-8
 blob with per-row char lengths rather than a list of str: the worker's compiled step writes it
 without a Python object per row, and msgpack carries it as one bin field (see `detok.wire.packing`).
+
+Requests with output parsing (`Registration.parsing`) get `TypedRow`s instead of text rows: their
+reasoning text, content text and tool-call fragments, each stream with its own char offset, so a
+receiver drops what a replay repeats exactly as it does for text. `RequestFinished.calls` counts the
+tool calls the worker's parser emitted: OpenAI's finish_reason "tool_calls" is decided from it and
+the reason (`openai_finish_reason`), never from the frontend's own reading of the text.
 """
 
 from __future__ import annotations
@@ -17,11 +23,46 @@ from detok.wire.packing import join_texts, pack_rids, pack_u32, split_text, unpa
 
 
 class RequestFinished(msgspec.Struct, array_like=True, gc=False, frozen=True):
-    """A request ended; `num_tokens` is how many output tokens the worker consumed for it."""
+    """A request ended; `num_tokens` is how many output tokens the worker consumed for it. `gen`:
+    the registration generation it ended (0: unknown), so a receiver can tell a replayed finish of
+    an earlier request with the same rid from the current one's. `calls`: how many tool calls its
+    parser emitted (0 without tool parsing)."""
 
     rid: int
     finish: Finish
     num_tokens: int
+    gen: int = 0
+    calls: int = 0
+
+
+def openai_finish_reason(finish: Finish, calls: int) -> str:
+    """OpenAI's finish_reason: "tool_calls" only when a call was emitted and the model stopped by
+    itself (EOS, a stop token or string); "length" stays "length" (vLLM #53269 rewrote it)."""
+    return "tool_calls" if calls > 0 and finish.reason == "stop" else finish.reason
+
+
+class CallFragment(msgspec.Struct, array_like=True, gc=False, frozen=True):
+    """A fragment of one tool call (`detok.parsing.types.ToolCallDelta` with its offset): the first
+    of a call carries `id` and `name`; `arguments` starts at char `offset` of the call's arguments."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+    offset: int
+
+
+class TypedRow(msgspec.Struct, array_like=True, gc=False):
+    """What one step (or the end) of a parsed request became: reasoning text from char
+    `reasoning_offset` of the request's reasoning, content text from char `content_offset` of its
+    content, and tool-call fragments. Offsets make replays idempotent, as for text rows."""
+
+    rid: int
+    reasoning: str = ""
+    reasoning_offset: int = 0
+    content: str = ""
+    content_offset: int = 0
+    calls: list[CallFragment] = []
 
 
 class DeltaLogprobs(msgspec.Struct, array_like=True, gc=False):
@@ -69,6 +110,10 @@ class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
     offsets: bytes  # uint32 per row
     finished: list[RequestFinished]
     logprobs: DeltaLogprobs | None = None  # entries of requests that asked; applied before `finished`
+    # uint32 per row: the request's output tokens consumed after the row (usage in every chunk);
+    # empty: not given
+    num_tokens: bytes = b""
+    typed: list[TypedRow] | None = None  # rows of parsed requests; applied before `finished`
 
     @classmethod
     def from_rows(
@@ -82,6 +127,15 @@ class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
     def texts(self) -> list[str]:
         """The per-row texts; ValueError if `text` and `lengths` do not fit together."""
         return split_text(self.text, self.lengths)
+
+    def token_counts(self) -> list[int] | None:
+        """`num_tokens` per row, or None if not given; ValueError if it does not fit the rows."""
+        if not self.num_tokens:
+            return None
+        counts = unpack_u32(self.num_tokens)
+        if len(counts) * 8 != len(self.rids):
+            raise ValueError(f"{len(self.rids) // 8} rows and {len(counts)} token counts")
+        return counts.tolist()  # type: ignore[no-any-return]
 
     def rows(self) -> zip[tuple[int, str, int]]:
         """(rid, text, offset) per row, as Python objects; ValueError if the columns do not fit."""

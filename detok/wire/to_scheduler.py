@@ -14,6 +14,7 @@ from typing import Literal
 
 import msgspec
 
+from detok.parsing.types import OutputParsing
 from detok.stream.params import DecodeParams, Finish
 
 # frontend -> scheduler
@@ -31,7 +32,10 @@ class GenerateRequest(msgspec.Struct, tag="generate", array_like=True, gc=False,
     ignore_eos: bool = False
     arrival_time: float = 0.0  # frontend's time.time() at arrival, for end-to-end latency
     logprobs: int | None = None
-    top_k: int = -1  # <= 0: no top-k (vLLM's -1 and 0); last, so older senders still decode
+    top_k: int = -1  # <= 0: no top-k (vLLM's -1 and 0)
+    # reasoning / tool-call parsing of the output, done by the worker (None: plain text); last, so
+    # older senders still decode. The scheduler only carries it into the registration.
+    parsing: OutputParsing | None = None
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True, gc=False, frozen=True):
@@ -54,12 +58,16 @@ class StopNotice(msgspec.Struct, tag="stop", array_like=True, gc=False):
     from then on. `unknown_rids` got tokens or an end but no registration reached this worker:
     their frontends were NOT told (the worker does not know them); the scheduler client, which
     holds the registrations, has them finished with an error (never after a replay, which carries
-    every registration of the shard)."""
+    every registration of the shard). `gens[i]` is the registration generation of `rids[i]`, and
+    `seq` the last DetokBatch the worker had handled: the client applies a notice only to the
+    registration it is about (a rid may have been registered again since)."""
 
     worker: int
     rids: list[int]
     finishes: list[Finish]
     unknown_rids: list[int] = []
+    gens: list[int] = []
+    seq: int = 0
 
 
 WorkerEventKind = Literal["ready", "died"]

@@ -24,6 +24,7 @@ from typing import Literal
 
 import msgspec
 
+from detok.parsing.types import OutputParsing
 from detok.stream.decode_stream import (
     CONTEXT_TOKENS,  # prompt tail ids a registration carries
 )
@@ -52,6 +53,14 @@ class Registration(msgspec.Struct, array_like=True, gc=False, frozen=True):
     # None: no logprobs; k >= 0: the sampled token's logprob and up to k alternatives per token
     # (the worker keeps at most MAX_TOP_LOGPROBS; a negative k counts as None)
     logprobs: int | None = None
+    # Which registration of `rid` this is (set by the SchedulerClient, unique per client; 0: not
+    # set). A rid may be used again once its request finished: finishes, notices and replays carry
+    # the generation, so nothing of the earlier request can touch the later one.
+    gen: int = 0
+    # reasoning / tool-call parsing (detok.parsing): None is plain text on the compiled path. Last,
+    # so registrations of older senders still decode. Bounded by detok.parsing.limits (a
+    # registration past them finishes that request with an error, never the worker).
+    parsing: OutputParsing | None = None
 
 
 class EndRequest(msgspec.Struct, array_like=True, gc=False, frozen=True):
@@ -136,4 +145,5 @@ def registration_for(request: GenerateRequest) -> Registration:
         params=request.params,
         ignore_eos=request.ignore_eos,
         logprobs=request.logprobs,
+        parsing=request.parsing,
     )

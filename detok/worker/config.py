@@ -22,3 +22,7 @@ class WorkerConfig:
     handle_sigint: bool = False
     keys: CurveKeys | None = None  # deployment keys for tcp sockets (detok.wire.security)
     insecure: bool = False  # tcp without keys, explicitly
+    # the deployment's parsers (`DetokPool(reasoning_parser=, tool_parser=)`): checked against the
+    # tokenizer at load, so a missing name or marker fails the start naming it
+    reasoning_parser: str | None = None
+    tool_parser: str | None = None

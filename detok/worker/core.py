@@ -18,12 +18,14 @@ rejected before any state changes):
 - duplicate registration of a live rid: identical -> ignored (idempotent replay) and counted;
   different -> the live request finishes with reason "error" (the rid was reused).
 - a stream that cannot be created, or an out-of-vocabulary id: that request finishes with "error".
+- parsing past `detok.parsing.limits`, an unknown parser, a raising parser (`TypedStream`): that request's error.
 
 Replay (a process that may have lost its shard's state: `awaiting_replay`): token batches are
 dropped until a `Replay` for this process arrives; it carries every request of the shard with all
 of its ids from start 0, which are registered and stepped like any batch (live requests skip what
 they already consumed). It is authoritative: a live request it does not name is finished with an
-error. Requests this process already finished are not reopened.
+error. Requests this process already finished are not reopened (the same registration
+generation; a later registration of the same rid is a new request and is opened).
 """
 
 from __future__ import annotations
@@ -35,8 +37,11 @@ from collections.abc import Callable
 import numpy as np
 
 from detok.metrics import WorkerCounts
+from detok.parsing.tokens import request_parser, single_token_ids
+from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
 from detok.stream.table import PackedStep, StreamTable
+from detok.stream.typed_stream import calls_emitted as _calls
 from detok.tokenizer.base import Tokenizer
 from detok.wire.packing import unpack_u32
 from detok.wire.to_frontends import RequestFinished
@@ -49,13 +54,19 @@ from detok.worker.outputs import FrontendColumns, Frontends, Outputs
 
 log = logging.getLogger("detok.worker")
 
+# Unknown rids of one batch remembered as finished (their later tokens then count as late, not
+# unknown); the rest of a flood is reported, not remembered, and reported again if it comes back.
+UNKNOWN_REMEMBERED_PER_BATCH = 1024
+
 
 class _Live:
-    """One live request: its stream, its registration and where its deltas go."""
+    """One live request: its stream (None for a plain one, whose state the table holds), its
+    registration and where its deltas go."""
 
-    __slots__ = ("idle_mark", "idle_since", "out", "registration")
+    __slots__ = ("idle_mark", "idle_since", "out", "registration", "stream")
 
-    def __init__(self, registration: Registration, out: FrontendColumns, now: float) -> None:
+    def __init__(self, stream: DecodeStream | None, registration: Registration, out: FrontendColumns, now: float) -> None:
+        self.stream = stream
         self.registration = registration
         self.out = out
         self.idle_mark = -1  # tokens consumed at the last idle sweep
@@ -87,11 +98,13 @@ class WorkerCore:
         self._notice_rids: list[int] = []
         self._notice_finishes: list[Finish] = []
         self._notice_unknown: list[int] = []
+        self._notice_gens: list[int] = []
         self.instance = 0  # this process, as the scheduler client's replays name it
         self.awaiting_replay = False  # drop token batches until a Replay for `instance` arrives
         self.last_seq = 0  # DetokBatch.seq of the last batch handled (acknowledged to the client)
         self._token_strings: lp_entries.TokenStrings | None = None  # built at the first logprobs
         self._logprobs_wanted: dict[int, int] = {}  # live rids that asked for logprobs: k
+        self._token_id = single_token_ids(tokenizer)  # marker text -> id, for parsed requests
 
     # ---- messages ------------------------------------------------------------------------------
     def handle_batch(self, batch: DetokBatch, now: float | None = None) -> Outputs:
@@ -109,12 +122,12 @@ class WorkerCore:
         batch = msg.batch
         check_batch(batch)  # before anything changes
         self.awaiting_replay = False
-        named = {reg.rid for reg in batch.new}
+        named = {(reg.rid, reg.gen) for reg in batch.new}
         why = f"the scheduler client no longer holds this request ({msg.reason or 'replay'})"
-        for rid in [r for r in self.live if r not in named]:
+        for rid in [r for r, e in self.live.items() if (r, e.registration.gen) not in named]:
             self._finish_live(rid, Finish("error", None, why), notify=True)
         finished = self._recently_finished
-        new = [reg for reg in batch.new if reg.rid not in finished]
+        new = [reg for reg in batch.new if not finished.finished(reg.rid, reg.gen)]
         if msg.instance:
             self.counts.replays += 1
             self.counts.replayed_requests += len(new)
@@ -138,12 +151,13 @@ class WorkerCore:
             raise MalformedBatch("FailRequests: rids and reply_to differ in length")
         for rid, reply_to in zip(msg.rids, msg.reply_to):
             live = self.live.get(rid)
-            num_tokens = 0
+            num_tokens = gen = 0
             if live is not None:
                 num_tokens = self._progress(rid)
+                gen = live.registration.gen
                 self._forget(rid, live)
-            self._remember_finished(rid)
-            self._emit_finish(self._columns_for(reply_to), rid, Finish("error", None, msg.message), num_tokens)
+            self._remember_finished(rid, gen)
+            self._emit_finish(self._columns_for(reply_to), rid, Finish("error", None, msg.message), num_tokens, gen)
         return self._take_outputs(sent_at)
 
     def sweep_idle(self, now: float | None = None) -> Outputs:
@@ -184,20 +198,22 @@ class WorkerCore:
         refused = self.admit_reply_to(reg.reply_to) if self.admit_reply_to is not None else None
         if refused is not None:
             log.warning("worker %d: cannot serve rid %d: %s", self.worker, reg.rid, refused)
-            self._remember_finished(reg.rid)
-            self._notify(reg.rid, Finish("error", None, refused))
+            self._remember_finished(reg.rid, reg.gen)
+            self._notify(reg.rid, Finish("error", None, refused), reg.gen)
             return
         out = self._columns_for(reg.reply_to)
         try:
-            self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag)  # type: ignore[arg-type]
+            parser = request_parser(reg.parsing, reg.rid, self._token_id)
+            stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag,  # type: ignore[arg-type]
+                                     parser=parser, emit=out.add_typed if parser is not None else None)
         except Exception as e:  # noqa: BLE001 - a bad registration is that request's error, never the worker's
             log.warning("worker %d: cannot start rid %d: %s", self.worker, reg.rid, e)
             finish = Finish("error", None, f"cannot start decoding: {e}")
-            self._remember_finished(reg.rid)
-            self._emit_finish(out, reg.rid, finish, 0)
-            self._notify(reg.rid, finish)
+            self._remember_finished(reg.rid, reg.gen)
+            self._emit_finish(out, reg.rid, finish, 0, reg.gen)
+            self._notify(reg.rid, finish, reg.gen)
             return
-        self.live[reg.rid] = _Live(reg, out, now)
+        self.live[reg.rid] = _Live(stream, reg, out, now)
         out.live += 1
         if reg.logprobs is not None and reg.logprobs >= 0:
             self._logprobs_wanted[reg.rid] = reg.logprobs
@@ -213,16 +229,37 @@ class WorkerCore:
             # per-rid Python. Rows with empty text stay (most rows have text): unknown or late
             # rids among them are not open at that frontend, or already finished there, so its
             # receiver drops them.
-            owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets)
+            owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets, result.num_tokens)
         else:
             self._frontends.route(batch.rids, result)
         if batch.logprobs is not None:
             self._step_logprobs(batch, result)
+        counts = unpack_u32(batch.counts) if batch.counts and (result.finished or len(result.unknown_rows)) else None
         if result.finished:
             num_tokens = unpack_u32(result.num_tokens)
-            counts = unpack_u32(batch.counts) if batch.counts else None
             for row, rid, finish in result.finished:
                 self._row_finished(rid, finish, num_tokens[row], counts[row] if counts is not None else 1)  # type: ignore[arg-type]
+        if len(result.unknown_rows):
+            if counts is not None:
+                row_counts = np.frombuffer(batch.counts, dtype="<u4").astype(np.int64)[result.unknown_rows]
+            else:
+                row_counts = np.ones(len(result.unknown_rows), np.int64)
+            self._unknown_rows(result.unknown_rids, row_counts)
+
+    def _unknown_rows(self, rids: np.ndarray, row_counts: np.ndarray) -> None:
+        """Rows whose rid is not open, as arrays (a flood of them builds no per-row objects that
+        stay): late tokens of a rid finished recently are counted, the others reported once."""
+        late = self._recently_finished.contains_many(rids)
+        self.counts.late_tokens += int(row_counts[late].sum())
+        fresh, fresh_counts = rids[~late], row_counts[~late]
+        unique, first = np.unique(fresh, return_index=True)
+        self.counts.late_tokens += int(fresh_counts.sum() - fresh_counts[first].sum())  # repeats in this batch
+        self.counts.unknown_rids += len(unique)
+        # remembered (so their further tokens count as late) up to a bound per batch: a flood of
+        # a million rids must not fill the finished-rid memory with objects that outlive it
+        for rid in unique[:UNKNOWN_REMEMBERED_PER_BATCH].tolist():
+            self._remember_finished(rid)
+        self._notice_unknown.extend(unique.tolist())
 
     def _step_logprobs(self, batch: DetokBatch, result: PackedStep) -> None:
         """Token strings of the rows that carry logprobs, to their frontends (before the rows'
@@ -245,16 +282,17 @@ class WorkerCore:
             else:
                 self._unknown(rid)
             return
+        gen = entry.registration.gen
         self._forget(rid, entry, closed=True)
-        self._remember_finished(rid)
+        self._remember_finished(rid, gen)
         kind = _stop_kind(finish)
         if finish.reason == "error":
             if finish.message and "vocabulary" in finish.message:
                 self.counts.invalid_token_ids += 1
         elif kind is not None:
             self.counts.stops[kind] = self.counts.stops.get(kind, 0) + 1
-        self._emit_finish(entry.out, rid, finish, num_tokens)
-        self._notify(rid, finish)
+        self._emit_finish(entry.out, rid, finish, num_tokens, gen, _calls(entry.stream))
+        self._notify(rid, finish, gen)
 
     # ---- ending ---------------------------------------------------------------------------------
     def _end(self, rid: int, reason: str, matched: int | None, message: str | None = None) -> None:
@@ -264,25 +302,27 @@ class WorkerCore:
                 self._unknown(rid)
             return
         text, offset, num_tokens, finish = self.table.finish(rid, reason)  # type: ignore[arg-type]
+        gen = entry.registration.gen
         self._forget(rid, entry, closed=True)
-        self._remember_finished(rid)
+        self._remember_finished(rid, gen)
         if text:
-            entry.out.add(rid, text, offset)
+            entry.out.add(rid, text, offset, num_tokens)
         if message is None and finish is not None:
             message = finish.message
-        self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens)  # type: ignore[arg-type]
+        self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens, gen, _calls(entry.stream))  # type: ignore[arg-type]
 
     def _finish_live(self, rid: int, finish: Finish, *, notify: bool) -> None:
         """End a live request for a reason of the worker's own (idle, shutdown, conflict)."""
         entry = self.live[rid]
         text, offset, num_tokens, _ = self.table.finish(rid, finish.reason, finish.message)  # type: ignore[arg-type]
+        gen = entry.registration.gen
         self._forget(rid, entry, closed=True)
-        self._remember_finished(rid)
+        self._remember_finished(rid, gen)
         if text:
-            entry.out.add(rid, text, offset)
-        self._emit_finish(entry.out, rid, finish, num_tokens)
+            entry.out.add(rid, text, offset, num_tokens)
+        self._emit_finish(entry.out, rid, finish, num_tokens, gen, _calls(entry.stream))
         if notify:
-            self._notify(rid, finish)
+            self._notify(rid, finish, gen)
 
     def _unknown(self, rid: int) -> None:
         self.counts.unknown_rids += 1
@@ -303,14 +343,16 @@ class WorkerCore:
     def _columns_for(self, reply_to: str) -> FrontendColumns:
         return self._frontends.columns_for(reply_to)
 
-    def _emit_finish(self, out: FrontendColumns, rid: int, finish: Finish, num_tokens: int) -> None:
-        out.finished.append(RequestFinished(rid, finish, num_tokens))
+    def _emit_finish(self, out: FrontendColumns, rid: int, finish: Finish, num_tokens: int, gen: int = 0,
+                     calls: int = 0) -> None:
+        out.finished.append(RequestFinished(rid, finish, num_tokens, gen, calls))
         finished = self.counts.finished
         finished[finish.reason] = finished.get(finish.reason, 0) + 1
 
-    def _notify(self, rid: int, finish: Finish) -> None:
+    def _notify(self, rid: int, finish: Finish, gen: int = 0) -> None:
         self._notice_rids.append(rid)
         self._notice_finishes.append(finish)
+        self._notice_gens.append(gen)
 
     def _forget(self, rid: int, entry: _Live, *, closed: bool = False) -> None:
         del self.live[rid]
@@ -320,8 +362,8 @@ class WorkerCore:
         if not closed:
             self.table.close(rid)  # type: ignore[arg-type]
 
-    def _remember_finished(self, rid: int) -> None:
-        self._recently_finished.remember(rid)
+    def _remember_finished(self, rid: int, gen: int = 0) -> None:
+        self._recently_finished.remember(rid, gen)
 
     def _prune_finished(self, now: float) -> None:
         self._recently_finished.prune(now)
@@ -331,8 +373,10 @@ class WorkerCore:
         deltas = self._frontends.take(self.worker, sent_at)
         notice = None
         if self._notice_rids or self._notice_unknown:
-            notice = StopNotice(self.worker, self._notice_rids, self._notice_finishes, self._notice_unknown)
-            self._notice_rids, self._notice_finishes, self._notice_unknown = [], [], []
+            notice = StopNotice(
+                self.worker, self._notice_rids, self._notice_finishes, self._notice_unknown, self._notice_gens, self.last_seq
+            )
+            self._notice_rids, self._notice_finishes, self._notice_unknown, self._notice_gens = [], [], [], []
         return Outputs(deltas, notice)
 
     def frontends(self) -> list[str]:

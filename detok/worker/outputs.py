@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import struct
+
+import numpy as np
 from dataclasses import dataclass, field
 
 from detok.stream.table import PackedStep
 from detok.wire.packing import group_rows
-from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished
+from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished, TypedRow
 from detok.wire.to_scheduler import StopNotice
 from detok.worker import logprobs as lp_entries
 
@@ -26,22 +28,28 @@ class FrontendColumns:
     text: list[bytes] = field(default_factory=list)
     lengths: list[bytes] = field(default_factory=list)
     offsets: list[bytes] = field(default_factory=list)
+    num_tokens: list[bytes] = field(default_factory=list)
     finished: list[RequestFinished] = field(default_factory=list)
     logprobs: list[DeltaLogprobs] = field(default_factory=list)
+    typed: list[TypedRow] = field(default_factory=list)  # rows of parsed requests
     live: int = 0  # live requests of this frontend in the table
 
-    def add(self, rid: int, text: str, offset: int) -> None:
-        self.add_packed(_U64(rid), text.encode(), _U32(len(text)), _U32(offset))
+    def add(self, rid: int, text: str, offset: int, num_tokens: int) -> None:
+        self.add_packed(_U64(rid), text.encode(), _U32(len(text)), _U32(offset), _U32(num_tokens))
 
-    def add_packed(self, rids: bytes, text: bytes, lengths: bytes, offsets: bytes) -> None:
+    def add_typed(self, row: TypedRow) -> None:
+        self.typed.append(row)
+
+    def add_packed(self, rids: bytes, text: bytes, lengths: bytes, offsets: bytes, num_tokens: bytes) -> None:
         self.rids.append(rids)
         self.text.append(text)
         self.lengths.append(lengths)
         self.offsets.append(offsets)
+        self.num_tokens.append(num_tokens)
 
     @property
     def pending(self) -> bool:
-        return bool(self.rids or self.finished or self.logprobs)
+        return bool(self.rids or self.finished or self.logprobs or self.typed)
 
     def take(self, worker: int, sent_at: float) -> DeltaBatch | None:
         if not self.pending:
@@ -49,9 +57,14 @@ class FrontendColumns:
         join = b"".join
         lp = lp_entries.join_parts(self.logprobs) if self.logprobs else None
         batch = DeltaBatch(
-            worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished, lp
+            worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished, lp,
+            join(self.num_tokens),
+            self.typed or None,
         )
         self.rids, self.text, self.lengths, self.offsets, self.finished, self.logprobs = [], [], [], [], [], []
+        self.num_tokens = []
+        if self.typed:
+            self.typed = []
         return batch
 
 
@@ -92,12 +105,14 @@ class Frontends:
         """Several frontends own live requests: each gets its rows' columns, split by the tag its
         requests were opened with (rows of unknown rids, tag 0, go nowhere)."""
         by_tag = self._by_tag
+        tags = np.frombuffer(result.tags, dtype="<u4")
+        num_tokens = np.frombuffer(result.num_tokens, dtype="<u4")
         for tag, own_rids, text, lengths, offsets in group_rows(
             result.tags, result.byte_lengths, result.text, rids, result.lengths, result.offsets
         ):
             out = by_tag.get(tag)
             if out is not None:
-                out.add_packed(own_rids, text, lengths, offsets)
+                out.add_packed(own_rids, text, lengths, offsets, num_tokens[tags == tag].tobytes())
 
     def drop_idle(self) -> None:
         """Forget frontends with nothing live and nothing pending."""

@@ -165,6 +165,10 @@ def _load(cfg: WorkerConfig) -> tuple[Any, Any, float]:
 
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(cfg.tokenizer)
+    if cfg.reasoning_parser or cfg.tool_parser:
+        from detok.parsing.tokens import check_parsers
+
+        check_parsers(tokenizer, cfg.reasoning_parser, cfg.tool_parser)
     plan = prepare_decoding(tokenizer)  # once, before ready: never on a request's path
     return tokenizer, plan, time.perf_counter() - t0
 

@@ -14,6 +14,7 @@ import msgspec
 import zmq
 
 from detok import wire
+from detok.memory import trim_heap
 from detok.stream.table import StreamTable
 from detok.wire.endpoints import bound_endpoint, connectable, make_socket, unmapped
 from detok.wire.security import SocketSecurity
@@ -31,6 +32,10 @@ log = logging.getLogger("detok.worker")
 POLL_MS = 100  # how soon a stop request or an idle sweep is noticed when no message comes
 _DRAIN_MAX = 256  # messages handled per poll wake-up before checking timers again
 _LOG_EVERY_S = 5.0  # rate limit for repeated warnings (malformed input, full peer queues)
+# A message this large (a flood of rows) leaves freed memory glibc keeps: the heap is trimmed
+# TRIM_DELAY_S after the last one (the burst over; a trim costs a few ms per 100 MB of heap).
+TRIM_AFTER_BYTES: Final = 1024 * 1024
+TRIM_DELAY_S: Final = 0.5
 PROFILE_ENV = "DETOK_WORKER_PROFILE_DIR"  # set: each worker runs under cProfile and dumps its stats there
 HEARTBEAT_INTERVAL_S: Final = 0.5  # how often a serving pool worker's loop tells the supervisor it runs
 # A batch's queue lag is clamped to this: a sender's clock (or a NaN / infinite sent_at) must not
@@ -93,6 +98,7 @@ class ServingLoop:
         self.encoder = wire.new_encoder()
         self.decoder = wire.worker_inbound_decoder()
         self._last_warning: dict[str, float] = {}
+        self._trim_at = 0.0  # when to give a burst's freed memory back (0: nothing to give)
 
     # ---- loop ---------------------------------------------------------------------------------
     def run(self) -> int:
@@ -123,6 +129,9 @@ class ServingLoop:
                             break
                         self._handle(raw)
                 now = time.monotonic()
+                if self._trim_at and now >= self._trim_at:
+                    self._trim_at = 0.0
+                    trim_heap(force=True)  # once per burst, when the queue is empty
                 self._report_status(now)
                 if now >= next_sweep:
                     self._send(self.core.sweep_idle(now))
@@ -142,9 +151,12 @@ class ServingLoop:
 
     def _handle(self, raw: bytes) -> None:
         t0 = time.perf_counter()
+        if len(raw) >= TRIM_AFTER_BYTES:
+            self._trim_at = time.monotonic() + TRIM_DELAY_S
         try:
             msg = self.decoder.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+            # RecursionError: a tool schema (free JSON) nested past the decoder's depth
             self._malformed(f"undecodable message ({len(raw)} bytes): {e}")
             return
         try:

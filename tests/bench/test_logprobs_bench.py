@@ -32,7 +32,7 @@ def test_bench_pool_with_and_without_logprobs() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     runs = {r["pipeline"]: r for r in map(json.loads, out.stdout.splitlines()) if "pipeline" in r}
     assert set(runs) == {"detok", "detok+logprobs3"}
-    assert all(r["mismatches"] == 0 and r["worker_cpu_ns_per_token"] >= 0 for r in runs.values())
+    assert all(r["mismatches"] == 0 and "worker_cpu_ns_per_token" in r for r in runs.values())
     assert runs["detok+logprobs3"]["logprob_entries_missing"] == 0 and "logprob_entries_missing" not in runs["detok"]
 
 
@@ -48,14 +48,18 @@ def test_bench_worker_and_frontend_with_logprobs() -> None:
     assert worker.run_once(tok, with_lp, True)[1] > worker.run_once(tok, plain, True)[1]
     messages = logprobs_frontend.frontend_messages(tok, w, table)
     rids = list(range(w.requests))
+    # what is timed really happens: a logprob payload formatted for every request at every step
+    # (CPU seconds themselves are the benchmark's report, never asserted)
+    every = w.requests * outputs.shape[0]
     for decode in (None, lambda ids: tok.decode(ids, skip_special_tokens=False)):
-        assert logprobs_frontend.run_once(messages, rids, 2, decode) >= 0
-    assert logprobs_frontend.run_once(logprobs_frontend.without_strings(messages), rids, 2, None) >= 0
+        assert logprobs_frontend.handle(messages, rids, 2, decode)[1] == every
+    assert logprobs_frontend.handle(logprobs_frontend.without_strings(messages), rids, 2, None)[1] == every
+    assert isinstance(logprobs_frontend.run_once(messages, rids, 2, None), float)
 
 
 def test_load_bench_asks_for_logprobs() -> None:
     """bench/load.py --logprobs N: the parameter as each endpoint names it (absent without it)."""
-    from bench import load  # bench/ is on sys.path (above)
+    from bench import load
 
     chat = load._body(load.LoadConfig("http://x", endpoint="chat", logprobs=5), 1)
     assert (chat["logprobs"], chat["top_logprobs"]) == (True, 5)

@@ -20,6 +20,7 @@ from detok.wire.to_scheduler import GenerateRequest
 from detok.stream.params import Finish
 from detok.tokenizer.hf import HFTokenizer
 from tests.helpers.frontend_harness import MODEL, running_app
+from tests.helpers.waiting import async_wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -153,7 +154,7 @@ def test_null_means_not_given_for_every_optional_field(tmp_path, tok):
         ({"tool_choice": "auto"}, "tool_choice"),
         ({"tools": []}, "tools"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"parallel_tool_calls": True}, "parallel_tool_calls"),
+        ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
         ({"functions": [{"name": "f"}]}, "functions"),
         ({"function_call": "auto"}, "function_call"),
         ({"guided_json": {"type": "object"}}, "guided_json"),
@@ -296,31 +297,42 @@ def test_requests_failing_after_acceptance_release_everything(tmp_path, tok):
 def test_watchdog_fails_only_what_a_lost_scheduler_held(tmp_path, tok):
     parts = {"pool": True, "scheduler": True}
     generation = [1]
+    polls = [0]  # the watchdog asks health() at every poll: "two polls later" instead of a sleep
+
+    def health_of() -> dict[str, bool]:
+        polls[0] += 1
+        return dict(parts)
+
+    async def two_polls() -> None:
+        start = polls[0]
+        await async_wait_until(lambda: polls[0] >= start + 2, 60, what="two watchdog polls")
 
     def hang(request: GenerateRequest):
         return None  # the scheduler never answers: requests stay in flight
 
     async def main() -> None:
-        async with running_app(tmp_path, tok, reply=hang, health=lambda: dict(parts),
+        async with running_app(tmp_path, tok, reply=hang, health=health_of,
                                health_detail=lambda: {"workers": ["serving"]},
                                scheduler_generation=lambda: generation[0]) as run:
             body = {"prompt": "x"}
             a = asyncio.ensure_future(run.http.post("/v1/completions", json=body))
-            await asyncio.sleep(0.3)
+            open_streams = lambda: run.state.link.receiver.open_count  # noqa: E731
+            await async_wait_until(lambda: open_streams() == 1, 60, what="request a in flight")
             parts["pool"] = False  # a worker down: degraded, nothing failed
-            await asyncio.sleep(0.6)
+            await two_polls()  # that must change nothing
             health = await run.http.get("/health")
             assert health.status_code == 200 and health.json()["status"] == "degraded"
             assert health.json()["detail"] == {"workers": ["serving"]}
             assert not a.done()
             generation[0] = 2  # the scheduler restarted: what it held is lost, newer requests live
             b = asyncio.ensure_future(run.http.post("/v1/completions", json=body))
-            r = await asyncio.wait_for(a, 5)
+            r = await asyncio.wait_for(a, 60)
             assert r.status_code == 500 and "scheduler restarted" in r.json()["error"]["message"]
-            await asyncio.sleep(0.6)
+            await async_wait_until(lambda: open_streams() == 1, 60, what="request b in flight")
+            await two_polls()  # that must not fail b
             assert not b.done()
             parts["scheduler"] = False  # down: 503, and the rest fails
-            r = await asyncio.wait_for(b, 5)
+            r = await asyncio.wait_for(b, 60)
             assert r.status_code == 500 and "scheduler is down" in r.json()["error"]["message"]
             assert (await run.http.get("/health")).status_code == 503
             refused = await run.http.post("/v1/completions", json=body)

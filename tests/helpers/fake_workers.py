@@ -22,7 +22,7 @@ class FakeWorkers:
             self.inputs.append(s)
         self.decoder = p.worker_inbound_decoder()
 
-    def recv(self, w: int, timeout: float = 5.0, *, resets: bool = False):
+    def recv(self, w: int, timeout: float = 60.0, *, resets: bool = False):
         """The next message to worker w; a new client's reset (an empty Replay for any process)
         is skipped unless `resets`."""
         while True:

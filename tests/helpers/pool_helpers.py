@@ -68,7 +68,7 @@ class Collected:
                     self.finish[rid] = delta.finish
                     self.num_tokens[rid] = delta.num_tokens or 0
 
-    def wait_finished(self, rids: list[int] | None = None, timeout: float = 20.0) -> None:
+    def wait_finished(self, rids: list[int] | None = None, timeout: float = 60.0) -> None:
         wanted = set(self.streams if rids is None else rids)
         deadline = time.monotonic() + timeout
         while not wanted <= self.finish.keys():
@@ -88,11 +88,12 @@ def drive(
     end_reason: str = "length",
     between_steps: Callable[[int], None] | None = None,
     step_sleep: float = 0.0,
+    register: bool = True,
 ) -> list:
-    """Register and step all requests to the end (several tokens per step when max_count > 1),
-    ending each with `end_reason`. Returns what client.poll() reported."""
+    """Register (unless the caller did) and step all requests to the end (several tokens per
+    step when max_count > 1), ending each with `end_reason`. Returns what client.poll() reported."""
     rng = random.Random(seed)
-    for r in requests:
+    for r in requests if register else ():
         client.add_request(Registration(r.rid, reply_to, r.context, r.params))
     pos = {r.rid: 0 for r in requests}
     by_rid = {r.rid: r for r in requests}
@@ -119,8 +120,20 @@ def drive(
         step += 1
         if step_sleep:
             time.sleep(step_sleep)
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + 60.0
     while any(client.backlog(w) for w in range(client.workers)) and time.monotonic() < deadline:
         client.flush()
         time.sleep(0.01)
+    return stopped
+
+
+def poll_until(client: SchedulerClient, done: Callable[[list], bool], timeout: float = 60.0) -> list:
+    """Polls the scheduler client (as a scheduler does every step) until `done(stopped so far)`;
+    returns what it reported. Fails after `timeout` s (generous: a loaded box is slow)."""
+    stopped: list = []
+    deadline = time.monotonic() + timeout
+    while not done(stopped):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out polling the scheduler client ({len(stopped)} stopped so far)")
+        stopped.extend(client.poll(0.05))
     return stopped

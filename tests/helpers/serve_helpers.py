@@ -115,3 +115,21 @@ class LiveServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def openai_client(base_url: str, api_key: str = "none", *, asynchronous: bool = False, timeout: float = 120.0,
+                  **kwargs: object):  # type: ignore[no-untyped-def]
+    """An openai SDK client for a live server that never reuses a connection the server may be
+    closing: its idle connections expire well before the server's keep-alive timeout (else a
+    request can go out on a connection just as the server closes it: a client-side HTTP race)."""
+    import httpx2
+    import openai
+
+    from detok.frontend.limits import KEEP_ALIVE_S
+
+    limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=KEEP_ALIVE_S / 3)
+    if asynchronous:
+        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0,
+                                  http_client=openai.DefaultAsyncHttpxClient(limits=limits), **kwargs)
+    return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0,
+                         http_client=openai.DefaultHttpxClient(limits=limits), **kwargs)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +13,6 @@ import pytest
 import detok
 import tests.helpers.tokenizers_available as ta
 from detok.tokenizer.base import Tokenizer
-
-_HERE = Path(__file__).resolve().parent
 
 
 def _gemma4_tokenizer_json() -> Tokenizer:
@@ -28,9 +25,7 @@ def _gemma4_tokenizer_json() -> Tokenizer:
 
 
 def _python_user() -> Tokenizer:
-    if str(_HERE) not in sys.path:
-        sys.path.insert(0, str(_HERE))
-    return detok.load_tokenizer("user_tokenizers:QwenViaPython")
+    return detok.load_tokenizer("tests.helpers.user_tokenizers:QwenViaPython")  # one import name: the package path
 
 
 SOURCES: dict[str, Callable[[], Tokenizer]] = {

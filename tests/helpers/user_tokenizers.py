@@ -1,4 +1,4 @@
-"""User Python tokenizer classes for tests (the Dynamo-style protocol), loaded as 'user_tokenizers:Class'.
+"""User Python tokenizer classes for tests (the Dynamo-style protocol), loaded as 'tests.helpers.user_tokenizers:Class'.
 
 `QwenViaPython` wraps the qwen2 fixture through `tokenizers` but, being a plain Python class, has no
 byte map: it streams by window diff over a byte-level decoder, which exercises the U+FFFD hold.

@@ -23,6 +23,7 @@ from detok.receiver.receiver import DeltaReceiver
 from detok.wire.security import generate_keys
 from detok.stream.params import DecodeParams
 from tests.helpers.pool_helpers import Collected, Request, drive, reference, workload
+from tests.helpers.waiting import wait_until
 from tests.helpers.tokenizers_available import hf_qwen2_dir
 
 pytestmark = pytest.mark.timeout(240)
@@ -35,11 +36,7 @@ def tok() -> detok.Tokenizer:
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+    wait_until(predicate, max(timeout, 60.0), 0.01, what)  # generous: a loaded box is slow
 
 
 def _with_stops(requests: list[Request]) -> list[Request]:
@@ -156,10 +153,10 @@ def test_repeated_kills_and_kills_during_replay_with_two_frontends(tok) -> None:
                 rx.close()
 
 
-def _standalone(port: int, notify: str, keys: Path) -> subprocess.Popen:
+def _standalone(port: int | str, notify: str, keys: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "detok.cli", "worker", "--tokenizer", str(hf_qwen2_dir()), "--keys", str(keys),
-         "--bind", tcp_endpoint("127.0.0.1", port), "--notify", notify, "--idle-timeout", "60"],
+         "--bind", f"tcp://127.0.0.1:{port}", "--notify", notify, "--idle-timeout", "60"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
 
@@ -169,11 +166,16 @@ def test_a_standalone_tcp_worker_that_comes_back_on_the_same_endpoint_is_replaye
     the same endpoint; it asks for its shard and gets it."""
     keys = tmp_path / "keys"
     generate_keys(keys)
-    port, notify = _free_port("127.0.0.1"), tcp_endpoint("127.0.0.1", _free_port("127.0.0.1"))
-    worker = _standalone(port, notify, keys)
+    # the first worker binds a port of its choosing (named in its banner; its successor takes the
+    # same one back: the point of the test); the notify port, bound by the client after the worker
+    # is told it, is picked free now (a narrow race)
+    notify = tcp_endpoint("127.0.0.1", _free_port("127.0.0.1"))
+    worker = _standalone("*", notify, keys)
     client = rx = None
     try:
-        assert "listening on" in worker.stdout.readline()  # type: ignore[union-attr]
+        banner = worker.stdout.readline()  # type: ignore[union-attr]
+        assert "listening on tcp://127.0.0.1:" in banner, banner
+        port = int(banner.split("listening on tcp://127.0.0.1:")[1].split()[0])
         client = SchedulerClient([tcp_endpoint("127.0.0.1", port)], notify, keys=keys)
         rx = DeltaReceiver("tcp://127.0.0.1:*", keys=keys)
         requests = _with_stops(workload(tok, 30, 40, seed=13, first_rid=30_000))

@@ -182,7 +182,7 @@ def test_standalone_engine_process_next_to_a_pool(pool, tok, tmp_path):
     from detok.wire.codec import new_encoder
     from detok.wire.to_scheduler import GenerateRequest
 
-    inbox = f"ipc://{tmp_path}/engine-requests"
+    inbox = pool.receiver_endpoint("engine-requests")  # in the pool's short ipc folder (path limit 107 bytes)
     notify = pool.notify_endpoint  # where the pool's workers send their notices
     proc = subprocess.Popen([sys.executable, "-m", "reference_engine", "run", "--model", "smollm2",
                              "--workers-endpoints", ",".join(pool.endpoints), "--notify-endpoint", notify,
@@ -191,7 +191,10 @@ def test_standalone_engine_process_next_to_a_pool(pool, tok, tmp_path):
     receiver = DeltaReceiver()
     push = ctx.socket(zmq.PUSH)
     try:
-        assert "frontends send requests to" in proc.stdout.readline()
+        banner = proc.stdout.readline()
+        if "frontends send requests to" not in banner:
+            proc.kill()
+            raise AssertionError(banner + proc.communicate(timeout=30)[0])
         push.connect(inbox)
         prompt = chat_ids(tok, "What is the capital of France?")
         stream = receiver.open(77)

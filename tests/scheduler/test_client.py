@@ -16,6 +16,8 @@ from detok.scheduler.client import SchedulerClient, shard_array, shard_of
 from detok.wire.endpoints import IpcDir
 from detok.stream.params import DecodeParams, Finish
 from tests.helpers.fake_workers import FakeWorkers
+from tests.helpers.pool_helpers import poll_until
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -88,23 +90,23 @@ def test_a_full_queue_is_reported_not_waited_on_and_order_is_kept(ipc) -> None:
     try:
         client.add_request(p.Registration(1, "ipc:///fe", [], DecodeParams()))
         reports = []
-        t0 = time.monotonic()
-        for step in range(200):
+        for step in range(200):  # never blocks (a blocked send would hang to the test's timeout)
             reports.append(client.send_step([1], [step], starts=[step]))
-        assert time.monotonic() - t0 < 2.0  # never blocked
         assert reports[-1] == [0] and client.backlog(0) > 100
         ctx = zmq.Context()
         worker = ctx.socket(zmq.PULL)
         worker.bind(endpoint)
-        deadline = time.monotonic() + 10
-        while client.backlog(0) and time.monotonic() < deadline:
-            client.flush()
-            time.sleep(0.01)
-        assert client.flush() == []
         decoder = p.worker_inbound_decoder()
-        starts = []
-        while worker.poll(200):
-            starts += p.unpack_u32(decoder.decode(worker.recv()).starts).tolist()
+        starts: list[int] = []
+
+        def drained() -> bool:
+            client.flush()
+            while worker.poll(0):
+                starts.extend(p.unpack_u32(decoder.decode(worker.recv()).starts).tolist())
+            return not client.backlog(0) and len(starts) >= 200
+
+        wait_until(drained, 60, 0.01, lambda: f"backlog {client.backlog(0)}, {len(starts)} steps received")
+        assert client.flush() == []
         assert starts == list(range(200))  # nothing lost, nothing reordered
         worker.close(0)
         ctx.term()
@@ -112,13 +114,8 @@ def test_a_full_queue_is_reported_not_waited_on_and_order_is_kept(ipc) -> None:
         client.close()
 
 
-def _poll_until(client: SchedulerClient, predicate, timeout: float = 5.0) -> list:
-    stopped: list = []
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        stopped += client.poll(timeout=0.05)
-    assert predicate(), "timed out"
-    return stopped
+def _poll_until(client: SchedulerClient, predicate, timeout: float = 60.0) -> list:
+    return poll_until(client, lambda _stopped: predicate(), timeout)
 
 
 def test_a_new_client_resets_every_worker(ipc) -> None:
@@ -212,7 +209,7 @@ def test_stop_notices_and_unknown_rids(ipc) -> None:
             client.add_request(p.Registration(rid, "ipc:///fe", [], DecodeParams()))
         fake.notice(p.StopNotice(0, [1, 99], [Finish("stop", "END"), Finish("stop", "x")], unknown_rids=[2, 98]))
         stopped: list = []
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         while not stopped and time.monotonic() < deadline:
             stopped = client.poll(timeout=0.1)
         # 99 and 98 are not live here: ignored; 2 lost its registration (never after a replay):
@@ -223,7 +220,7 @@ def test_stop_notices_and_unknown_rids(ipc) -> None:
         assert client.live_rids() == [3]
         t0 = time.monotonic()
         assert client.poll(timeout=0.2) == []
-        assert 0.15 < time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 >= 0.15  # it waited for its timeout (a slow box only adds to it)
     finally:
         client.close()
         fake.close()

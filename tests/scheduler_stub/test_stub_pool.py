@@ -5,7 +5,6 @@ headless for load."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from scheduler_stub.generation import RequestGeneration
 from scheduler_stub.headless import HeadlessConfig, run_headless
 from scheduler_stub.stub import RequestInbox, SchedulerStub, StepPolicy, run_loop
 from scheduler_stub.workload import END, CorpusWorkload, embedded_corpus_text
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -67,10 +67,12 @@ class _Stack:
     def send(self, message: GenerateRequest | Abort) -> None:
         self.push.send(self.encoder.encode(message))
 
-    def request(self, rid: int, max_tokens: int = 200, seed: int = 0, **params) -> GenerateRequest:
-        return GenerateRequest(rid, [seed, 7], DecodeParams(**params), max_tokens, self.receiver.endpoint, seed)
+    def request(self, rid: int, max_tokens: int = 200, seed: int = 0, ignore_eos: bool = False,
+                **params) -> GenerateRequest:
+        return GenerateRequest(rid, [seed, 7], DecodeParams(**params), max_tokens, self.receiver.endpoint, seed,
+                               ignore_eos=ignore_eos)
 
-    def collect(self, rids: list[int], timeout: float = 30.0) -> dict[int, tuple[str, object, int]]:
+    def collect(self, rids: list[int], timeout: float = 60.0) -> dict[int, tuple[str, object, int]]:
         streams = {rid: self.receiver.open(rid) for rid in rids}
         texts: dict[int, list[str]] = {rid: [] for rid in rids}
         done: dict[int, tuple[str, object, int]] = {}
@@ -138,26 +140,25 @@ def test_more_requests_than_the_batch_all_finish(stack, tok, workload):
 
 
 def test_stop_string_notice_stops_generation(stack, tok, workload):
-    plain = stack.request(200, max_tokens=400, seed=3)
+    """Only the worker's StopNotice can end this request: no EOS, and max_tokens so far away (200 s
+    of steps) that the notice comes back first however slow the box."""
+    max_tokens = 100_000
+    plain = stack.request(200, max_tokens=400, seed=3, ignore_eos=True)
     full = tok.decode(_expected_ids(tok, workload, plain))
     stop = full[30:35]
-    stack.send(stack.request(201, max_tokens=400, seed=3, stop=(stop,)))
+    stack.send(stack.request(201, max_tokens=max_tokens, seed=3, ignore_eos=True, stop=(stop,)))
     text, finish, num_tokens = stack.collect([201])[201]
     assert text == full[: full.index(stop)] and finish.reason == "stop" and finish.matched == stop
-    deadline = time.monotonic() + 5
-    while stack.stub.stats.stopped_by_workers < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: stack.stub.stats.stopped_by_workers >= 1, 60, 0.01, "the StopNotice never came back")
     assert stack.stub.stats.stopped_by_workers == 1  # the StopNotice came back and was obeyed
-    assert 201 not in stack.stub.running
-    assert stack.stub.stats.tokens < 400  # it stopped generating long before max_tokens
+    wait_until(lambda: 201 not in stack.stub.running, 60, 0.01, "the stub still generates rid 201")
+    assert stack.stub.stats.tokens < max_tokens  # it stopped generating, long before max_tokens
 
 
 def test_abort_from_the_frontend(stack):
     stack.send(stack.request(300, max_tokens=100_000, seed=1, min_tokens=100_000))
     stream = stack.receiver.open(300)
-    deadline = time.monotonic() + 10
-    while 300 not in stack.stub.running and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: 300 in stack.stub.running, 60, 0.01, "rid 300 never started")
     stack.send(Abort(300))
     text, finish, _ = stack.collect([300])[300]
     assert finish.reason == "abort"
@@ -182,17 +183,19 @@ def test_abort_of_a_waiting_request_never_reaches_a_worker(pool, tok, workload):
 
 
 def test_headless_run(pool):
-    cfg = HeadlessConfig(GPT2, requests=60, concurrency=16, max_tokens=24, policy=StepPolicy(0.0, 16), timeout_s=30)
+    cfg = HeadlessConfig(GPT2, requests=60, concurrency=16, max_tokens=24, policy=StepPolicy(0.0, 16), timeout_s=120)
     result = run_headless(cfg, pool)
     assert result.requests == 60 and result.tokens == 60 * 24
     assert result.finish_reasons == {"length": 60} and result.chars > 0
+    # max_tokens far away (10 s of steps each): every StopNotice comes back first, however slow the box
+    max_tokens = 2000
     stopped = run_headless(
-        HeadlessConfig(GPT2, requests=20, concurrency=8, max_tokens=200, stop=("e", "。", "."),
-                       policy=StepPolicy(0.005, 8), timeout_s=30),
+        HeadlessConfig(GPT2, requests=20, concurrency=8, max_tokens=max_tokens, stop=("e", "。", "."),
+                       policy=StepPolicy(0.005, 8), timeout_s=120),
         pool,
     )
     assert stopped.finish_reasons == {"stop": 20} and stopped.stopped_by_workers == 20
-    assert stopped.tokens < 20 * 200 / 2  # the stub stopped generating them once told
+    assert stopped.tokens < 20 * max_tokens / 2  # the stub stopped generating them once told
 
 
 def test_corpus_end_marker_is_not_a_token(tok, workload):
@@ -202,13 +205,9 @@ def test_corpus_end_marker_is_not_a_token(tok, workload):
 def test_standalone_stub_process_next_to_a_pool(pool, tok, workload, tmp_path):
     """`python -m scheduler_stub run`: frontends reach it over tcp (CURVE keys); SIGTERM stops it
     cleanly. Without keys (and without --insecure) it refuses a tcp endpoint."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    endpoint = f"tcp://127.0.0.1:{port}"
     args = [sys.executable, "-m", "scheduler_stub", "run", "--tokenizer", GPT2, "--step-ms", "2",
             "--workers-endpoints", ",".join(pool.endpoints), "--notify-endpoint", pool.notify_endpoint,
-            "--requests-endpoint", endpoint]
+            "--requests-endpoint", "tcp://127.0.0.1:*"]  # the stub binds a free port and prints it
     refused = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "need CURVE keys" in refused.stderr
     generate_keys(tmp_path / "keys")
@@ -219,13 +218,15 @@ def test_standalone_stub_process_next_to_a_pool(pool, tok, workload, tmp_path):
     push = ctx.socket(zmq.PUSH)
     security = SocketSecurity(tmp_path / "keys")
     try:
-        assert "frontends send requests to" in proc.stdout.readline()
+        banner = proc.stdout.readline()
+        assert "frontends send requests to tcp://127.0.0.1:" in banner, banner
+        endpoint = banner.split("frontends send requests to ")[1].strip()
         security.connect(push, endpoint)
         request = GenerateRequest(9, [4, 2], DecodeParams(), 12, receiver.endpoint, 5)
         stream = receiver.open(9)
         push.send(new_encoder().encode(request))
         text, finish = "", None
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while finish is None and time.monotonic() < deadline:
             receiver.poll_blocking(0.1)
             while (delta := stream.take()) is not None:

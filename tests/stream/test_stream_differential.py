@@ -142,6 +142,9 @@ def test_byte_rule_matches_python_utf8_decoder(name: str) -> None:
 def test_stream_table_matches_decode_stream(name: str, compiled: bool) -> None:
     """The worker's batched path (packed integer rids: the compiled step where built) gives exactly
     the per-stream text, offsets and token counts, in every decode mode, stop rules included."""
+    if compiled and not StreamTable(stream_roster.get("mock")).compiled:
+        # never the numpy path twice under the compiled name: a skip, which CI (strict skips) fails
+        pytest.skip("the _plainstep extension is not built")
     tok = stream_roster.get(name)
 
     @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -159,7 +162,7 @@ def test_stream_table_matches_decode_stream(name: str, compiled: bool) -> None:
                 min_tokens=data.draw(st.integers(0, 3)),
             )
         table = StreamTable(tok)
-        table.compiled = compiled and table.compiled
+        table.compiled = compiled
         rids = [1000 + k for k in range(len(streams))]
         for rid in rids:
             table.open(rid, (), params, ignore_eos=True)

@@ -161,13 +161,13 @@ def test_mock() -> None:
 
 def test_user_python_class() -> None:
     """tests/helpers/user_tokenizers.py holds a Dynamo-style class over `tokenizers`."""
-    by_spec = load_tokenizer("user_tokenizers:QwenViaPython")
+    by_spec = load_tokenizer("tests.helpers.user_tokenizers:QwenViaPython")
     assert by_spec.backend == "python" and by_spec.vocab_size == 151936 and roundtrips(by_spec)
-    by_names = load_tokenizer(backend="python", module="user_tokenizers", cls="QwenViaPython")
+    by_names = load_tokenizer(backend="python", module="tests.helpers.user_tokenizers", cls="QwenViaPython")
     assert by_names.backend == "python" and by_names.source == by_spec.source
     # with module= and cls=, the source is the model path handed to the class
     gpt2_json = avail.hf_gpt2_dir() / "tokenizer.json"
-    gpt2 = load_tokenizer(gpt2_json, "python", module="user_tokenizers", cls="QwenViaPython")
+    gpt2 = load_tokenizer(gpt2_json, "python", module="tests.helpers.user_tokenizers", cls="QwenViaPython")
     assert gpt2.vocab_size == 50257 and roundtrips(gpt2)
 
 

@@ -2,7 +2,11 @@
 127.0.0.1): the five attacks of issue 11, by a peer without keys (plain zmq), by one with its own
 CURVE keypair, and by raw bytes. With the deployment's CURVE keys none has any effect while keyed
 traffic streams exactly; the same attacks against an explicitly insecure pool all succeed (the
-control: the attacks are real)."""
+control: the attacks are real).
+
+"No effect" is proven by events, not by waiting a while: every attacking zmq socket reports a failed
+CURVE handshake on its socket monitor (no message can pass a failed handshake) and the server closes
+every raw connection; the control waits for each attack's effect instead."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 import detok
 from detok.scheduler.client import SchedulerClient
@@ -25,11 +30,18 @@ from detok.receiver.receiver import DeltaReceiver
 from detok.wire.security import CurveKeys
 from detok.stream.params import DecodeParams, Finish
 from tests.helpers.pool_helpers import Collected, Request, reference, workload
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
-_SETTLE_S = 1.0  # time for a connection (and, without keys, the attacker's message) to go through
 KEYS = CurveKeys.generate()
+WAIT_S = 60.0  # deadline for an event that must come (a loaded box is slow; a hang fails)
+_HANDSHAKE_EVENTS = {
+    zmq.EVENT_HANDSHAKE_SUCCEEDED: "succeeded",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "failed",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "failed",
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "failed",
+}
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +58,8 @@ class Attacker:
         self.ctx = zmq.Context()
         self.encoder = new_encoder()
         self.sockets: list[zmq.Socket] = []
+        self.monitors: list[zmq.Socket] = []  # one per attacking socket: its handshake outcome
+        self.outcomes: list[str | None] = []
         self.raw: list[socket.socket] = []
         self.inbox = self._socket(zmq.PULL)  # where it asks for deltas; it is no detok peer, so no keys
         port = self.inbox.bind_to_random_port("tcp://127.0.0.1")
@@ -75,8 +89,42 @@ class Attacker:
         if self.kind == "curve":
             own = CurveKeys.generate()
             sock.curve_secretkey, sock.curve_publickey, sock.curve_serverkey = own.secret, own.public, KEYS.public
+        monitor = sock.get_monitor_socket()
+        monitor.linger = 0
+        self.monitors.append(monitor)
+        self.outcomes.append(None)
         sock.connect(endpoint)
         sock.send(data, zmq.NOBLOCK)
+
+    def _read_monitors(self) -> bool:
+        for i, monitor in enumerate(self.monitors):
+            while self.outcomes[i] is None and monitor.poll(0):
+                event = recv_monitor_message(monitor)["event"]
+                self.outcomes[i] = _HANDSHAKE_EVENTS.get(event)
+        return all(o is not None for o in self.outcomes)
+
+    def handshakes(self) -> list[str]:
+        """The first handshake outcome of every attacking socket ("failed" or "succeeded"), waited for."""
+        wait_until(self._read_monitors, WAIT_S, 0.01, lambda: f"{self.kind}: handshakes {self.outcomes}")
+        return [o for o in self.outcomes if o is not None]
+
+    def raw_refused(self) -> bool:
+        """Each raw connection was closed by the server (what it sent before, a greeting, is ignored)."""
+        for conn in self.raw:
+            conn.settimeout(WAIT_S)
+            try:
+                while conn.recv(4096):
+                    pass
+            except ConnectionResetError:
+                pass
+            except TimeoutError:
+                return False
+        return True
+
+    def refused(self) -> bool:
+        """Nothing this attacker sent can have been taken: every handshake failed, every raw
+        connection was closed (events waited for)."""
+        return self.raw_refused() if self.kind == "raw" else set(self.handshakes()) == {"failed"}
 
     def received(self) -> list[DeltaBatch]:
         got = []
@@ -87,6 +135,8 @@ class Attacker:
     def close(self) -> None:
         for conn in self.raw:
             conn.close()
+        for monitor in self.monitors:
+            monitor.close(0)
         for sock in self.sockets:
             sock.close(0)
         self.ctx.term()
@@ -103,10 +153,28 @@ class Evidence:
     details: list[str] = field(default_factory=list)
 
 
-def _attack(tok, pool: DetokPool, client: SchedulerClient, rx: DeltaReceiver, attackers: list[Attacker]) -> Evidence:
+def _attack(tok, pool: DetokPool, client: SchedulerClient, rx: DeltaReceiver, attackers: list[Attacker],
+            keyed: bool) -> Evidence:
     """Victims A (injection), B (hijack), C (forged stop), D (forged delta) stream on the pool's
-    only worker while each attacker tries each attack; then everything is checked."""
+    only worker while each attacker tries each attack; then everything is checked. `keyed`: the
+    attacks are proven refused by events (handshakes failed, connections closed); else (the
+    control) each effect is waited for."""
     ev = Evidence()
+    stopped: list = []
+
+    def settle(effect: object) -> None:
+        """Until the attacks sent so far are decided: refused (keyed) or `effect()` seen (control)."""
+        if keyed:
+            for attacker in attackers:
+                if not attacker.refused():
+                    ev.details.append(f"{attacker.kind}: an attack was not refused {attacker.outcomes}")
+        else:
+            try:
+                wait_until(effect, WAIT_S, 0.02)  # type: ignore[arg-type]
+            except AssertionError as e:
+                ev.details.append(f"control: an effect never came: {e}")
+        stopped.extend(client.poll())
+
     victims = workload(tok, 4, 30, seed=5, first_rid=500)
     a, b, c, d = victims
     got = Collected(rx, [v.rid for v in victims])
@@ -115,7 +183,7 @@ def _attack(tok, pool: DetokPool, client: SchedulerClient, rx: DeltaReceiver, at
     half = 12
     for k in range(half):
         client.send_step([v.rid for v in victims], [v.tokens[k] for v in victims], starts=[k] * len(victims))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT_S
     while any(not got.text[v.rid] for v in victims) and time.monotonic() < deadline:
         got.pump(0.05)
     worker = pool.endpoints[0]
@@ -138,14 +206,12 @@ def _attack(tok, pool: DetokPool, client: SchedulerClient, rx: DeltaReceiver, at
         attacker.send(pool.notify_endpoint, StopNotice(0, [c.rid], [Finish("stop", "forged")]))
         # 6. a forged delta for D straight to the frontend
         attacker.send(rx.endpoint, DeltaBatch.from_rows(0, time.time(), [d.rid], [" FORGED"], [len(got.text[d.rid])]))
-    time.sleep(_SETTLE_S)
-    stopped = client.poll()
+    settle(lambda: stopped.extend(client.poll()) or any(s.rid == c.rid for s in stopped))
     ev.forged_stop = any(s.rid == c.rid for s in stopped)
     # 5. a forged WorkerEvent(died): the client would fail every live request of worker 0
     for attacker in attackers:
         attacker.send(pool.notify_endpoint, WorkerEvent(0, "died", 1, 1, "forged death"))
-    time.sleep(_SETTLE_S)
-    stopped += client.poll()
+    settle(lambda: stopped.extend(client.poll()) or any(e.kind == "died" for e in client.events))
     ev.forged_death = any(e.kind == "died" for e in client.events) or any(s.finish.reason == "error" for s in stopped)
     for k in range(half, 30):
         client.send_step([v.rid for v in victims], [v.tokens[k] for v in victims], starts=[k] * len(victims))
@@ -153,11 +219,19 @@ def _attack(tok, pool: DetokPool, client: SchedulerClient, rx: DeltaReceiver, at
         client.end(v.rid, "length")
     client.flush()
     try:
-        got.wait_finished(timeout=10)
+        got.wait_finished(timeout=WAIT_S)
     except AssertionError as e:
         ev.details.append(str(e))
-    time.sleep(0.3)
-    to_attacker = [batch for attacker in attackers for batch in attacker.received()]
+    to_attacker: list[DeltaBatch] = []
+
+    def attacker_got(rid: int) -> bool:
+        to_attacker.extend(batch for attacker in attackers for batch in attacker.received())
+        return any(r == rid and t for batch in to_attacker for r, t, _ in batch.rows()) or any(
+            f.rid == rid for batch in to_attacker for f in batch.finished)
+
+    if not keyed:  # the control: the attacker's own decoding and B's hijacked text reach it
+        settle(lambda: attacker_got(own.rid) and attacker_got(b.rid))
+    attacker_got(-1)  # whatever arrived (keyed: nothing can, every handshake failed)
     about = {r for batch in to_attacker for r, t, _ in batch.rows() if t} | {
         f.rid for batch in to_attacker for f in batch.finished}
     ev.own_decoding = own.rid in about
@@ -180,8 +254,8 @@ def test_foreign_peers_have_no_effect_on_a_keyed_pool(tok) -> None:
         client, rx = pool.client(), DeltaReceiver("tcp://127.0.0.1:*", keys=KEYS)
         attackers = [Attacker(kind) for kind in ("plain", "curve", "raw")]
         try:
-            ev = _attack(tok, pool, client, rx, attackers)
-            assert _clean(ev), ev
+            ev = _attack(tok, pool, client, rx, attackers, keyed=True)
+            assert _clean(ev) and not ev.details, ev
             assert rx.malformed == 0 and all(e.kind == "ready" for e in client.events)
         finally:
             for attacker in attackers:
@@ -198,7 +272,7 @@ def test_the_same_attacks_succeed_without_keys(tok) -> None:
         rx = DeltaReceiver("tcp://127.0.0.1:*", insecure=True)
         attacker = Attacker("plain")
         try:
-            ev = _attack(tok, pool, client, rx, [attacker])
+            ev = _attack(tok, pool, client, rx, [attacker], keyed=False)
         finally:
             attacker.close()
             client.close()

@@ -1,0 +1,193 @@
+"""`glm45` (vLLM also `glm47`; SGLang: `glm45`, `glm`): GLM-4.5/4.6 XML-ish calls, all tags tokens.
+
+    <tool_call>NAME
+    <arg_key>city</arg_key>
+    <arg_value>Beijing</arg_value>
+    </tool_call>
+
+The name is the first line after `<tool_call>` (ended also by `<arg_key>` or `</tool_call>`, for calls
+without arguments), stripped. Keys and values are stripped. A value whose parameter the request's
+schema types `"string"` stays a string and streams escaped while it arrives (trailing whitespace
+held until more text shows it is inside); any other value is read as JSON, then as a Python
+literal, else kept as a string (vLLM's `_deserialize`), and goes out when its `</arg_value>` arrives.
+The arguments are formatted as `json.dumps` would (`{"a": 1, "b": "x"}`).
+
+Edges (README): text around calls is content. A call cut by the end of output is closed with what
+was parsed (a value cut short is taken as it stands). A key without a value is left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from typing import Any
+
+from detok.parsing.tools import schema_values as sv
+from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
+from detok.parsing.tools.json_stream import JsonValueStream
+
+
+START, END = "<tool_call>", "</tool_call>"
+KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
+MAX_NAME = 256
+
+_CONTENT, _NAME, _BODY, _KEY, _VALUE, _SKIP = range(6)
+_SPACE = " \t\n\r"
+
+
+def deserialize(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def value_json(text: str) -> str:
+    try:
+        return json.dumps(deserialize(text), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return json.dumps(text, ensure_ascii=False)
+
+
+class Glm45ToolParser(StreamingToolParser):
+    names = ("glm45", "glm47", "glm")
+    markers = (START, END, KEY, KEY_END, VALUE, VALUE_END)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._state = _CONTENT
+        self._text: list[str] = []  # the name, key, or typed value read so far
+        self._key: str | None = None
+        self._props: dict = {}
+        self._params = 0
+        self._string = False
+        self._started = False  # a string value's first non-space character was seen
+        self._space = ""  # a string value's trailing whitespace, held
+
+    def _on_marker(self, marker: str) -> None:
+        st = self._state
+        if st == _VALUE:
+            if marker not in (VALUE_END, END):
+                self._value_text(marker)
+                return
+            self._end_value()
+            st = self._state = _BODY
+            if marker == VALUE_END:
+                return
+        if marker == START:
+            if st != _CONTENT:
+                self._end_call()
+            self._text = []
+            self._state = _NAME
+        elif st == _CONTENT:
+            self._content(marker)
+        elif marker == END:
+            if st == _NAME:
+                self._begin_call()
+            self._end_call()
+            self._state = _CONTENT
+        elif st == _NAME:
+            if marker == KEY and self._begin_call():
+                self._text = []
+                self._state = _KEY
+        elif marker == KEY and st == _BODY:
+            self._text = []
+            self._state = _KEY
+        elif marker == KEY_END and st == _KEY:
+            self._key = "".join(self._text).strip()
+            self._state = _BODY
+        elif marker == VALUE and st == _BODY and self._key is not None:
+            self._begin_value(self._key)
+            self._key = None
+
+    def _on_text(self, text: str) -> None:
+        st = self._state
+        if st == _CONTENT:
+            self._content(text)
+        elif st == _VALUE:
+            self._value_text(text)
+        elif st == _NAME:
+            nl = text.find("\n")
+            self._text.append(text if nl < 0 else text[:nl])
+            if nl >= 0:
+                self._begin_call()
+            elif sum(map(len, self._text)) > MAX_NAME:
+                self._state = _SKIP
+        elif st == _KEY:
+            self._text.append(text)
+
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
+        return TEXT_SINK if self._state == _VALUE and self._string else None
+
+    def _fast_text(self, text: str) -> str | None:
+        # inside a string value after its first character, no whitespace held or at the end
+        if not text or not self._started or self._space or text[-1] in _SPACE:
+            return None
+        return sv.json_string_body(text)
+
+    def _begin_call(self) -> bool:
+        name = "".join(self._text).strip()
+        self._text = []
+        if not name or len(name) > MAX_NAME:
+            self._state = _SKIP
+            return False
+        self._open_call(name)
+        self._args("{")
+        spec = self.tools.get(name)
+        self._props = sv.properties(spec.parameters if spec is not None else None)
+        self._params = 0
+        self._key = None
+        self._state = _BODY
+        return True
+
+    def _begin_value(self, key: str) -> None:
+        spec = self._props.get(key)
+        self._string = isinstance(spec, dict) and spec.get("type") == "string"
+        sep = ", " if self._params else ""
+        self._params += 1
+        self._args(f"{sep}{json.dumps(key, ensure_ascii=False)}: " + ('"' if self._string else ""))
+        self._text = []
+        self._started = False
+        self._space = ""
+        self._state = _VALUE
+
+    def _value_text(self, text: str) -> None:
+        if not self._string:
+            self._text.append(text)
+            return
+        if not self._started:
+            text = text.lstrip(_SPACE)
+            if not text:
+                return
+            self._started = True
+        body = text.rstrip(_SPACE)
+        if body:
+            self._args(sv.json_string_body(self._space + body))
+            self._space = ""
+        self._space += text[len(body) :]
+
+    def _end_value(self) -> None:
+        if self._string:
+            self._args('"')
+        else:
+            self._args(value_json("".join(self._text).strip()))
+        self._text = []
+        self._space = ""
+
+    def _end_call(self) -> None:
+        if self._state == _VALUE:
+            self._end_value()
+        if self._state in (_BODY, _KEY, _VALUE):
+            self._args("}")
+            self._close_call()
+        self._state = _CONTENT
+
+    def _on_finish(self) -> None:
+        if self._state == _NAME:
+            self._begin_call()
+        if self._state != _CONTENT:
+            self._end_call()

@@ -1,0 +1,114 @@
+"""`llama3_json` (also vLLM's `llama4_json`; SGLang: `llama3`): bare JSON calls,
+`{"name": "f", "parameters": {...}}` (or `"arguments"`), optionally after `<|python_tag|>`, several
+separated by `;` and/or whitespace.
+
+There is no opener marker, so every `{` in the content may start a call: the text from it is held
+while it could still be one. It is a call once the object has a string "name" and an "arguments" or
+"parameters" key (the name goes out then, the arguments stream as the model's raw text). It is
+content again when the JSON breaks before that (the `{` goes out as content and the text after it
+is read again, as vLLM's non-streamed search tries every `{`), or when the object closes without
+those keys (as vLLM #22130's fix: an object without a name in the prose is not a call, and the
+calls around it stay calls).
+
+Edges (README): text around the calls is content (vLLM's non-streamed path drops it; its streamed
+path only parses output that starts with `{` or `<|python_tag|>`). `;` and whitespace between calls
+are dropped. `<|python_tag|>` never reaches content. JSON that breaks inside a call's arguments ends
+the call there (arguments closed to valid JSON); the text from the break on is content again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from detok.parsing.tools.call_object import CallObjectStream
+from detok.parsing.tools.core import StreamingToolParser, TextSink
+from detok.parsing.tools.json_stream import JsonValueStream
+
+
+PYTHON_TAG = "<|python_tag|>"
+
+
+class Llama3JsonToolParser(StreamingToolParser):
+    names = ("llama3_json", "llama4_json", "llama3")
+    markers = (PYTHON_TAG,)
+    separators = " \t\n\r;"
+    hot_chars = "{"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._obj: CallObjectStream | None = None
+        self._raw: list[str] = []  # the held text from `{` while undecided
+        self._pending: list[str] = []  # arguments text before the call is certain
+        self._decided = False
+
+    def _on_marker(self, marker: str) -> None:
+        if self._obj is not None:  # a marker inside an object: the object is not JSON
+            self._on_text(marker)
+
+    def _on_text(self, text: str) -> None:
+        while text:
+            if self._obj is None:
+                brace = text.find("{")
+                if brace < 0:
+                    self._content(text)
+                    return
+                self._content(text[:brace])
+                self._obj = CallObjectStream()
+                self._state = 1
+                self._raw, self._pending, self._decided = [], [], False
+                text = text[brace:]
+            text = self._in_object(text)
+
+    def _in_object(self, text: str) -> str:
+        """Feed the open object; returns the text to read again as content-level text."""
+        obj = self._obj
+        assert obj is not None
+        if not self._decided:
+            self._raw.append(text)
+        name, args, rest = obj.feed(text)
+        if args:
+            (self._args if self._decided else self._pending.append)(args)
+        if not self._decided and obj.name is not None and obj.args_seen:
+            self._decided = True
+            self._open_call(obj.name)
+            self._args("".join(self._pending))
+            self._pending, self._raw = [], []
+        if obj.failed:
+            if self._decided:
+                self._args(obj.close())
+                self._close_call()
+                self._obj = None
+                self._state = 0
+                return rest or ""
+            raw = "".join(self._raw)
+            self._obj = None
+            self._state = 0
+            self._content("{")
+            return raw[1:]
+        if rest is None:
+            return ""
+        if self._decided:
+            self._args(obj.close())
+            self._close_call()
+        else:  # a complete object that is not a call
+            consumed = "".join(self._raw)
+            self._content(consumed[: len(consumed) - len(rest)])
+        self._obj = None
+        self._state = 0
+        return rest
+
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
+        obj = self._obj
+        return obj.args_sink if obj is not None and self._decided else None
+
+    def _on_finish(self) -> None:
+        obj = self._obj
+        if obj is None:
+            return
+        self._obj = None
+        self._state = 0
+        if self._decided:
+            self._args(obj.close())
+            self._close_call()
+        else:  # an object cut short before it was a call: the model's text
+            self._content("".join(self._raw))

@@ -1,0 +1,212 @@
+"""`qwen3_coder` (SGLang: same name): Qwen3-Coder / Qwen3.5+ XML calls.
+
+    <tool_call>
+    <function=NAME>
+    <parameter=P>
+    value
+    </parameter>
+    </function>
+    </tool_call>
+
+Values are typed by the request's tool schema (`schema_values`, vLLM's rules). The arguments are
+the JSON object built while the text arrives, formatted as `json.dumps` would (`{"a": 1, "b": "x"}`):
+`{` goes out with the name, a string value streams escaped as it arrives, a typed value goes out
+when its `</parameter>` arrives. One newline after `>` and one before `</parameter>` are not part of
+the value (as in vLLM). `<tool_call>`/`</tool_call>` are tokens in Qwen's vocabulary; the other tags
+are text.
+
+Edges (README): a `<function=` without `<tool_call>` is a call too (vLLM's fallback). A missing
+`</parameter>` is implied by a `<parameter=` or `</function>` at the start of a line (vLLM also checks
+the next name against the schema, which needs text not yet seen). A name with `<>{}"'` or whitespace
+is not a call (vLLM rejects it too); its text is dropped. A call cut by the end of output is closed
+with what was parsed (vLLM streams the same, unclosed).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from detok.parsing.tools import schema_values as sv
+from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
+from detok.parsing.tools.json_stream import JsonValueStream
+
+
+START, END = "<tool_call>", "</tool_call>"
+FUNC, FUNC_END = "<function=", "</function>"
+PARAM, PARAM_END = "<parameter=", "</parameter>"
+MAX_NAME = 256  # a function or parameter name longer than this is not a name
+
+_CONTENT, _CALL, _FNAME, _BODY, _PNAME, _VALUE, _FEND, _SKIP = range(8)
+_BAD_NAME = set("{}<>\"' \t\n\r")
+
+
+class Qwen3CoderToolParser(StreamingToolParser):
+    names = ("qwen3_coder",)
+    markers = (START, END, FUNC, FUNC_END, PARAM, PARAM_END)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._state = _CONTENT
+        self._name: list[str] = []
+        self._props: dict = {}
+        self._params = 0
+        self._kind = ("", False)
+        self._streaming = False
+        self._value: list[str] = []  # typed value text, or nothing when streaming
+        self._vstarted = False  # the value's first character was seen (its leading newline dropped)
+        self._held_nl = False  # a newline at the value's end so far (dropped if the value ends here)
+        self._last_nl = False  # the value's raw text so far ends with a newline (a tag may start a line)
+
+    # ---- events ------------------------------------------------------------------------------
+    def _on_marker(self, marker: str) -> None:
+        st = self._state
+        if st == _VALUE:
+            line_start = self._last_nl or not self._vstarted
+            structural = marker == PARAM_END or (
+                line_start and marker in (PARAM, FUNC_END)) or (
+                marker == END and (END in self.token_markers or line_start))
+            if not structural:
+                self._value_text(marker)
+                return
+            self._end_value()
+            st = self._state = _BODY
+            if marker == PARAM_END:
+                return
+        if st == _CONTENT:
+            if marker == START:
+                self._state = _CALL
+            elif marker == FUNC:
+                self._begin_name()
+            else:
+                self._content(marker)
+        elif st in (_CALL, _FEND, _SKIP):
+            if marker == FUNC and st != _SKIP:
+                self._begin_name()
+            elif marker == END:
+                self._state = _CONTENT
+            elif marker == START:
+                self._state = _CALL
+            elif marker == FUNC_END and st == _SKIP:
+                self._state = _FEND
+        elif st in (_FNAME, _PNAME):  # a tag inside a name: not a call / not a parameter
+            if st == _FNAME:
+                self._state = _CALL
+            else:
+                self._state = _BODY
+            self._on_marker(marker)
+        else:  # _BODY
+            if marker == PARAM:
+                self._name = []
+                self._state = _PNAME
+            elif marker in (FUNC_END, END, START, FUNC):
+                self._args("}")
+                self._close_call()
+                self._state = _FEND
+                if marker != FUNC_END:
+                    self._on_marker(marker)
+
+    def _on_text(self, text: str) -> None:
+        st = self._state
+        if st == _CONTENT:
+            self._content(text)
+        elif st == _VALUE:
+            self._value_text(text)
+        elif st == _FNAME or st == _PNAME:
+            end = text.find(">")
+            if end < 0:
+                self._name.append(text)
+                if sum(map(len, self._name)) > MAX_NAME:
+                    self._state = _SKIP if st == _FNAME else _BODY
+                return
+            self._name.append(text[:end])
+            name = "".join(self._name)
+            rest = text[end + 1 :]
+            if st == _FNAME:
+                if not name or len(name) > MAX_NAME or _BAD_NAME.intersection(name):
+                    self._state = _SKIP
+                    return
+                self._open_call(name)
+                self._args("{")
+                spec = self.tools.get(name)
+                self._props = sv.properties(spec.parameters if spec is not None else None)
+                self._params = 0
+                self._state = _BODY
+            else:
+                if len(name) > MAX_NAME:
+                    self._state = _BODY
+                    return
+                self._begin_value(name)
+            if rest:
+                self._on_text(rest)
+        # _CALL, _BODY, _FEND, _SKIP: text between tags is not part of anything
+
+    def _on_finish(self) -> None:
+        if self._state == _PNAME:
+            self._state = _BODY
+        if self._state == _VALUE:
+            self._end_value()
+            self._state = _BODY
+        if self._state == _BODY:
+            self._args("}")
+            self._close_call()
+        self._state = _CONTENT
+
+    def _current_sink(self) -> JsonValueStream | TextSink | None:
+        return TEXT_SINK if self._state == _VALUE and self._streaming else None
+
+    def _fast_text(self, text: str) -> str | None:
+        # inside a streamed string value, not at its start, no newline held or at the end: the text
+        # is the value's as it stands (what `_value_text` would pass on)
+        if not text or not self._vstarted or self._held_nl or text[-1] == "\n":
+            return None
+        self._last_nl = False
+        return sv.json_string_body(text)
+
+    # ---- names and values --------------------------------------------------------------------
+    def _begin_name(self) -> None:
+        self._name = []
+        self._state = _FNAME
+
+    def _begin_value(self, name: str) -> None:
+        sep = ", " if self._params else ""
+        self._params += 1
+        self._kind = sv.param_type(self._props, name)
+        self._streaming = sv.streams_as_string(*self._kind)
+        self._args(f"{sep}{json.dumps(name, ensure_ascii=False)}: " + ('"' if self._streaming else ""))
+        self._value = []
+        self._vstarted = False
+        self._held_nl = False
+        self._last_nl = False
+        self._state = _VALUE
+
+    def _value_text(self, text: str) -> None:
+        if not text:
+            return
+        self._last_nl = text[-1] == "\n"
+        if not self._vstarted:
+            self._vstarted = True
+            if text[0] == "\n":
+                text = text[1:]
+                if not text:
+                    return
+        if self._held_nl:
+            text = "\n" + text
+            self._held_nl = False
+        if text[-1] == "\n":
+            self._held_nl = True
+            text = text[:-1]
+        if not text:
+            return
+        if self._streaming:
+            self._args(sv.json_string_body(text))
+        else:
+            self._value.append(text)
+
+    def _end_value(self) -> None:
+        self._held_nl = False
+        if self._streaming:
+            self._args('"')
+        else:
+            self._args(sv.value_json("".join(self._value), *self._kind))
+            self._value = []

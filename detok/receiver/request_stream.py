@@ -1,0 +1,155 @@
+"""One request's delta stream at the frontend (`RequestStream`, made by `DeltaReceiver.open`) and
+what it yields (`RequestDelta`): text de-duplicated by char offset, logprob entries by token index,
+the first finish kept."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, NamedTuple
+
+from detok.parsing.types import ToolCallDelta
+from detok.receiver.token_logprobs import TokenLogprobs
+from detok.receiver.typed import TypedState
+from detok.stream.params import Finish
+
+if TYPE_CHECKING:
+    from detok.receiver.receiver import DeltaReceiver
+    from detok.wire.to_frontends import TypedRow
+
+log = logging.getLogger("detok.receiver")
+
+
+class RequestDelta(NamedTuple):
+    """New text of one request; `finish` is set on the last. `num_tokens`: the request's output
+    tokens so far (the running count the workers report; the final count on the last delta).
+    `logprobs`: the entries of the output tokens that arrived since the last delta, if the request
+    asked for logprobs (entries may come with no text: a token held as part of a character).
+    A request with output parsing: `text` is its content, `reasoning` its reasoning text,
+    `tool_calls` its tool-call deltas (a call's first carries id and name), and `calls` (on the
+    last delta) how many tool calls the worker emitted."""
+
+    text: str
+    finish: Finish | None = None
+    num_tokens: int | None = None
+    logprobs: TokenLogprobs | None = None
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    calls: int = 0
+
+
+class RequestStream:
+    """Async iterator over one request's deltas; ends after the delta carrying the finish."""
+
+    __slots__ = (
+        "_chunks", "_done", "_logprobs", "_next_token", "_received", "_receiver", "_tokens", "_typed", "_waiter",
+        "calls", "finish", "num_tokens", "rid",
+    )
+
+    def __init__(self, rid: int, receiver: DeltaReceiver) -> None:
+        self.rid = rid
+        self._chunks: list[str] = []
+        self._received = 0  # chars received so far: the offset the next delta should have
+        self._logprobs: list[TokenLogprobs] = []
+        self._next_token = 0  # logprob entries received so far: the token index the next should have
+        self._tokens: int | None = None  # output tokens so far, as the workers report them
+        self.finish: Finish | None = None
+        self.num_tokens: int | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._done = False
+        self._receiver = receiver
+        self._typed: TypedState | None = None  # a parsed request's: created by its first typed row
+        self.calls = 0  # tool calls emitted, from the finish
+
+    def _feed_typed(self, row: TypedRow) -> None:
+        state = self._typed
+        if state is None:
+            state = self._typed = TypedState()
+        gaps = state.gaps
+        if state.feed(row, self._chunks):
+            self._wake()
+        self._receiver.gaps += state.gaps - gaps
+
+    def _feed(self, text: str, offset: int) -> None:
+        if not text:
+            return  # an empty row says nothing (its offset is not meaningful)
+        if offset != self._received:
+            if offset < self._received:  # replayed text: keep only what is new
+                text = text[self._received - offset :]
+                if not text:
+                    return
+            else:
+                self._receiver.gaps += 1
+                log.warning("rid %d: text gap (have %d chars, delta starts at %d)", self.rid, self._received, offset)
+                self._received = offset
+        self._chunks.append(text)
+        self._received += len(text)
+        self._wake()
+
+    def _feed_logprobs(self, entries: TokenLogprobs) -> None:
+        if entries.end <= self._next_token:
+            return  # replayed entries
+        if entries.first != self._next_token:
+            if entries.first < self._next_token:
+                entries = entries.tail(self._next_token)
+            else:
+                self._receiver.logprob_gaps += 1
+                log.warning("rid %d: logprob gap (have %d tokens, entries start at %d)", self.rid, self._next_token, entries.first)
+        self._logprobs.append(entries)
+        self._next_token = entries.end
+        self._wake()
+
+    def _end(self, finish: Finish, num_tokens: int, calls: int = 0) -> None:
+        if self.finish is None:
+            self.finish = finish
+            self.num_tokens = num_tokens
+            self.calls = calls
+            self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def take(self) -> RequestDelta | None:
+        """What arrived since the last take, or None if nothing did (non-async consumers)."""
+        typed = self._typed
+        if self._done or not (self._chunks or self.finish is not None or self._logprobs
+                              or (typed is not None and typed.pending)):
+            return None
+        text = "".join(self._chunks)
+        self._chunks.clear()
+        logprobs = None
+        if self._logprobs:
+            logprobs = TokenLogprobs.concat(self._logprobs)
+            self._logprobs = []
+        reasoning, calls = typed.take() if typed is not None else ("", ())
+        if self.finish is not None:
+            self._done = True
+            streams = self._receiver._streams
+            if streams.get(self.rid) is self:  # (not a later request opened with the same rid)
+                del streams[self.rid]
+            return RequestDelta(text, self.finish, self.num_tokens, logprobs, reasoning, calls, self.calls)
+        if typed is not None:
+            return RequestDelta(text, None, self._tokens, logprobs, reasoning, calls)
+        return RequestDelta(text, None, self._tokens, logprobs)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> RequestDelta:
+        while True:
+            delta = self.take()
+            if delta is not None:
+                return delta
+            if self._done:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None

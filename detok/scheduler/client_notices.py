@@ -1,0 +1,176 @@
+"""The scheduler client's side of the workers' notices and of replays (a base of `SchedulerClient`,
+sharing its state): stop notices applied to the registration they name, worker status
+(acknowledgements, "replay my shard"), and the replay of a shard to a new worker process."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import Any
+
+import zmq
+
+from detok import wire
+from detok.scheduler.notices import Stopped, WorkerState
+from detok.scheduler.replay_book import ReplayBook, Tracked
+from detok.scheduler.replay_journal import EMPTY
+from detok.scheduler.worker_queues import WorkerQueues
+from detok.stream.params import Finish
+from detok.wire.to_workers import EndRequest, Registration
+
+log = logging.getLogger("detok.client")
+
+# A worker that reports `synced=False` gets at most one replay per this interval (its status
+# messages repeat until one arrives).
+REPLAY_RETRY_S = 0.5
+# send_step / flush take pending notices (replay requests, acknowledgements) at most this often;
+# poll() always does.
+NOTICE_CHECK_S = 0.001
+
+
+class ClientNotices:
+    """Notice handling and replay; the attributes are `SchedulerClient`'s."""
+
+    _n: int
+    _notify: zmq.Socket | None
+    _decoder: Any
+    _encoder: Any
+    _book: ReplayBook
+    _live: dict[int, Tracked]
+    _queues: WorkerQueues
+    _new: list[list[Registration]]
+    _ends: list[list[EndRequest]]
+    _seq: list[int]
+    _stopped: list[Stopped]
+    _states: list[WorkerState]
+    _replayed_at: list[float]
+    _notices_at: float
+    events: collections.deque[wire.WorkerEvent]
+    replays_sent: int
+    replayed_tokens: int
+
+    # ---- notices --------------------------------------------------------------------------------
+    def poll(self, timeout: float = 0.0) -> list[Stopped]:
+        """Requests the detok side finished since the last call (stop strings and stop tokens the
+        worker saw, errors). Waits up to `timeout` seconds for the first notice; never longer.
+        Also answers workers that wait for a replay."""
+        sock = self._notify
+        if sock is not None and not self._stopped and timeout > 0:
+            sock.poll(int(timeout * 1000))
+        self._take_notices()
+        out, self._stopped = self._stopped, []
+        return out
+
+    def worker_states(self) -> list[WorkerState]:
+        """What the client knows of each worker (liveness for standalone workers: `last_heard`)."""
+        return list(self._states)
+
+    @property
+    def kept_requests(self) -> int:
+        """Requests the client can replay: live ones and recently ended ones."""
+        return len(self._book)
+
+    def journal_bytes(self) -> int:
+        """Bytes of step columns the client keeps for replay, all workers."""
+        return self._book.journal_bytes()
+
+    def _take_notices_soon(self) -> None:
+        """Notices from the step path, at most every NOTICE_CHECK_S (an empty non-blocking receive
+        costs microseconds: per step at full speed, and in a full-queue retry loop, that adds up)."""
+        now = time.monotonic()
+        if now - self._notices_at >= NOTICE_CHECK_S:
+            self._take_notices(now)
+
+    def _take_notices(self, now: float | None = None) -> None:
+        self._notices_at = time.monotonic() if now is None else now
+        sock = self._notify
+        if sock is None:
+            return
+        # EVENTS before each receive: an empty non-blocking receive raises zmq.Again, which
+        # pyzmq builds at a cost of tens of microseconds
+        while sock.get(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                raw = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                self._on_notice(self._decoder.decode(raw))
+            except Exception as e:  # noqa: BLE001 - a bad notice must not take the scheduler down
+                log.warning("dropped a malformed scheduler notice: %s", e)
+        self._book.prune(time.monotonic())
+
+    def _on_notice(self, msg: Any) -> None:
+        if not 0 <= msg.worker < self._n:
+            log.warning("dropped a notice naming worker %d of %d", msg.worker, self._n)
+            return
+        if isinstance(msg, wire.WorkerStatus):
+            self._on_status(msg)
+        elif isinstance(msg, wire.StopNotice):
+            self._on_stop_notice(msg)
+        else:
+            self.events.append(msg)
+            # "died": nothing to do but wait - the slot's next process asks for its replay
+            self._states[msg.worker] = self._states[msg.worker]._replace(down=msg.kind == "died")
+
+    def _on_status(self, msg: wire.WorkerStatus) -> None:
+        w = msg.worker
+        now = time.monotonic()
+        before = self._states[w]
+        self._states[w] = before._replace(
+            instance=msg.instance, synced=msg.synced, last_heard=now, down=False,
+            acked_seq=msg.seq if msg.synced else before.acked_seq,
+        )
+        if not msg.synced:
+            if msg.instance != before.instance or now - self._replayed_at[w] >= REPLAY_RETRY_S:
+                self._send_replay(w, msg.instance, f"worker {w} process {msg.pid} asked for its shard")
+            return
+        self._book.acknowledged(w, msg.seq, now)
+
+    def _on_stop_notice(self, msg: wire.StopNotice) -> None:
+        gens = msg.gens if len(msg.gens) == len(msg.rids) else [0] * len(msg.rids)
+        for rid, finish, gen in zip(msg.rids, msg.finishes, gens):
+            tracked = self._book.stopped(rid, gen, self._seq[msg.worker], msg.seq)
+            if tracked is not None:
+                self._stopped.append(Stopped(rid, finish))
+                if finish.reason == "error":
+                    # a replay cannot derive this finish (idle timeout, refused frontend...): it
+                    # is replayed as an end, so a new process finishes the request the same way
+                    tracked.end = EndRequest(rid, "error", None, finish.message)
+        live = self._live
+        # (a notice from before a rid's registration reached the worker is about an earlier request)
+        lost = [self._book.forget(r) for r in msg.unknown_rids if r in live and self._book.is_current(live[r], 0, msg.seq)]
+        if lost:
+            # A worker that serves without the registration of a live request (never after a
+            # replay, which carries every registration): the frontend is told through it.
+            message = f"detok worker {msg.worker} has no registration for this request"
+            log.warning("failing %d requests of detok worker %d: %s", len(lost), msg.worker, message)
+            rids = [t.registration.rid for t in lost]
+            self._queues.send(msg.worker, self._encoder.encode(wire.FailRequests(rids, [t.reply_to for t in lost], message)))
+            self._stopped.extend(Stopped(rid, Finish("error", None, message)) for rid in rids)
+
+    # ---- replay ---------------------------------------------------------------------------------
+    def _send_replay(self, w: int, instance: int, reason: str) -> None:
+        """Everything worker `w`'s shard needs, to the process `instance` (0: any process)."""
+        self._replayed_at[w] = time.monotonic()
+        registrations, columns, ends = self._book.shard(w)
+        # staged registrations and ends not sent yet go in the replay, not after it
+        named = {reg.rid for reg in registrations}
+        registrations += [reg for reg in self._new[w] if reg.rid not in named]
+        ends += [e for e in self._ends[w] if e not in ends]
+        self._new[w], self._ends[w] = [], []
+        self._seq[w] += 1
+        seq = self._seq[w]
+        self._book.track_ends(w, seq, ends)
+        c = columns or EMPTY
+        batch = wire.DetokBatch(seq, time.time(), registrations, c.rids, c.starts, c.counts, c.tokens, ends, c.logprobs)
+        self._queues.send(w, self._encoder.encode(wire.Replay(instance, batch, reason)))
+        if instance:
+            self.replays_sent += 1
+            self.replayed_tokens += len(c.tokens) // 4
+            state = self._states[w]
+            self._states[w] = state._replace(replays=state.replays + 1)
+            # a process starting with nothing to rebuild is normal; one that loses requests is not
+            (log.warning if registrations else log.info)("replaying %d requests (%d token ids) to detok worker %d: %s",
+                        len(registrations), len(c.tokens) // 4, w, reason)
+

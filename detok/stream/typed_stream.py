@@ -1,0 +1,227 @@
+"""A request's decode with output parsing: the same text as `DecodeStream`, turned into typed rows.
+
+Order of work per step, as vLLM: the ids are decoded and the stop rules (stop strings, stop ids,
+`min_tokens`, `include_stop_str_in_output`) apply to the RAW text first, exactly as for a plain
+request (this is a `DecodeStream`); only the text that survives them is fed to the parser.
+
+Markers that are one token are cut out by id: a step's ids are split at the parser's marker ids so
+each marker id is pushed to the text decoder alone, and the decoder (wrapped by `_RawText`) records
+where that id's text lies in the raw text. The emitted text (a prefix of the raw text: stop rules only
+hold back or cut) is then fed as plain pieces and `Piece(marker, marker)` at those places; a marker
+whose text is only partly emitted (a stop-string prefix held back) waits for the rest, and one cut
+by a stop string becomes plain text. A marker id is a marker even where its text is skipped
+(`skip_special_tokens`): the parser still sees it, by id, as vLLM's parsers see the ids.
+
+Nothing goes into the plain text columns for such a request (its row's text is empty); its output
+leaves as `TypedRow`s handed to `emit`, each stream (reasoning, content, each call's arguments) with
+its char offset, so a replay (the whole request again, on a fresh worker) is de-duplicated exactly.
+A parser that raises finishes its request with an error; it never reaches the worker's loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from detok.parsing.output import OutputParser
+from detok.parsing.types import Piece, TypedDelta
+from detok.stream.decode_stream import DecodeStream
+from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
+from detok.stream.strategy import Strategy
+from detok.tokenizer.base import Tokenizer
+from detok.wire.to_frontends import CallFragment, TypedRow
+
+log = logging.getLogger("detok.worker")
+
+
+class _RawText:
+    """Wraps a stream's text decoder: counts the raw chars it gives and records, for each push of
+    exactly one marker id, the span of that id's text in the raw text."""
+
+    __slots__ = ("_dec", "_markers", "marks", "raw")
+
+    def __init__(self, dec: Any, markers: dict[int, str]) -> None:
+        self._dec = dec
+        self._markers = markers
+        self.raw = 0
+        self.marks: deque[tuple[int, int, str]] = deque()  # (start, end, marker) in raw chars
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._dec.holding)
+
+    def push(self, ids: Sequence[int]) -> str:
+        text: str = self._dec.push(ids)
+        if len(ids) == 1:
+            marker = self._markers.get(ids[0])
+            if marker is not None:
+                n = len(text)
+                # bytes of an incomplete character held before it come out first (as U+FFFD):
+                # they are plain text; the marker's own text is at the end
+                start = self.raw + n - len(marker) if text.endswith(marker) else self.raw
+                self.marks.append((start, self.raw + n, marker))
+        self.raw += len(text)
+        return text
+
+    def flush(self) -> str:
+        text: str = self._dec.flush()
+        self.raw += len(text)
+        return text
+
+
+class TypedStream(DecodeStream):
+    """`DecodeStream` whose output goes through an `OutputParser` into `TypedRow`s (see module)."""
+
+    __slots__ = ("_calls", "_coff", "_emit", "_fed", "_markers", "_parser", "_raw", "_rid", "_roff", "_tail")
+    columnar: ClassVar[bool] = False  # never on the table's compiled plain path
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        context_ids: Sequence[int] = (),
+        params: DecodeParams | None = None,
+        *,
+        parser: OutputParser,
+        rid: int,
+        emit: Callable[[TypedRow], None],
+        ignore_eos: bool = False,
+        strategy: Strategy | None = None,
+    ) -> None:
+        super().__init__(tokenizer, context_ids, params, ignore_eos=ignore_eos, strategy=strategy)
+        self._parser = parser
+        self._markers = parser.marker_ids
+        self._raw = _RawText(self._text, self._markers)
+        self._text = self._raw
+        self._rid = rid
+        self._emit = emit
+        self._fed = 0  # raw chars fed to the parser
+        self._tail = ""  # emitted text not fed yet (it may end inside a marker's text)
+        self._roff = 0  # chars of reasoning sent
+        self._coff = 0  # chars of content sent
+        self._calls: dict[int, int] = {}  # per call index: chars of arguments sent
+
+    @property
+    def calls_emitted(self) -> int:
+        return self._parser.calls_emitted
+
+    def step(self, token_ids: Sequence[int]) -> Delta:
+        if self.finished:
+            return EMPTY_DELTA
+        markers = self._markers
+        if len(token_ids) == 1 and token_ids[0] not in markers:  # the common step: one ordinary id
+            delta = DecodeStream.step(self, token_ids)
+            return self._parse(delta.text, delta.finish)
+        texts: list[str] = []
+        finish: Finish | None = None
+        start = 0
+        n = len(token_ids)
+        step = super().step
+        for k, i in enumerate(token_ids):
+            if i in markers:  # the marker id alone, so its text is one push
+                for seg in (token_ids[start:k], token_ids[k : k + 1]):
+                    if seg and finish is None:
+                        delta = step(seg)
+                        texts.append(delta.text)
+                        finish = delta.finish
+                start = k + 1
+                if finish is not None:
+                    break
+        if finish is None and start < n:
+            delta = step(token_ids[start:] if start else token_ids)
+            texts.append(delta.text)
+            finish = delta.finish
+        return self._parse("".join(texts), finish)
+
+    def finish(self, reason: FinishReason = "length", message: str | None = None) -> Delta:
+        if self.finished:
+            return EMPTY_DELTA
+        delta = super().finish(reason, message)
+        return self._parse(delta.text, delta.finish)
+
+    # ---- parsing ------------------------------------------------------------------------------
+    def _parse(self, text: str, finish: Finish | None) -> Delta:
+        if not text and finish is None and not self._raw.marks:
+            return EMPTY_DELTA  # nothing new (a character still incomplete, a held stop prefix)
+        try:
+            out = self._feed(text, final=finish is not None)
+        except Exception as e:  # noqa: BLE001 - a parser's failure is its request's error
+            log.warning("rid %s: output parsing failed: %s: %s", self._rid, type(e).__name__, e)
+            self.finished = True
+            return Delta("", Finish("error", None, f"output parsing failed: {type(e).__name__}: {e}"))
+        if out:
+            self._emit(self._row(out))
+        if finish is not None:
+            return Delta("", finish)
+        return EMPTY_DELTA
+
+    def _feed(self, text: str, final: bool) -> TypedDelta:
+        """Feed the emitted text so far, cut at the recorded marker spans (see the module)."""
+        if not final and not self._raw.marks and not self._tail:  # the common case: plain text only
+            if not text:
+                return _NOTHING
+            self._fed += len(text)
+            return self._parser.feed(Piece(text))
+        tail = self._tail + text
+        fed = self._fed
+        end = fed + len(tail)  # raw chars emitted so far
+        marks = self._raw.marks
+        out = TypedDelta()
+        feed = self._parser.feed
+        while marks:
+            s, e, marker = marks[0]
+            if e > end:  # not (wholly) emitted yet
+                break
+            marks.popleft()
+            if s > fed:
+                _add(out, feed(Piece(tail[: s - fed])))
+            _add(out, feed(Piece(marker, marker)))
+            tail = tail[e - fed :]
+            fed = e
+        if final:
+            marks.clear()  # text past the end (cut by a stop string) never comes
+            keep = 0
+        elif marks and marks[0][0] < end:
+            keep = end - marks[0][0]  # the start of a marker whose text is partly emitted
+        else:
+            keep = 0
+        plain = tail[: len(tail) - keep]
+        if plain:
+            _add(out, feed(Piece(plain)))
+        self._tail = tail[len(tail) - keep :]
+        self._fed = end - keep
+        if final:
+            _add(out, self._parser.finish())
+        return out
+
+    def _row(self, out: TypedDelta) -> TypedRow:
+        row = TypedRow(self._rid, out.reasoning, self._roff, out.content, self._coff)
+        self._roff += len(out.reasoning)
+        self._coff += len(out.content)
+        if out.tool_calls:
+            calls = self._calls
+            fragments = []
+            for d in out.tool_calls:
+                sent = calls.get(d.index, 0)
+                fragments.append(CallFragment(d.index, d.id, d.name, d.arguments, sent))
+                calls[d.index] = sent + len(d.arguments)
+            row.calls = fragments
+        return row
+
+
+_NOTHING = TypedDelta()  # never mutated: returned only when nothing was fed
+
+
+def _add(out: TypedDelta, more: TypedDelta) -> None:
+    if more.reasoning:
+        out.reasoning += more.reasoning
+    if more.content:
+        out.content += more.content
+    if more.tool_calls:
+        out.tool_calls.extend(more.tool_calls)
+
+
+def calls_emitted(stream: DecodeStream) -> int:
+    """Tool calls a request's parser emitted (0 for a plain request)."""
+    return stream.calls_emitted if isinstance(stream, TypedStream) else 0

@@ -1,0 +1,43 @@
+"""body_precheck: id arrays and message lists too long for the server are refused from their
+raw bytes (counted, not built); anything else is left to pydantic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from detok.frontend.body_precheck import PRECHECK_MIN_BYTES, precheck
+from detok.frontend.errors import RequestError
+from detok.frontend.limits import MAX_MESSAGES
+
+
+def _body(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+@pytest.mark.parametrize("prompt", [list(range(800_000)), [list(range(800_000))]])
+def test_too_many_prompt_ids_is_the_context_length_error_with_the_exact_count(prompt: object) -> None:
+    with pytest.raises(RequestError) as e:
+        precheck(_body(prompt=prompt, max_tokens=5), "completion", 32768)
+    assert e.value.code == "context_length_exceeded" and e.value.param == "prompt"
+    assert "your request has 800000 input tokens" in e.value.message
+
+
+def test_ids_that_fit_and_other_prompts_are_left_to_pydantic() -> None:
+    precheck(_body(prompt=list(range(32767)), pad="x" * PRECHECK_MIN_BYTES), "completion", 32768)
+    precheck(_body(prompt=["a, b, c" * 200_000]), "completion", 32768)  # text: tokenized later
+    precheck(_body(prompt=[[1, 2], [3, 4]] * 100_000), "completion", 32768)  # a batch: refused later
+    precheck(b"{not json" + b" " * PRECHECK_MIN_BYTES, "completion", 32768)
+    precheck(_body(prompt=[]), "completion", 32768)
+
+
+def test_too_many_messages_is_refused_before_they_are_built() -> None:
+    many = _body(messages=[{"role": "user", "content": "x"}] * 250_000)
+    with pytest.raises(RequestError, match=f"at most {MAX_MESSAGES} messages") as e:
+        precheck(many, "chat", 32768)
+    assert e.value.param == "messages" and e.value.status == 400
+    fits = _body(messages=[{"role": "user", "content": "x" * 200}] * MAX_MESSAGES)
+    assert len(fits) > PRECHECK_MIN_BYTES
+    precheck(fits, "chat", 32768)
+    precheck(_body(messages=[{"role": "user", "content": "[" * PRECHECK_MIN_BYTES}]), "chat", 32768)

