@@ -1,13 +1,15 @@
 """Decode micro-benchmark: per-token cost of detok and the anchors on the same token streams.
 
     python bench/decode.py [--tokenizer SOURCE ...] [--tokens 4096] [--streams 64] [--json] [--scaling]
+    python bench/decode.py --per-request [--per-request-tokens 16,64,256] [--streams 300]
 
 K streams of N output ids are stepped round-robin, one id per stream per scheduler step, by each
 implementation in turn (same process, same streams; repetitions interleaved, median taken). Every
 implementation's concatenated text is checked against the oracle (DESIGN §3) and mismatches are
 reported, not hidden: anchors may legitimately differ (see bench/baselines_decode.py).
 
-Implementations: detok (DecodeStream.step one id at a time), detok-batch (the worker's batched
+Implementations: detok (DecodeStream.step one id at a time, as a one-element list), detok-int
+(DecodeStream.step with the int id), detok-batch (the worker's batched
 path: StreamTable.step_packed over the whole batch, packed wire columns in and out),
 detok-batch+split (the same, plus cutting each step's text into one Python str per stream on the
 clock), naive (full re-decode; only on the first
@@ -18,6 +20,13 @@ Mismatches are counted against the §3 oracle (`_common.Oracle`: lossy UTF-8 of 
 where the tokenizer is a verified byte map) and, as `mismatches_vs_decode`, against the literal
 D(C + G)[len(D(C)):] of the tokenizer's decode; they differ only on invalid bytes under
 Hugging Face's ByteFallback decoder.
+
+--per-request: short requests as a server meets them, instead of the long-stream table: for each
+length in --per-request-tokens, --streams streams are each created on the clock (prompt tail and
+all: DecodeStream(...), StreamTable.open, HF DecodeStream primed as vLLM v1 does), stepped
+interleaved one id per stream per step, and finished; CPU ns (this process's CPU time, robust to
+other load on the machine) per output token and how many times faster than hf-decodestream
+(`x_vs_hf`), per tokenizer and length.
 
 --scaling adds a flat-cost check: ns/token on one 1K-token vs one 100K-token stream.
 """
@@ -40,21 +49,28 @@ from typing import Any
 import detok
 from bench import _common
 from bench._common import TokenStream
-from bench.decode_runners import DETOK, IMPL_ORDER, _Runner, build_runners
+from bench.decode_runners import DETOK, DETOK_INT, IMPL_ORDER, _Runner, build_runners
 from detok.stream import prepare_decoding
 
 
 # ---- measuring -------------------------------------------------------------------------------------
-def time_run(runner: _Runner, streams: Sequence[TokenStream]) -> tuple[int, list[str]]:
-    """Nanoseconds for every step and the finish, and the texts."""
+def time_run(runner: _Runner, streams: Sequence[TokenStream], open_on_clock: bool = False) -> tuple[int, list[str]]:
+    """Nanoseconds for every step and the finish (and the streams' creation if `open_on_clock`,
+    then in this process's CPU time: on a machine shared with other work, time spent waiting for
+    a core is not counted against whichever implementation happened to run then), and the texts."""
+    clock = time.process_time_ns if open_on_clock else time.perf_counter_ns
     gc.collect()
-    runner.start(streams)
+    runner.prepare(streams)
+    if not open_on_clock:
+        runner.open(streams)
     n_steps = len(streams[0].ids) if streams else 0
-    t0 = time.perf_counter_ns()
+    t0 = clock()
+    if open_on_clock:
+        runner.open(streams)
     for t in range(n_steps):
         runner.step(t)
     finished = runner.finish()
-    ns = time.perf_counter_ns() - t0
+    ns = clock() - t0
     return ns, runner.collect(finished)
 
 
@@ -65,6 +81,7 @@ def measure(
     decodes: Sequence[str],
     repeats: int,
     bar: Any,
+    open_on_clock: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Median ns/token per runner; mismatches against the oracle (§3) and against plain decode."""
     samples: dict[str, list[float]] = {r.name: [] for r in runners}
@@ -73,7 +90,7 @@ def measure(
         # Rotate the order each repetition so drift on this shared machine hits all alike.
         for runner in runners[rep % len(runners) :] + runners[: rep % len(runners)]:
             subset = streams[: runner.max_streams] if runner.max_streams else streams
-            ns, texts = time_run(runner, subset)
+            ns, texts = time_run(runner, subset, open_on_clock)
             samples[runner.name].append(ns / max(1, sum(len(s.ids) for s in subset)))
             if runner.name not in checks:
                 bad = [s.kind for s, text, want in zip(subset, texts, oracles) if text != want]
@@ -140,6 +157,47 @@ def run_decode_bench(label: str, tok: Any, args: argparse.Namespace) -> list[dic
     return records
 
 
+PER_REQUEST_IMPLS = (DETOK, DETOK_INT, "detok-batch+split", "hf-decodestream")
+
+
+def run_per_request(label: str, tok: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Streams created on the clock, stepped interleaved, finished: per length, ns/token and the
+    ratio to Hugging Face's DecodeStream (same run, repetitions interleaved)."""
+    prepare_decoding(tok)  # once per tokenizer (as a worker or an embedder's start does)
+    oracle = _common.Oracle(tok)
+    records = []
+    for length in args.per_request_tokens:
+        streams = _common.make_streams(tok, length, args.streams, args.seed, args.kinds)
+        oracles = [oracle.text(s) for s in streams]
+        decodes = [_common.oracle_text(tok, s) for s in streams]
+        runners = build_runners(tok, 0, (*(args.impl or PER_REQUEST_IMPLS), "hf-decodestream"))
+        bar = _common.progress(len(runners) * args.repeats, f"per-request {label} {length}", args.no_progress)
+        try:
+            results = measure(runners, streams, oracles, decodes, args.repeats, bar, open_on_clock=True)
+        finally:
+            bar.close()
+        hf = results.get("hf-decodestream", {}).get("ns_per_token")
+        for name in IMPL_ORDER:
+            if name in results:
+                r = results[name]
+                records.append({
+                    "bench": "decode-per-request", "tokenizer": label, "impl": name, "tokens_per_stream": length,
+                    "streams": r["streams"], "ns_per_token": round(r["ns_per_token"], 1),
+                    "x_vs_hf": round(hf / r["ns_per_token"], 2) if hf else None,
+                    "mismatches": r["mismatches"], "mismatches_vs_decode": r["mismatches_vs_decode"],
+                    "repeats": args.repeats,
+                })
+    return records
+
+
+def _print_per_request(records: Sequence[dict[str, Any]]) -> None:
+    print(f"{'tokenizer':<16} {'tokens':>6} {'impl':<18} {'ns/token':>10} {'x hf':>6} {'mismatch':>9}")
+    for r in records:
+        ratio = f"{r['x_vs_hf']:.2f}" if r["x_vs_hf"] is not None else "-"
+        print(f"{r['tokenizer']:<16} {r['tokens_per_stream']:>6} {r['impl']:<18} {r['ns_per_token']:>10.1f} {ratio:>6} "
+              f"{r['mismatches']:>4}/{r['streams']}")
+
+
 def run_scaling(label: str, tok: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
     """ns/token of one short vs one long corpus stream; flat cost means a ratio near 1."""
     small, large = args.scaling_sizes
@@ -202,6 +260,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--impl", action="append", choices=IMPL_ORDER, help="only these implementations")
     parser.add_argument("--kinds", type=lambda s: tuple(s.split(",")), default=_common.STREAM_KINDS,
                         help=f"stream kinds, cycled over the streams (default {','.join(_common.STREAM_KINDS)})")
+    parser.add_argument("--per-request", action="store_true",
+                        help="streams created on the clock, short lengths (see --per-request-tokens), vs hf-decodestream")
+    parser.add_argument("--per-request-tokens", type=lambda t: [int(x) for x in t.split(",")], default=[16, 64, 256],
+                        help="stream lengths of --per-request (default 16,64,256)")
     parser.add_argument("--scaling", action="store_true", help="also the 1K vs 100K-token flat-cost check")
     parser.add_argument("--scaling-sizes", type=_two_sizes, default=(1000, 100_000),
                         help="short,long stream lengths of --scaling (default 1000,100000)")
@@ -224,6 +286,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     table: list[dict[str, Any]] = []
     scaling: list[dict[str, Any]] = []
+    if args.per_request:
+        per_request = []
+        for label, tok in tokenizers:
+            for record in run_per_request(label, tok, args):
+                per_request.append(record)
+                if args.json:
+                    _common.emit(record)
+        if not args.json:
+            _print_per_request(per_request)
+        return 0
     for label, tok in tokenizers:
         for record in run_decode_bench(label, tok, args):
             table.append(record)

@@ -15,19 +15,29 @@ from bench.baselines_decode import ANCHORS, SGLangDetokenizer
 from detok.wire.packing import split_text
 
 DETOK = "detok"
-IMPL_ORDER = (DETOK, "detok-batch", "detok-batch+split", "naive", "window", "sglang", "hf-decodestream")
+DETOK_INT = "detok-int"
+IMPL_ORDER = (DETOK, DETOK_INT, "detok-batch", "detok-batch+split", "naive", "window", "sglang", "hf-decodestream")
 
 
 # ---- runners: the same harness loop around every implementation ------------------------------------
 class _Runner:
-    """start (untimed: per-request setup) -> step(t) for each scheduler step -> finish (texts)."""
+    """start (untimed: per-request setup) -> step(t) for each scheduler step -> finish (texts).
+    start = prepare (the harness's own lists, never timed) + open (the implementation's
+    per-request objects: on the clock in bench/decode.py's --per-request mode)."""
 
     name = ""
     max_streams: int | None = None
 
     def start(self, streams: Sequence[TokenStream]) -> None:
+        self.prepare(streams)
+        self.open(streams)
+
+    def prepare(self, streams: Sequence[TokenStream]) -> None:
         self._singles = [[[i] for i in s.ids] for s in streams]  # prebuilt: no list churn in the loop
         self._parts: list[list[str]] = [[] for _ in streams]
+
+    def open(self, streams: Sequence[TokenStream]) -> None:
+        raise NotImplementedError
 
     def step(self, t: int) -> None:
         raise NotImplementedError
@@ -46,8 +56,7 @@ class _DetokRunner(_Runner):
     def __init__(self, tok: Any, params: Any) -> None:
         self._make = lambda ctx: detok.DecodeStream(tok, context_ids=ctx, params=params, ignore_eos=True)
 
-    def start(self, streams: Sequence[TokenStream]) -> None:
-        super().start(streams)
+    def open(self, streams: Sequence[TokenStream]) -> None:
         self._streams = [self._make(s.context) for s in streams]
 
     def step(self, t: int) -> None:
@@ -58,6 +67,20 @@ class _DetokRunner(_Runner):
         return ["".join(p) + s.finish("length").text for s, p in zip(self._streams, self._parts)]
 
 
+class _DetokIntRunner(_DetokRunner):
+    """DecodeStream.step with one int id per step (no list per token)."""
+
+    name = DETOK_INT
+
+    def prepare(self, streams: Sequence[TokenStream]) -> None:
+        super().prepare(streams)
+        self._ids = [s.ids for s in streams]
+
+    def step(self, t: int) -> None:
+        for stream, ids, parts in zip(self._streams, self._ids, self._parts):
+            parts.append(stream.step(ids[t]).text)
+
+
 class _AnchorRunner(_Runner):
     def __init__(self, name: str, decoder: Any, max_streams: int | None = None) -> None:
         self.name = name
@@ -65,8 +88,7 @@ class _AnchorRunner(_Runner):
         self._decoder = decoder
         self.max_streams = max_streams
 
-    def start(self, streams: Sequence[TokenStream]) -> None:
-        super().start(streams)
+    def open(self, streams: Sequence[TokenStream]) -> None:
         self._objs = [self._cls(self._decoder, s.context, True) for s in streams]
 
     def step(self, t: int) -> None:
@@ -85,8 +107,7 @@ class _SGLangRunner(_Runner):
     def __init__(self, decoder: Any) -> None:
         self._decoder = decoder
 
-    def start(self, streams: Sequence[TokenStream]) -> None:
-        super().start(streams)
+    def open(self, streams: Sequence[TokenStream]) -> None:
         self._manager = SGLangDetokenizer(self._decoder, skip_special_tokens=True)
         self._rids = [f"r{k}" for k in range(len(streams))]
         self._first = [s.context + s.ids[:1] for s in streams]
@@ -118,17 +139,22 @@ class _DetokBatchRunner(_Runner):
         self._tok, self._params, self._table_cls, self._split = tok, params, table_cls, split
         self.name = "detok-batch+split" if split else "detok-batch"
 
-    def start(self, streams: Sequence[TokenStream]) -> None:
-        super().start(streams)
-        self._table = self._table_cls(self._tok)
+    def prepare(self, streams: Sequence[TokenStream]) -> None:
+        super().prepare(streams)
+        # one table per runner, its tables built before any clock (as a worker's before it is ready);
+        # every request of a run is finished (closed) at its end
+        if getattr(self, "_table", None) is None:
+            self._table = self._table_cls(self._tok)
         n = len(streams)
-        for rid, s in enumerate(streams):
-            self._table.open(rid, s.context, self._params, ignore_eos=True)
         # Columns as the worker gets them off the wire: packed little-endian rids, starts, ids.
         self._rids = np.arange(n, dtype="<u8").tobytes()
         self._columns = [np.array(col, dtype="<u4").tobytes() for col in zip(*(s.ids for s in streams))]
         self._starts = [np.full(n, t, dtype="<u4").tobytes() for t in range(len(self._columns))]
         self._out: list[Any] = []
+
+    def open(self, streams: Sequence[TokenStream]) -> None:
+        for rid, s in enumerate(streams):
+            self._table.open(rid, s.context, self._params, ignore_eos=True)
 
     def step(self, t: int) -> None:
         out = self._table.step_packed(self._rids, self._starts[t], b"", self._columns[t])
@@ -173,6 +199,7 @@ def build_runners(tok: Any, naive_streams: int, only: Sequence[str] | None = Non
     decoder = hf if hf is not None else _DecodeAdapter(tok)
     runners: list[_Runner | None] = [
         _DetokRunner(tok, params),
+        _DetokIntRunner(tok, params),
         *_detok_batch_runners(tok, params),
         _AnchorRunner("naive", decoder, max_streams=naive_streams),
         _AnchorRunner("window", decoder),

@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -660,7 +661,173 @@ done:
     return result;
 }
 
+
+/* ---- StreamCore: DecodeStream's one-id step ------------------------------------------------ */
+/* The base of detok.DecodeStream (decode_stream.py; a Python class of the same fields is the
+ * fallback without this extension). `step(id)` of a plain stream whose decoder holds nothing is a
+ * table lookup here: the id's precomputed text (`texts`, the decode mode's, None where the bytes
+ * are not whole characters) unless it is one of `stops`; every other call - a list of ids, a
+ * finished stream, held bytes, a stop id - goes to the Python `_step_py`, which keeps `fast` true
+ * only while this shortcut gives the text it would. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *texts;  /* list[str | None], or NULL/None: no shortcut */
+    PyObject *pieces; /* list[bytes] of the same ids, or NULL/None: ids of no whole text go to Python */
+    PyObject *stops;  /* frozenset of ids that end or must be checked, or NULL */
+    Py_ssize_t num_tokens, char_offset;
+    char finished, fast;
+    unsigned char held[MAX_PENDING]; /* while `fast`: the bytes of an incomplete character held */
+    unsigned char held_len;
+} StreamCore;
+
+static PyObject *delta_type = NULL, *empty_delta = NULL, *str_step_py = NULL;
+
+static int StreamCore_traverse(StreamCore *c, visitproc visit, void *arg) {
+    Py_VISIT(c->texts);
+    Py_VISIT(c->pieces);
+    Py_VISIT(c->stops);
+    return 0;
+}
+
+static int StreamCore_clear(StreamCore *c) {
+    Py_CLEAR(c->texts);
+    Py_CLEAR(c->pieces);
+    Py_CLEAR(c->stops);
+    return 0;
+}
+
+static void StreamCore_dealloc(StreamCore *c) { /* (a Python subclass's dealloc releases its type) */
+    PyObject_GC_UnTrack(c);
+    StreamCore_clear(c);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+/* An id whose bytes are part of a character, or bytes held before it: the stream's incremental
+ * UTF-8 (as ByteTextDecoder's, which gets the held bytes back before Python steps the stream). */
+static PyObject *core_step_bytes(StreamCore *c, PyObject *piece) {
+    unsigned char small[64], *data = small;
+    Py_ssize_t n = PyBytes_GET_SIZE(piece), size = c->held_len + n, used = 0;
+    if (size > (Py_ssize_t)sizeof(small) && (data = PyMem_Malloc(size)) == NULL) return PyErr_NoMemory();
+    memcpy(data, c->held, c->held_len);
+    memcpy(data + c->held_len, PyBytes_AS_STRING(piece), n);
+    Text out = {NULL, 0, 0};
+    PyObject *result = NULL;
+    int64_t chars = utf8_replace(&out, data, size, &used);
+    if (chars >= 0 && size - used > MAX_PENDING - 1) { /* cannot happen: a held prefix is < 4 bytes */
+        PyErr_SetString(PyExc_ValueError, "incomplete UTF-8 tail too long");
+        chars = -1;
+    }
+    if (chars >= 0) {
+        memcpy(c->held, data + used, size - used);
+        c->held_len = (unsigned char)(size - used);
+        c->num_tokens++;
+        if (chars == 0) {
+            result = Py_NewRef(empty_delta);
+        } else {
+            PyObject *text = PyUnicode_DecodeUTF8(out.data, out.size, "strict");
+            if (text != NULL) {
+                c->char_offset += chars;
+                result = PyObject_CallOneArg(delta_type, text);
+                Py_DECREF(text);
+            }
+        }
+    }
+    PyMem_Free(out.data);
+    if (data != small) PyMem_Free(data);
+    return result;
+}
+
+static PyObject *StreamCore_get_held(StreamCore *c, void *closure) {
+    return PyBytes_FromStringAndSize((const char *)c->held, c->held_len);
+}
+
+static int StreamCore_set_held(StreamCore *c, PyObject *value, void *closure) {
+    if (value == NULL || !PyBytes_Check(value) || PyBytes_GET_SIZE(value) > MAX_PENDING - 1) {
+        PyErr_SetString(PyExc_ValueError, "_held: bytes of an incomplete character (at most 3)");
+        return -1;
+    }
+    c->held_len = (unsigned char)PyBytes_GET_SIZE(value);
+    memcpy(c->held, PyBytes_AS_STRING(value), c->held_len);
+    return 0;
+}
+
+static PyGetSetDef StreamCore_getset[] = {
+    {"_held", (getter)StreamCore_get_held, (setter)StreamCore_set_held, "held bytes of the compiled step", NULL},
+    {NULL},
+};
+
+static PyObject *StreamCore_step(StreamCore *c, PyObject *arg) {
+    if (c->finished) return Py_NewRef(empty_delta);
+    PyObject *orig = arg;
+    if (PyList_CheckExact(arg) && PyList_GET_SIZE(arg) == 1) arg = PyList_GET_ITEM(arg, 0); /* step([id]) */
+    if (c->fast && PyLong_CheckExact(arg) && c->texts != NULL && PyList_CheckExact(c->texts)) {
+        Py_ssize_t i = PyLong_AsSsize_t(arg);
+        if (i == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+        } else if (i >= 0 && i < PyList_GET_SIZE(c->texts)) {
+            PyObject *t = PyList_GET_ITEM(c->texts, i);
+            int stop = 0;
+            if (c->stops != NULL && PyAnySet_Check(c->stops) && PySet_GET_SIZE(c->stops)) {
+                stop = PySet_Contains(c->stops, arg);
+                if (stop < 0) return NULL;
+            }
+            if (!stop && t != Py_None && c->held_len == 0 && PyUnicode_CheckExact(t)) {
+                c->num_tokens++;
+                Py_ssize_t n = PyUnicode_GET_LENGTH(t);
+                if (n == 0) return Py_NewRef(empty_delta);
+                c->char_offset += n;
+                return PyObject_CallOneArg(delta_type, t);
+            }
+            if (!stop && c->pieces != NULL && PyList_CheckExact(c->pieces) && i < PyList_GET_SIZE(c->pieces) &&
+                PyBytes_CheckExact(PyList_GET_ITEM(c->pieces, i)))
+                return core_step_bytes(c, PyList_GET_ITEM(c->pieces, i));
+        }
+    }
+    return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
+}
+
+static PyObject *configure_stream(PyObject *self, PyObject *args) {
+    PyObject *dt, *ed;
+    if (!PyArg_ParseTuple(args, "OO", &dt, &ed)) return NULL;
+    Py_XSETREF(delta_type, Py_NewRef(dt));
+    Py_XSETREF(empty_delta, Py_NewRef(ed));
+    Py_RETURN_NONE;
+}
+
+static PyMemberDef StreamCore_members[] = {
+    {"_texts", T_OBJECT, offsetof(StreamCore, texts), 0, "the shortcut's texts per id (or None)"},
+    {"_stops", T_OBJECT, offsetof(StreamCore, stops), 0, "ids the shortcut leaves to _step_py"},
+    {"_pieces", T_OBJECT, offsetof(StreamCore, pieces), 0, "the shortcut's bytes per id (or None)"},
+    {"num_tokens", T_PYSSIZET, offsetof(StreamCore, num_tokens), 0, "output tokens consumed"},
+    {"char_offset", T_PYSSIZET, offsetof(StreamCore, char_offset), 0, "chars emitted"},
+    {"finished", T_BOOL, offsetof(StreamCore, finished), 0, "the request ended"},
+    {"_fast", T_BOOL, offsetof(StreamCore, fast), 0, "step(id) may take the shortcut"},
+    {NULL},
+};
+
+static PyMethodDef StreamCore_methods[] = {
+    {"step", (PyCFunction)StreamCore_step, METH_O, "step(token_ids) -> Delta (a list of ids, or one int)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject StreamCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.stream._plainstep.StreamCore",
+    .tp_basicsize = sizeof(StreamCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "DecodeStream's compiled one-id step (see decode_stream.py).",
+    .tp_new = PyType_GenericNew,
+    .tp_alloc = PyType_GenericAlloc,
+    .tp_free = PyObject_GC_Del,
+    .tp_traverse = (traverseproc)StreamCore_traverse,
+    .tp_clear = (inquiry)StreamCore_clear,
+    .tp_dealloc = (destructor)StreamCore_dealloc,
+    .tp_members = StreamCore_members,
+    .tp_getset = StreamCore_getset,
+    .tp_methods = StreamCore_methods,
+};
+
 static PyMethodDef methods[] = {
+    {"configure_stream", configure_stream, METH_VARARGS, "configure_stream(Delta, EMPTY_DELTA): what StreamCore.step returns."},
     {"step_packed", step_packed, METH_VARARGS, "A StreamTable step on packed wire columns (see table.py)."},
     {"split_text", split_text, METH_VARARGS, "Per-row texts of a packed text and its uint32 char lengths."},
     {"group_rows", group_rows, METH_VARARGS, "A packed step's rows split by tag: [(tag, rids, text, lengths, offsets)]."},
@@ -671,12 +838,19 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plainstep", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__plainstep(void) {
-    if (PyType_Ready(&RidMapType) < 0) return NULL;
+    if (PyType_Ready(&RidMapType) < 0 || PyType_Ready(&StreamCoreType) < 0) return NULL;
+    if (str_step_py == NULL && (str_step_py = PyUnicode_InternFromString("_step_py")) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&RidMapType);
     if (PyModule_AddObject(m, "RidMap", (PyObject *)&RidMapType) < 0) {
         Py_DECREF(&RidMapType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&StreamCoreType);
+    if (PyModule_AddObject(m, "StreamCore", (PyObject *)&StreamCoreType) < 0) {
+        Py_DECREF(&StreamCoreType);
         Py_DECREF(m);
         return NULL;
     }

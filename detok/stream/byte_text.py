@@ -68,6 +68,34 @@ def raw_added_changes_text(decoding: ByteDecoding, added: Mapping[int, str]) -> 
     return False
 
 
+def _ends_whole(tables: ByteTables, ids: Sequence[int]) -> bool:
+    """Whether pushing these ids would leave nothing held: all in the vocabulary and the last
+    one's bytes non-empty whole characters (valid UTF-8 never begins with a continuation byte,
+    so whatever came before is decoded or replaced before them). Spares a prompt tail's decode."""
+    if min(ids) < 0 or max(ids) >= tables.vocab_size:
+        return False
+    return bool(tables.texts[ids[-1]])
+
+
+def context_held(tables: ByteTables, context_ids: Sequence[int]) -> bytes | None:
+    """The bytes of an incomplete character a prompt tail leaves held (as ByteTextDecoder's
+    push of it would), or None where a stream must take the tail itself: an id out of the
+    vocabulary, or a leading space still to strip (a tail with no bytes)."""
+    if not context_ids:
+        return None if tables.strip_leading_space else b""
+    if _ends_whole(tables, context_ids):
+        return b""
+    pieces = tables.pieces
+    n = len(pieces)
+    for i in context_ids:
+        if not 0 <= i < n:
+            return None
+    data = b"".join([pieces[i] for i in context_ids])
+    if not data and tables.strip_leading_space:
+        return None
+    return data[_utf8_decode(data, "replace", False)[1] :]
+
+
 class ByteTextDecoder:
     """Incremental text of one request under the byte-table strategy."""
 
@@ -81,7 +109,10 @@ class ByteTextDecoder:
         self._after_added = False  # the last generated token was an added token (raw_added mode)
         self._fast = not self._strip
         if context_ids:
-            self.push(context_ids)  # the prompt tail's text is discarded; its held bytes carry over
+            if _ends_whole(tables, context_ids):
+                self._strip = False  # (what the push would leave: its bytes are not empty)
+            else:
+                self.push(context_ids)  # the prompt tail's text is discarded; its held bytes carry over
             self._after_added = False  # as vLLM: the prompt never makes the first token raw
             self._fast = not (self._strip or self._pending)
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 from typing import ClassVar
 
-from detok.stream.byte_text import OutOfVocabulary
+from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.stop_strings import StopStringMatcher
 from detok.stream.strategy import Strategy, prepare_decoding
@@ -14,14 +15,57 @@ from detok.tokenizer.base import Tokenizer
 CONTEXT_TOKENS = 5  # the prompt tail that fixes the first delta's text (leading space, split characters)
 _DEFAULT_PARAMS = DecodeParams()
 _NO_IDS: frozenset[int] = frozenset()
+_utf8_decode = codecs.utf_8_decode
+_ENDED: dict[str, Delta] = {}  # reason -> the (immutable) delta of a plain finish without a message
 
 
-class DecodeStream:
+class _PyStreamCore:
+    """The fields and one-id step of `_plainstep.StreamCore`, in Python (without the extension;
+    same results): while `_fast`, `step(id)` of an id not in `_stops` is the id's precomputed
+    text, or its bytes (`_pieces`) after the held ones (`_held`) through the incremental UTF-8
+    decoder; everything else goes to `_step_py`."""
+
+    __slots__ = ("_texts", "_pieces", "_stops", "_held", "num_tokens", "char_offset", "finished", "_fast")
+
+    def step(self, token_ids: Sequence[int] | int) -> Delta:
+        if self.finished:
+            return EMPTY_DELTA
+        i = token_ids[0] if type(token_ids) is list and len(token_ids) == 1 else token_ids
+        if self._fast and type(i) is int and 0 <= i < len(self._texts) and i not in self._stops:  # type: ignore[arg-type,operator]
+            text = self._texts[i]  # type: ignore[index]
+            if text is None or self._held:
+                if self._pieces is None or i >= len(self._pieces):
+                    return self._step_py(token_ids)  # type: ignore[attr-defined]
+                data = self._held + self._pieces[i]
+                text, used = _utf8_decode(data, "replace", False)
+                self._held = data[used:]
+            self.num_tokens += 1
+            if text:
+                self.char_offset += len(text)
+                return Delta(text)
+            return EMPTY_DELTA
+        return self._step_py(token_ids)  # type: ignore[attr-defined]
+
+
+try:  # the compiled one-id step (optional extension)
+    from detok.stream._plainstep import StreamCore as _StreamCore
+    from detok.stream._plainstep import configure_stream as _configure_stream
+
+    _configure_stream(Delta, EMPTY_DELTA)
+except ImportError:  # pragma: no cover - depends on the build
+    _StreamCore = _PyStreamCore  # type: ignore[misc,assignment]
+
+
+class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
     """Turns a request's token ids into text deltas, one scheduler step at a time.
 
     Text is emitted in the step whose token completes it, except an incomplete UTF-8 tail and the
     longest suffix that is a proper prefix of a stop string. The concatenated deltas do not depend
     on how the tokens are grouped into steps.
+
+    `step` takes a list of ids or one int id (no list to build per token). A plain stream's
+    one-id step is a table lookup in compiled code (`_plainstep.StreamCore`, the base class, which
+    holds `num_tokens`, `char_offset` and `finished`); everything else is `_step_py`.
     """
 
     __slots__ = (
@@ -33,9 +77,6 @@ class DecodeStream:
         "_min_tokens",
         "_plain",
         "_vocab",
-        "num_tokens",
-        "char_offset",
-        "finished",
         "stop_kind",
         "_pending_error",
     )
@@ -54,7 +95,7 @@ class DecodeStream:
     ) -> None:
         p = params or _DEFAULT_PARAMS
         plan = prepare_decoding(tokenizer, strategy)
-        self._vocab = tokenizer.vocab_size
+        self._vocab = plan.vocab_size
         self.num_tokens = 0
         self.char_offset = 0
         self.finished = False
@@ -75,7 +116,7 @@ class DecodeStream:
         self._stop = StopStringMatcher(p.stop, p.include_stop_str_in_output) if p.stop else None
         self._plain = self._stop is None and p.min_tokens == 0
         self._pending_error: OutOfVocabulary | None = None
-        ctx = list(context_ids)[-CONTEXT_TOKENS:]
+        ctx = (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:]
         try:
             self._text = plan.text_decoder(p.skip_special_tokens, p.spaces_between_special_tokens, ctx)
         except OutOfVocabulary as e:
@@ -83,10 +124,51 @@ class DecodeStream:
             self._text = plan.text_decoder(p.skip_special_tokens, p.spaces_between_special_tokens, ())
             self._pending_error = e
             self._plain = False
+        self._stops = self._stop_ids
+        dec = self._text
+        if type(dec) is ByteTextDecoder and self.columnar:  # (typed output steps its own text)
+            self._texts = dec._texts
+            # raw-added mode: an added id's text depends on the id before it (Python's job)
+            self._pieces = dec._t.pieces if dec._t.raw_added is None else None
+            if self._plain and not dec._strip:  # (`_refresh`, inline: this runs once per request)
+                self._held = dec._pending
+                self._fast = True
+                return
+        else:
+            self._texts = self._pieces = None
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Hand the decoder's state to the compiled one-id step where it can go on from it: a
+        plain stream whose byte decoder has no leading space to strip and is not after an added
+        token. Its held bytes then live in `_held` (`_to_python` gives them back)."""
+        dec = self._text
+        if self._plain and not self.finished and self._texts is not None and not dec._strip and not dec._after_added:  # type: ignore[union-attr]
+            self._held = dec._pending  # type: ignore[union-attr]
+            self._fast = True
+        else:
+            self._fast = False
+
+    def _to_python(self) -> None:
+        """The compiled step's held bytes back into the decoder, before Python code steps it."""
+        if self._fast:
+            dec = self._text
+            dec._pending = held = self._held  # type: ignore[union-attr]
+            dec._fast = not (dec._strip or dec._after_added or held)  # type: ignore[union-attr]
+            self._held = b""
+            self._fast = False
+
+    @property
+    def held_bytes(self) -> bytes:
+        """The bytes of an incomplete character held (byte-table decoding)."""
+        if self._fast:
+            return self._held
+        dec = self._text
+        return dec._pending if type(dec) is ByteTextDecoder else b""
 
     @property
     def holding_utf8(self) -> bool:
-        return self._text.holding
+        return bool(self._held) if self._fast else self._text.holding
 
     @property
     def held_text(self) -> str:
@@ -94,9 +176,17 @@ class DecodeStream:
         return self._stop.held if self._stop is not None else ""
 
     # ---- stepping ---------------------------------------------------------------------------
-    def step(self, token_ids: Sequence[int]) -> Delta:
+    def _step_py(self, token_ids: Sequence[int] | int) -> Delta:
         if self.finished:
             return EMPTY_DELTA
+        if type(token_ids) is int:
+            token_ids = [token_ids]
+        self._to_python()
+        delta = self._step_ids(token_ids)  # type: ignore[arg-type]
+        self._refresh()
+        return delta
+
+    def _step_ids(self, token_ids: Sequence[int]) -> Delta:
         if self._plain and self._stop_ids.isdisjoint(token_ids):
             try:
                 text = self._text.push(token_ids)
@@ -163,6 +253,20 @@ class DecodeStream:
         """The scheduler ended the request: release what is held (incomplete bytes become U+FFFD)."""
         if self.finished:
             return EMPTY_DELTA
+        if self._fast and not self._held:
+            # a plain stream holding nothing: no text to release, no stop string to check (what
+            # `_end` gives, without its flush)
+            self.finished = True
+            self._fast = False
+            dec = self._text
+            dec._pending, dec._fast = b"", False  # type: ignore[union-attr]  # (as its flush leaves it)
+            if message is None:
+                delta = _ENDED.get(reason)
+                if delta is None:
+                    delta = _ENDED[reason] = Delta("", Finish(reason))
+                return delta
+            return Delta("", Finish(reason, None, message))
+        self._to_python()
         return self._end(reason, "", message=message)
 
     # ---- ending -----------------------------------------------------------------------------

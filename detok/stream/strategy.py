@@ -58,6 +58,7 @@ class DecodePlan:
         self.reason = reason
         self.decoding = decoding  # the verified byte map (None for the window strategy)
         self.eos_ids = frozenset(tokenizer.eos_token_ids)  # computed once, not per request
+        self.vocab_size = tokenizer.vocab_size
         self._kinds: dict[tuple[bool, bool], str | None] = {}
         self._tables: dict[str, ByteTables] = {}
 

@@ -12,6 +12,7 @@ returns Python sequences (same results); without the extension both run on numpy
 
 from __future__ import annotations
 
+import codecs
 from array import array
 from collections.abc import Callable, Hashable, Sequence
 from itertools import repeat
@@ -19,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from detok.stream.byte_text import ByteTextDecoder
-from detok.stream.decode_stream import DecodeStream
+from detok.stream.byte_text import ByteTables, ByteTextDecoder, context_held
+from detok.stream.decode_stream import CONTEXT_TOKENS, DecodeStream
 from detok.stream.mode_tables import ModeTables
 from detok.stream.numpy_step import _MAX_PENDING, _UNKNOWN, NumpyStepping
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Finish
@@ -39,10 +40,15 @@ try:  # the compiled step (optional extension); the numpy/Python path gives the 
 except ImportError:  # pragma: no cover - depends on the build
     _RidMap = _compiled_step_packed = None
 
+utf8_decode = codecs.utf_8_decode  # (text, bytes consumed)
 _NOT_PLAIN = -2  # `_expect` of a slot whose next step must go through its DecodeStream
+_DEFAULT_PARAMS = DecodeParams()
+_COLUMNS = ("_pend", "_pend_len", "_tag", "_eos_stops", "_mode", "_ntok", "_choff")
 
 
 def _indexable(rid: Hashable) -> bool:
+    if type(rid) is int:  # the wire's rids (the common case, checked first)
+        return 0 <= rid < 2**64
     return isinstance(rid, (int, np.integer)) and not isinstance(rid, bool) and 0 <= rid < 2**64
 
 
@@ -72,14 +78,25 @@ class DuplicateRequest(KeyError):
 
 
 class StreamTable(NumpyStepping):
+    """Requests whose parameters and prompt tail leave them plain (no stop strings, stop ids or
+    min_tokens; a byte-table decode mode; a prompt tail in the vocabulary) are opened in the
+    columns only: no DecodeStream exists for them until a row of theirs needs one (`_stream_at`)
+    or they end (`finish`, which releases their held bytes from the columns). A request's set-up
+    and end are then a few column stores, the same state the stream would have had."""
+
     def __init__(self, tokenizer: Tokenizer, strategy: Strategy | None = None, capacity: int = 1024) -> None:
         self.tokenizer = tokenizer
         self.plan = prepare_decoding(tokenizer, strategy)
         self._strategy = strategy
         self.compiled = _compiled_step_packed is not None  # False: the numpy/Python path (tests set it)
         self._vocab = tokenizer.vocab_size
-        self._streams: dict[Hashable, DecodeStream] = {}
-        self._slot_of: dict[Hashable, int] = {}
+        self._streams: dict[Hashable, DecodeStream] = {}  # the live requests that have a stream
+        self._slot_of: dict[Hashable, int] = {}  # every live request
+        # plain requests without a stream yet: what their stream is made of when one is needed
+        self._deferred: dict[Hashable, tuple[DecodeParams, bool]] = {}
+        # (skip_special_tokens, spaces_between_special_tokens) -> (mode, tables) of a decode mode
+        # whose plain requests are deferred, or None where they cannot be (window decoding)
+        self._plain_modes: dict[tuple[bool, bool], tuple[int, ByteTables] | None] = {}
         self._free: list[int] = list(range(capacity - 1, _UNKNOWN, -1))
         # Columnar state of the vectorized path; the stream objects hold everything else.
         self._expect = np.full(capacity, _NOT_PLAIN, dtype=np.int64)  # next start, if the slot is plain
@@ -108,19 +125,35 @@ class StreamTable(NumpyStepping):
             if 0 <= i < self._vocab:
                 self._eos_mask[i] = True
         self._tables = ModeTables(self._vocab, self._eos_mask)
+        self._views()
+
+    def _views(self) -> None:
+        """memoryviews of the per-slot columns: a scalar store or load through one costs a few
+        tens of ns, through numpy's indexing about a hundred (per request set-up and end)."""
+        self._v_expect = memoryview(self._expect)
+        self._v_ntok = memoryview(self._ntok)
+        self._v_choff = memoryview(self._choff)
+        self._v_pend_len = memoryview(self._pend_len)
+        self._v_tag = memoryview(self._tag)
+        self._v_mode = memoryview(self._mode)
+        self._v_eos_stops = memoryview(self._eos_stops)
 
     # ---- registration -----------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._streams)
+        return len(self._slot_of)
 
     def __contains__(self, rid: object) -> bool:
-        return rid in self._streams
+        return rid in self._slot_of
 
     def stream(self, rid: Hashable) -> DecodeStream:
-        return self._streams[rid]
+        """The request's stream, with the columns' state (made now for a deferred request)."""
+        slot = self._slot_of[rid]
+        stream = self._stream_at(rid, slot)
+        self._load(slot, stream)
+        return stream
 
     def rids(self) -> list[Hashable]:
-        return list(self._streams)
+        return list(self._slot_of)
 
     def open(
         self,
@@ -131,12 +164,15 @@ class StreamTable(NumpyStepping):
         tag: int = 0,
         parser: OutputParser | None = None,
         emit: Callable[[TypedRow], None] | None = None,
-    ) -> DecodeStream:
+    ) -> DecodeStream | None:
         """Start a request; `tag` (a uint32 of the caller's, e.g. which frontend owns it) comes
         back with each of its rows in `PackedStep.tags`. With a `parser`, the request's output goes
-        to `emit` as typed rows (`detok.stream.typed_stream`) and its text rows stay empty."""
-        if rid in self._streams:
+        to `emit` as typed rows (`detok.stream.typed_stream`) and its text rows stay empty.
+        Returns the request's stream, or None for a deferred one (see the class docstring)."""
+        if rid in self._slot_of:
             raise DuplicateRequest(rid)
+        p = params or _DEFAULT_PARAMS
+        held = None
         if parser is not None:
             from detok.stream.typed_stream import TypedStream
 
@@ -144,39 +180,78 @@ class StreamTable(NumpyStepping):
             stream: DecodeStream = TypedStream(self.tokenizer, context_ids, params, parser=parser, rid=rid,  # type: ignore[arg-type]
                                                emit=emit, ignore_eos=ignore_eos, strategy=self._strategy)
         else:
-            stream = DecodeStream(self.tokenizer, context_ids, params, ignore_eos=ignore_eos, strategy=self._strategy)
+            if not (p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output):
+                key = (p.skip_special_tokens, p.spaces_between_special_tokens)
+                plain_mode = self._plain_modes.get(key, False)
+                if plain_mode is False:
+                    plain_mode = self._plain_modes[key] = self._plain_mode(*key)
+                if plain_mode is not None:
+                    held = context_held(plain_mode[1], (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:])
+            if held is None:
+                stream = DecodeStream(self.tokenizer, context_ids, p, ignore_eos=ignore_eos, strategy=self._strategy)
         if not self._free:
             self._grow()
         slot = self._free.pop()
-        self._streams[rid] = stream
         self._slot_of[rid] = slot
-        self._tag[slot] = tag
+        self._v_tag[slot] = tag
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.put(int(rid), slot)  # type: ignore[arg-type]
-        dec = stream._text
-        self._mode[slot] = self._tables.mode_of(dec._t) if isinstance(dec, ByteTextDecoder) else 0
-        self._sync(slot, stream)
+        if held is None:
+            self._streams[rid] = stream
+            dec = stream._text
+            self._v_mode[slot] = self._tables.mode_of(dec._t) if isinstance(dec, ByteTextDecoder) else 0
+            self._sync(slot, stream)
+            return stream
+        # deferred: the columns as `_sync` would set them from the stream
+        self._deferred[rid] = (p, ignore_eos)
+        self._v_mode[slot] = plain_mode[0]  # type: ignore[index]
+        self._v_expect[slot] = self._v_ntok[slot] = self._v_choff[slot] = 0
+        self._v_eos_stops[slot] = not ignore_eos and bool(self._eos)
+        self._v_pend_len[slot] = len(held)
+        if held:
+            self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
+        return None
+
+    def _plain_mode(self, skip_special: bool, spaces: bool) -> tuple[int, ByteTables] | None:
+        if self._strategy == "window" or self.plan.strategy != "bytes":
+            return None
+        tables = self.plan.tables(skip_special, spaces)
+        if tables is None:
+            return None
+        return self._tables.mode_of(tables), tables
+
+    def _stream_at(self, rid: Hashable, slot: int) -> DecodeStream:
+        """A live request's stream; a deferred one's is made now (its state is in the columns,
+        which `_load` puts into it)."""
+        stream = self._streams.get(rid)
+        if stream is None:
+            params, ignore_eos = self._deferred.pop(rid)
+            stream = DecodeStream(self.tokenizer, (), params, ignore_eos=ignore_eos, strategy=self._strategy)
+            stream._text._strip = False  # type: ignore[union-attr]  # deferred only where nothing strips
+            self._streams[rid] = stream
         return stream
 
     def close(self, rid: Hashable) -> None:
         slot = self._slot_of.pop(rid, None)
         if slot is None:
             return
-        del self._streams[rid]
+        if self._streams.pop(rid, None) is None:
+            del self._deferred[rid]
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.pop(int(rid))  # type: ignore[arg-type]
-        self._expect[slot] = _NOT_PLAIN
+        self._v_expect[slot] = _NOT_PLAIN
         self._free.append(slot)
 
     def _grow(self) -> None:
         old = len(self._expect)
         self._free.extend(range(2 * old - 1, old - 1, -1))
-        for name in ("_pend", "_pend_len", "_tag", "_eos_stops", "_mode", "_ntok", "_choff"):
+        for name in _COLUMNS:
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
         self._expect = np.concatenate([self._expect, np.full(old, _NOT_PLAIN, dtype=np.int64)])
         self._c_args = None
         self._row_of = np.zeros(2 * old, dtype=np.int64)
+        self._views()
 
     def _sync(self, slot: int, stream: DecodeStream) -> None:
         """Columnar state from the stream's own, after it stepped on its own."""
@@ -194,7 +269,7 @@ class StreamTable(NumpyStepping):
         self._ntok[slot] = stream.num_tokens
         self._choff[slot] = stream.char_offset
         self._eos_stops[slot] = bool(stream._stop_ids)
-        held = dec._pending if isinstance(dec, ByteTextDecoder) else b""
+        held = stream.held_bytes
         if len(held) >= _MAX_PENDING:  # never for a valid prefix: the stream keeps them, off the plain path
             self._expect[slot] = _NOT_PLAIN
             held = b""
@@ -207,6 +282,7 @@ class StreamTable(NumpyStepping):
         the columns only)."""
         if not stream.columnar:  # never on the plain path: the stream's own counters are the truth
             return
+        stream._to_python()
         stream.num_tokens = int(self._ntok[slot])
         stream.char_offset = int(self._choff[slot])
         dec = stream._text
@@ -214,6 +290,7 @@ class StreamTable(NumpyStepping):
             n = int(self._pend_len[slot])
             dec._pending = self._pend[slot, :n].tobytes() if n else b""
             dec._fast = not (dec._strip or dec._after_added or n)
+        stream._refresh()
 
     # ---- stepping ---------------------------------------------------------------------------
     def step_packed(self, rids: bytes, starts: bytes, counts: bytes, tokens: bytes) -> PackedStep:
@@ -276,7 +353,7 @@ class StreamTable(NumpyStepping):
     def _step_one(self, rid: Hashable, slot: int, start: int, ids_a: np.ndarray) -> tuple[str, int, int, Finish | None]:
         if slot == _UNKNOWN or self._slot_of.get(rid) != slot:  # (or finished by an earlier row of this batch)
             return "", 0, 0, unknown_finish(rid)
-        stream = self._streams[rid]
+        stream = self._stream_at(rid, slot)
         self._load(slot, stream)
         done = stream.num_tokens
         if start > done:
@@ -299,8 +376,16 @@ class StreamTable(NumpyStepping):
         slot = self._slot_of.get(rid)
         if slot is None:
             return "", 0, 0, None
+        if rid in self._deferred:  # no stream: what its `finish` would give, from the columns
+            n = self._v_pend_len[slot]
+            text = utf8_decode(self._pend[slot, :n].tobytes(), "replace", True)[0] if n else ""
+            offset, num_tokens = self._v_choff[slot], self._v_ntok[slot]
+            self.close(rid)
+            return text, offset, num_tokens, Finish(reason, None, message)  # type: ignore[arg-type]
         stream = self._streams[rid]
         self._load(slot, stream)
         delta = stream.finish(reason, message)  # type: ignore[arg-type]
         self.close(rid)
         return delta.text, stream.char_offset - len(delta.text), stream.num_tokens, delta.finish
+
+

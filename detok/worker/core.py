@@ -60,11 +60,12 @@ UNKNOWN_REMEMBERED_PER_BATCH = 1024
 
 
 class _Live:
-    """One live request: its stream, its registration and where its deltas go."""
+    """One live request: its stream (None for a plain one, whose state the table holds), its
+    registration and where its deltas go."""
 
     __slots__ = ("idle_mark", "idle_since", "out", "registration", "stream")
 
-    def __init__(self, stream: DecodeStream, registration: Registration, out: FrontendColumns, now: float) -> None:
+    def __init__(self, stream: DecodeStream | None, registration: Registration, out: FrontendColumns, now: float) -> None:
         self.stream = stream
         self.registration = registration
         self.out = out
@@ -284,7 +285,7 @@ class WorkerCore:
         gen = entry.registration.gen
         self._forget(rid, entry, closed=True)
         self._remember_finished(rid, gen)
-        kind = entry.stream.stop_kind
+        kind = _stop_kind(finish)
         if finish.reason == "error":
             if finish.message and "vocabulary" in finish.message:
                 self.counts.invalid_token_ids += 1
@@ -384,6 +385,13 @@ class WorkerCore:
     def live_requests_of(self, reply_to: str) -> int:
         """Live requests whose deltas go to this frontend endpoint."""
         return self._frontends.live_requests_of(reply_to)
+
+
+def _stop_kind(finish: Finish) -> str | None:
+    """DecodeStream.stop_kind from the finish: a stop token or EOS (int matched), a stop string."""
+    if finish.reason != "stop":
+        return None
+    return "token" if isinstance(finish.matched, int) else "string" if isinstance(finish.matched, str) else None
 
 
 def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> StreamTable:

@@ -245,3 +245,21 @@ def test_decode_bench_smoke_prints_json_lines() -> None:
         assert r["ns_per_token"] > 0 and isinstance(r["mismatches"], int)
     detok_line = next(r for r in records if r["impl"] == "detok")
     assert detok_line["ratio_vs_detok"] == 1.0 and detok_line["mismatches"] == 0
+
+
+def test_decode_bench_per_request_smoke() -> None:
+    """--per-request: streams created on the clock, one record per implementation and length,
+    ratios against HF DecodeStream, detok paths exact."""
+    cmd = [sys.executable, "bench/decode.py", "--per-request", "--per-request-tokens", "4,16", "--streams", "3",
+           "--repeats", "1", "--json", "--tokenizer", "tests/fixtures/hf/qwen2"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert {(r["impl"], r["tokens_per_stream"]) for r in records} == {
+        (impl, n) for impl in ("detok", "detok-int", "detok-batch+split", "hf-decodestream") for n in (4, 16)}
+    for r in records:
+        assert r["bench"] == "decode-per-request" and r["ns_per_token"] > 0
+        if r["impl"].startswith("detok"):
+            assert r["mismatches"] == 0
+        else:
+            assert r["x_vs_hf"] == 1.0

@@ -1,0 +1,201 @@
+"""`DecodeStream.step(int)` and the cheap set-up paths (issue 19) against the old paths.
+
+- `step(id)` (compiled one-id step), `step([id])`, the pure-Python fallback class (the module
+  loaded without the extension) and the Python step path (`_step_py`, what `step` was before)
+  give the same deltas, counters, held bytes and finishes, on real tokenizers, for any ids
+  (partial UTF-8, specials, EOS, stop ids and strings, min_tokens, out of the vocabulary).
+- A prompt tail that ends in whole characters is not decoded: the decoder's state is the one a
+  push of the tail gives, and `context_held` (the table's deferred set-up) agrees with it.
+- A StreamTable whose plain requests are deferred (no stream until needed) steps and finishes
+  exactly as one that makes every stream at `open`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tests.helpers.stream_roster as stream_roster
+from detok import DecodeParams, DecodeStream
+from detok.stream import decode_stream as decode_stream_module
+from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary, context_held
+from detok.stream.strategy import prepare_decoding
+from detok.stream.table import StreamTable
+
+# byte-level BPE, SentencePiece with byte fallback and a leading-space strip, WordPiece (window)
+TOKENIZERS = ["qwen2", "gguf-llama-spm", "gguf-bert-bge"]
+_TEXT = "Hello 北京欢迎你 🫨👍🏽👨‍👩‍👧 สวัสดี नमस्ते stop here, x ** 2"
+
+
+def _python_fallback_class() -> type:
+    """DecodeStream as it is without the compiled extension (the module loaded again with the
+    extension's import failing)."""
+    name = "detok.stream._plainstep"
+    saved = sys.modules.get(name)
+    sys.modules[name] = None  # type: ignore[assignment]  # `from ... import` raises ImportError
+    try:
+        spec = importlib.util.spec_from_file_location("_decode_stream_python_only", decode_stream_module.__file__)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = saved
+    assert module._StreamCore is module._PyStreamCore
+    return module.DecodeStream
+
+
+_PyDecodeStream = _python_fallback_class()
+
+
+class _OldPath(DecodeStream):  # type: ignore[misc,valid-type]
+    """Every step through the Python path, with a list (what `step` did before issue 19)."""
+
+    __slots__ = ()
+
+    def step(self, token_ids: Any) -> Any:
+        return self._step_py(list(token_ids) if not isinstance(token_ids, int) else [token_ids])
+
+
+_POOLS: dict[str, list[int]] = {}
+
+
+def _pool(name: str) -> list[int]:
+    if name not in _POOLS:
+        tok = stream_roster.get(name)
+        ids = set(tok.encode(_TEXT)) | set(tok.special_ids) | set(tok.eos_token_ids)
+        for piece in ("<0xE4>", "<0xB8>", "<0x80>", "<0xF0>", "âĢ", "ä¸", "Ġ"):
+            i = tok.token_to_id(piece)
+            if i is not None:
+                ids.add(i)
+        _POOLS[name] = sorted(ids) + [tok.vocab_size, tok.vocab_size + 5, -1]
+    return _POOLS[name]
+
+
+def _params(pool: list[int]) -> list[DecodeParams]:
+    stop_id = pool[len(pool) // 2]
+    return [
+        DecodeParams(),
+        DecodeParams(skip_special_tokens=False),
+        DecodeParams(skip_special_tokens=False, spaces_between_special_tokens=False),
+        DecodeParams(stop=["stop", "京欢"], stop_token_ids=(stop_id,)),
+        DecodeParams(min_tokens=3, visible_stop_token_ids=(stop_id,)),
+        DecodeParams(include_stop_str_in_output=True, stop=["here"]),
+    ]
+
+
+def _state(s: Any) -> tuple[int, int, bool, bytes, bool]:
+    return s.num_tokens, s.char_offset, s.finished, s.held_bytes, s.holding_utf8
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_int_step_is_the_list_step_and_the_python_path(name: str, data: st.DataObject) -> None:
+    tok = stream_roster.get(name)
+    pool = _pool(name)
+    valid = [i for i in pool if 0 <= i < tok.vocab_size]
+    params = data.draw(st.sampled_from(_params(pool)))
+    ignore_eos = data.draw(st.booleans())
+    context = data.draw(st.lists(st.sampled_from(valid), max_size=7))
+    ids = data.draw(st.lists(st.sampled_from(pool), max_size=40))
+    streams = [cls(tok, context, params, ignore_eos=ignore_eos) for cls in (DecodeStream, DecodeStream, _PyDecodeStream, _OldPath)]
+    for i in ids:
+        deltas = [streams[0].step(i), streams[1].step([i]), streams[2].step(i), streams[3].step(i)]
+        assert deltas[1:] == deltas[:1] * 3, i
+        assert [_state(s) for s in streams[1:]] == [_state(streams[0])] * 3
+    reason = data.draw(st.sampled_from(["length", "abort"]))
+    ends = [s.finish(reason) for s in streams]
+    assert ends[1:] == ends[:1] * 3
+    assert [_state(s) for s in streams[1:]] == [_state(streams[0])] * 3
+    assert [s.finish("length") for s in streams] == [streams[0].finish("length")] * 4
+    assert len({s.stop_kind for s in streams}) == 1
+
+
+def test_int_step_hostile_values() -> None:
+    """Ids no vocabulary has (negative, past it, past 64 bits) end the stream with the list
+    path's error; a bool is not an id; a finished stream gives empty deltas."""
+    tok = stream_roster.get("qwen2")
+    for bad in (-1, tok.vocab_size, 2**70):
+        a, b = DecodeStream(tok), _OldPath(tok)
+        assert a.step(bad) == b.step(bad) and a.finished and a.step(5) == b.step(5)
+        assert a.step(5).text == "" and a.num_tokens == b.num_tokens
+    with pytest.raises(TypeError):
+        DecodeStream(tok).step(True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", TOKENIZERS[:2])
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_prompt_tail_shortcut_is_the_push(name: str, data: st.DataObject) -> None:
+    tok = stream_roster.get(name)
+    plan = prepare_decoding(tok)
+    tables = plan.tables(data.draw(st.booleans()), True)
+    assert tables is not None
+    context = data.draw(st.lists(st.sampled_from(_pool(name)), max_size=6))
+    reference = ByteTextDecoder(tables, ())
+    try:
+        if context:
+            reference.push(context)
+    except OutOfVocabulary:
+        with pytest.raises(OutOfVocabulary):
+            ByteTextDecoder(tables, context)
+        assert context_held(tables, context) is None
+        return
+    reference._after_added = False
+    reference._fast = not (reference._strip or reference._pending)
+    dec = ByteTextDecoder(tables, context)
+    assert (dec._pending, dec._strip, dec._after_added, dec._fast) == (
+        reference._pending, reference._strip, reference._after_added, reference._fast)
+    held = context_held(tables, context)
+    assert held is None or (held == reference._pending and not reference._strip)
+
+
+def _batches(rows: Sequence[tuple[int, int, list[int]]], sent: dict[int, int], pool: list[int]) -> tuple[Any, ...]:
+    rids, starts, counts, tokens = [], [], [], []
+    for rid, skew, picks in rows:
+        rids.append(rid)
+        starts.append(max(0, sent[rid] + skew))
+        chosen = [pool[p % len(pool)] for p in picks]
+        counts.append(len(chosen))
+        tokens += chosen
+        sent[rid] = starts[-1] + len(chosen)
+    return np.array(rids, dtype=np.uint64), starts, counts, np.array(tokens, dtype=np.int64)
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+@settings(max_examples=30, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.tuples(st.integers(0, 9), st.integers(-1, 1), st.lists(st.integers(0, 10_000), max_size=2)), max_size=16),
+        min_size=1, max_size=10,
+    ),
+    contexts=st.lists(st.lists(st.integers(0, 10_000), max_size=6), min_size=8, max_size=8),
+)
+def test_deferred_requests_step_as_streams_made_at_open(name: str, batches: list[Any], contexts: list[list[int]]) -> None:
+    tok = stream_roster.get(name)
+    pool = [i for i in _pool(name) if i >= 0]
+    params = _params(pool)
+    deferred, eager = StreamTable(tok, capacity=4), StreamTable(tok, capacity=4)
+    eager._plain_mode = lambda *mode: None  # type: ignore[method-assign]  # every request gets its stream at open
+    for table in (deferred, eager):
+        for rid in range(8):  # 8 and 9 are never registered
+            ctx = [pool[p % len(pool)] for p in contexts[rid]]
+            table.open(rid, ctx, params[rid % 3] if rid < 6 else params[3 + rid % 3], ignore_eos=rid % 4 == 0)
+    assert not eager._deferred
+    sent = dict.fromkeys(range(10), 0)
+    for rows in batches:
+        args = _batches(rows, sent, pool)
+        assert deferred.step(*args) == eager.step(*args)
+    for rid in range(10):
+        assert deferred.finish(rid, "length") == eager.finish(rid, "length")
+    assert len(deferred) == len(eager) == 0
