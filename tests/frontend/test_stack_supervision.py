@@ -15,6 +15,7 @@ from detok.frontend.stack import Stack, StackConfig
 from detok.wire.codec import new_encoder
 from detok.wire.to_scheduler import GenerateRequest
 from detok.receiver.receiver import DeltaReceiver
+from detok.receiver.request_stream import RequestStream
 from detok.stream.params import DecodeParams, Finish
 from scheduler_stub.stub import StepPolicy
 
@@ -43,8 +44,10 @@ class _Frontend:
         request = GenerateRequest(rid, [1, 2, 3], DecodeParams(), max_tokens, reply_to or self.rx.endpoint, seed)
         self.push.send(self.encoder.encode(request))
 
-    def finish_of(self, rid: int, timeout: float = 30.0) -> tuple[str, Finish]:
-        stream = self.rx.open(rid)
+    def finish_of(self, rid: int, timeout: float = 30.0, stream: RequestStream | None = None) -> tuple[str, Finish]:
+        # a stream opened before the request was sent must be passed in: once its finish arrived,
+        # `open(rid)` starts a new stream for the rid (ids are reusable once finished)
+        stream = stream if stream is not None else self.rx.open(rid)
         text = ""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -80,12 +83,13 @@ def test_hostile_seeds_fail_cleanly_and_the_stub_goes_on(stack, frontend):
     pid, generation = stack.stub_pid, stack.scheduler_generation  # relative: another test may restart it first
     # msgpack carries ints in [-2**63, 2**64): every seed above int64 can reach the stub
     hostile = {1: 2**63, 3: 2**64 - 1}
+    streams = {}
     for rid, seed in hostile.items():
-        frontend.rx.open(rid)
+        streams[rid] = frontend.rx.open(rid)
         frontend.send(rid, seed)
     frontend.send(4, 5, reply_to="udp://nowhere:1")  # an endpoint no worker may connect to: logged, dropped
     for rid, seed in hostile.items():
-        text, finish = frontend.finish_of(rid)
+        text, finish = frontend.finish_of(rid, stream=streams[rid])
         assert text == "" and finish.reason == "error" and str(seed) in (finish.message or "")
     for rid, seed in ((5, 2**63 - 1), (6, -(2**63))):  # the extremes of the range are fine
         frontend.send(rid, seed)
