@@ -243,6 +243,7 @@ def _output_until_marker(server: LiveServer, start: int) -> str:
 def test_client_hanging_up_while_sending_its_body_is_one_info_line(server):
     start = len(server.lines)
     with _connect(server) as sock:
+        peer = f"127.0.0.1:{sock.getsockname()[1]}"  # this client's lines (a line of an earlier test may come late)
         sock.sendall(_request_head("/v1/completions", length=1000) + b'{"prompt": "abc')
     # the head reaches the server before the hang-up (tcp keeps the order): the app reads the
     # body, gets the disconnect and says so once
@@ -250,14 +251,14 @@ def test_client_hanging_up_while_sending_its_body_is_one_info_line(server):
     out = _output_until_marker(server, start)
     assert "Traceback" not in out and "ERROR" not in out, out
     assert len([line for line in out.splitlines() if "disconnected" in line or "went away" in line]) <= 1, out
-    # nothing else about it (a late access line of an earlier test's /health poll may land in the window)
-    assert len([line for line in out.splitlines() if "GET /health" not in line]) <= 1, out
+    assert len([line for line in out.splitlines() if peer in line]) <= 1, out
 
 
 def test_client_hanging_up_mid_stream_is_one_info_line(server):
     with _connect(server) as sock:
+        peer = f"127.0.0.1:{sock.getsockname()[1]}"  # this client's lines (a line of an earlier test may come late)
         sock.sendall(_request_head("/v1/completions", length=len(STREAM_BODY)) + STREAM_BODY)
-        sock.settimeout(10)
+        sock.settimeout(60)
         data = b""
         while b"data: {" not in data:
             chunk = sock.recv(65536)
@@ -268,7 +269,8 @@ def test_client_hanging_up_mid_stream_is_one_info_line(server):
     out = _output_until_marker(server, start)
     assert "Traceback" not in out and "ERROR" not in out, out
     assert len([line for line in out.splitlines() if "went away" in line]) == 1, out
-    assert len(out.splitlines()) <= 2, out  # that line, and uvicorn's access line of the request
+    # that line, and uvicorn's access line of the request (logged before `start`, or after)
+    assert len([line for line in out.splitlines() if peer in line]) <= 2, out
 
 
 def test_sigint_with_50_open_streams_ends_each_with_an_error_and_done(own_server):
