@@ -18,6 +18,9 @@ it and what latency it adds. Requests set `ignore_eos` so every output has --max
 The client (bench/_sse_client.py, asyncio streams on uvloop) costs a few us per chunk; --procs
 spreads the users over several processes on machines with cores to spare. --logprobs N asks
 every request for logprobs with N alternatives (chat: `logprobs: true, top_logprobs: N`).
+
+Why one module over 350 lines: one benchmark (requests, samples, summary, CLI) that users run as a
+script; the spawned server and the plot are in `bench/spawned_server.py`.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ for `stall_timeout_s` (default `STALL_TIMEOUT_S`) is reported stalled (`slots()`
 `detok_worker_stalled` gauge) and, unless `replace_stalled=False`, killed with SIGKILL: then the
 usual death path runs (the spare takes the slot, the scheduler client gets a WorkerEvent "died"
 naming the stall).
+
+Why one module over 350 lines: the supervisor is one thread's state machine (spares, slots,
+heartbeats, restarts) over shared private state; slots and process handles are in `slots.py`.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ Token <-> id: tiktoken tokens are raw bytes, so `id_to_token` returns them in GP
 alphabet ("Ġhello" for b" hello"), which is unambiguous for any bytes and is the very string a
 Hugging Face tokenizer.json of the same vocabulary uses; special tokens are their own text.
 `token_to_id` inverts that, and also accepts a plain string whose UTF-8 bytes are one token.
+
+Why one module over 350 lines: one backend class whose loading, special-token and byte-alphabet
+parts share the same rank tables; the presets live in `tiktoken_presets.py`.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ of its ids from start 0, which are registered and stepped like any batch (live r
 they already consumed). It is authoritative: a live request it does not name is finished with an
 error. Requests this process already finished are not reopened (the same registration
 generation; a later registration of the same rid is a new request and is opened).
+
+Why one module over 350 lines: `WorkerCore` is one class whose open / step / finish / notice paths
+share the live-request table and the finished-rid memory; the pieces that stand alone (outputs,
+batch checks, finished rids) are already their own modules.
 """
 
 from __future__ import annotations
