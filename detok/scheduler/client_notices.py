@@ -62,6 +62,23 @@ class ClientNotices:
         out, self._stopped = self._stopped, []
         return out
 
+    def wait_for_workers(self, timeout: float) -> bool:
+        """Wait until every worker was heard since this call (its notice connection is up); True if
+        all were within `timeout` seconds. A client that binds after the workers started is reached
+        only at their next reconnect (they back off up to RECONNECT_MAX_MS), so a scheduler that
+        needs stop notices from its very first step waits here once."""
+        if self._notify is None:
+            return False
+        since = time.monotonic()
+        deadline = since + timeout
+        while any(s.last_heard < since for s in self._states):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._notify.poll(max(1, int(min(left, 0.05) * 1000)))
+            self._take_notices()
+        return True
+
     def worker_states(self) -> list[WorkerState]:
         """What the client knows of each worker (liveness for standalone workers: `last_heard`)."""
         return list(self._states)

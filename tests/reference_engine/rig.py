@@ -25,6 +25,9 @@ class EngineRig:
                  limits: EngineLimits = EngineLimits()) -> None:
         self.ctx = zmq.Context()
         self.client = pool.client(context=self.ctx)
+        # the workers reach a new client at their next reconnect (backed off up to a second by the
+        # earlier test's client): a stop notice sent before that would arrive steps late
+        assert self.client.wait_for_workers(DEADLINE_S), "the workers never reached the new client"
         self.engine = Engine(model, self.client, eos_ids, limits, record=1000)
         self.receiver = DeltaReceiver()
         self.texts: dict[int, list[str]] = {}
