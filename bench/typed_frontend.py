@@ -16,7 +16,8 @@ worker, for chat output with reasoning and tool calls, side by side in one run:
 Messages are made by a WorkerCore in-process (off the clock), one token per request per step; each
 configuration then handles them as a frontend does: decode, DeltaReceiver dispatch, per request
 `take()`, chunk bytes. The worker figures time `WorkerCore.handle_batch` on the same steps, plain
-and parsed. Interleaved repetitions, median kept, CPU time of this process. `--json`: one JSON line.
+and parsed (`detok_no_fast_path`: every id of a parsed request through its parser, the path before
+detok.stream.typed_fast). Interleaved repetitions, median kept, CPU time of this process. `--json`: one JSON line.
 """
 
 from __future__ import annotations
@@ -64,19 +65,21 @@ def reply(i: int) -> str:
             '"limit": 10}}\n</tool_call>')
 
 
-def make_steps(tok: Any, n: int, parsing: OutputParsing | None, skip_special: bool) -> tuple[list[DetokBatch], int]:
+def make_steps(tok: Any, n: int, parsing: OutputParsing | None, skip_special: bool,
+               first_rid: int = 0) -> tuple[list[DetokBatch], int]:
     """One DetokBatch per step, one token per request per step (registrations in the first)."""
-    ids = [tok.encode(reply(i)) for i in range(n)]
+    rids = range(first_rid, first_rid + n)
+    ids = {rid: tok.encode(reply(rid - first_rid)) for rid in rids}
     params = DecodeParams(skip_special_tokens=skip_special)
-    regs = [Registration(rid, REPLY_TO, [], params, parsing=parsing) for rid in range(n)]
+    regs = [Registration(rid, REPLY_TO, [], params, parsing=parsing) for rid in rids]
     steps = []
     eos = min(tok.eos_token_ids)
-    for k in range(max(map(len, ids))):
-        rows = [rid for rid in range(n) if k < len(ids[rid])]
+    for k in range(max(map(len, ids.values()))):
+        rows = [rid for rid in rids if k < len(ids[rid])]
         ends = [EndRequest(rid, "stop", eos) for rid in rows if k == len(ids[rid]) - 1]
         steps.append(DetokBatch(k + 1, 0.0, regs if k == 0 else [], pack_rids(rows), pack_u32([k] * len(rows)), b"",
                                 pack_u32([ids[rid][k] for rid in rows]), ends))
-    return steps, sum(map(len, ids))
+    return steps, sum(map(len, ids.values()))
 
 
 def frontend_messages(tok: Any, steps: list[DetokBatch]) -> list[bytes]:
@@ -138,9 +141,14 @@ def _parsed(parser: OutputParser, delta: RequestDelta) -> RequestDelta:
     return RequestDelta(typed.content, delta.finish, delta.num_tokens, None, typed.reasoning, tuple(typed.tool_calls))
 
 
-def run_worker(tok: Any, steps: list[DetokBatch]) -> float:
+def run_worker(tok: Any, steps: list[DetokBatch], warm_up: list[DetokBatch], typed_fast: bool = True) -> float:
+    """CPU seconds of a worker core that has served `warm_up` (other rids) before: a worker is
+    long-lived, what it builds once (decode modes, tables) is not on the clock."""
     core = WorkerCore(tok)
+    core.table.typed_fast = typed_fast
     encode = msgspec.msgpack.Encoder().encode
+    for step in warm_up:
+        core.handle_batch(step)
     t0 = time.process_time()
     for step in steps:
         for _, batch in core.handle_batch(step).deltas:
@@ -166,14 +174,16 @@ def main() -> int:
     plain_steps, tokens = make_steps(tok, n, None, skip_special=False)  # markers stay in the text
     typed_steps, _ = make_steps(tok, n, PARSING, skip_special=True)
     worker_plain_steps, _ = make_steps(tok, n, None, skip_special=True)  # the worker's baseline: same params
+    warm_plain, _ = make_steps(tok, 2, None, skip_special=True, first_rid=10_000)
+    warm_typed, _ = make_steps(tok, 2, PARSING, skip_special=True, first_rid=10_000)
     messages = {"plain": frontend_messages(tok, plain_steps), "detok": frontend_messages(tok, typed_steps)}
     messages["parse-in-frontend"] = messages["plain"]
     fe: dict[str, list[float]] = {name: [] for name in messages}
     chunks: dict[str, int] = {}
-    wk: dict[str, list[float]] = {"plain": [], "detok": []}
+    wk: dict[str, list[float]] = {"plain": [], "detok": [], "detok_no_fast_path": []}
     gc.collect()
     gc.freeze()
-    bar = _common.progress(args.repeats * 5, "typed frontend", args.no_progress)
+    bar = _common.progress(args.repeats * 6, "typed frontend", args.no_progress)
     runners: list[tuple[str, Callable[[], None]]] = []
     for name in messages:
         def fe_run(name: str = name) -> None:
@@ -181,8 +191,10 @@ def main() -> int:
             fe[name].append(t)
             chunks[name] = c
         runners.append((name, fe_run))
-    runners.append(("worker-plain", lambda: wk["plain"].append(run_worker(tok, worker_plain_steps))))
-    runners.append(("worker-detok", lambda: wk["detok"].append(run_worker(tok, typed_steps))))
+    runners.append(("worker-plain", lambda: wk["plain"].append(run_worker(tok, worker_plain_steps, warm_plain))))
+    runners.append(("worker-detok", lambda: wk["detok"].append(run_worker(tok, typed_steps, warm_typed))))
+    runners.append(("worker-detok-no-fast-path", lambda: wk["detok_no_fast_path"].append(
+        run_worker(tok, typed_steps, warm_typed, typed_fast=False))))
     for _ in range(args.repeats):
         for _name, run in runners:
             run()

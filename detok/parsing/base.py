@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from detok.parsing.types import Piece, ToolCallDelta, ToolSpec
+from detok.parsing.types import Piece, Steady, ToolCallDelta, ToolSpec
 
 
 class ReasoningParser(ABC):
@@ -41,6 +41,12 @@ class ReasoningParser(ABC):
     def finish(self) -> tuple[str, list[Piece]]:
         """The end of the output: flush everything held back."""
 
+    def steady(self) -> Steady | None:
+        """The steady state the parser is in, if any (reasoning, or content passed on as pieces
+        unchanged); None: every piece must be fed. Must agree with what `feed` does. Return objects
+        the parser keeps (OutputParser caches by their identity)."""
+        return None
+
 
 class ToolParser(ABC):
     """Splits content into plain content and tool-call deltas."""
@@ -65,6 +71,12 @@ class ToolParser(ABC):
     @abstractmethod
     def finish(self) -> tuple[str, list[ToolCallDelta]]:
         """The end of the output: flush; an unfinished call is closed as the family's peer does."""
+
+    def steady(self) -> Steady | None:
+        """The steady state the parser is in, if any (content, or a call's string argument);
+        None: every piece must be fed. Must agree with what `feed` does. Return objects the
+        parser keeps (OutputParser caches by their identity)."""
+        return None
 
     @property
     @abstractmethod

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from detok.parsing.base import ReasoningParser, ToolParser
 from detok.parsing.registry import marker_token_ids, reasoning_parser_class, tool_parser_class
-from detok.parsing.types import OutputParsing, Piece, ToolCallDelta, TypedDelta
+from detok.parsing.types import KIND_CONTENT, OutputParsing, Piece, Steady, ToolCallDelta, TypedDelta
 
 
 def call_id_maker(seed: str) -> Callable[[int], str]:
@@ -20,12 +20,16 @@ def call_id_maker(seed: str) -> Callable[[int], str]:
     return call_id
 
 
+_ANY_CONTENT = Steady(KIND_CONTENT, "")
+
+
 class OutputParser:
     """Feeds pieces through reasoning, then tools. `marker_ids` maps each marker token id the worker
     must cut steps at to its marker string."""
 
     def __init__(self, parsing: OutputParsing, token_id: Callable[[str], int | None]) -> None:
         self.marker_ids: dict[int, str] = {}
+        self._combined: dict[tuple[int, int], Steady] = {}  # (reasoning's, tools') -> both
         self._reasoning: ReasoningParser | None = None
         self._tools: ToolParser | None = None
         if parsing.reasoning_parser:
@@ -46,10 +50,25 @@ class OutputParser:
             )
             if self._reasoning is not None:
                 self._reasoning.tools_follow = True
+        self.marker_set = frozenset(self.marker_ids)
 
     @property
     def calls_emitted(self) -> int:
         return self._tools.calls_emitted if self._tools is not None else 0
+
+    def steady(self) -> Steady | None:
+        """The state in which plain text free of the triggers is one kind of output as it is (the
+        reasoning parser's, or, in content, the tool parser's; both pass such pieces on unchanged)."""
+        r = self._reasoning.steady() if self._reasoning is not None else _ANY_CONTENT
+        if r is None or r.kind != KIND_CONTENT or self._tools is None:
+            return r
+        t = self._tools.steady()
+        if t is None:
+            return None
+        both = self._combined.get((id(r), id(t)))  # (the parsers keep their Steady objects)
+        if both is None:
+            both = self._combined[(id(r), id(t))] = Steady(t.kind, r.triggers + t.triggers, t.json_string)
+        return both
 
     def feed(self, piece: Piece) -> TypedDelta:
         if self._reasoning is None:

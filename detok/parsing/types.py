@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 import msgspec
@@ -52,6 +53,27 @@ class TypedDelta(msgspec.Struct):
 
     def __bool__(self) -> bool:
         return bool(self.reasoning or self.content or self.tool_calls)
+
+
+# What a steady parser turns plain text into (`Steady.kind`; also the wire's per-row kinds)
+KIND_REASONING, KIND_CONTENT, KIND_ARGUMENTS = 1, 2, 3
+
+
+class Steady(NamedTuple):
+    """A parser state in which a plain piece whose text has none of `triggers` comes back whole as
+    text of one `kind` (arguments: of the last call opened) and leaves the state as it was. The
+    worker then decodes such text on its compiled path, without calling the parser (see
+    `detok.stream.typed_fast`). `json_string`: inside a JSON string, the text must also be whole
+    printable characters whose quotes and backslashes are complete escapes (`JSON_STRING_TEXT`: the
+    string passes those on unchanged; a control character would be escaped, a lone backslash held)."""
+
+    kind: int
+    triggers: str
+    json_string: bool = False
+
+
+# text a JSON string takes as it is and stays open with nothing held (with `str.isprintable`)
+JSON_STRING_TEXT = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
 
 
 class Piece(NamedTuple):

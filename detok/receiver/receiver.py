@@ -184,6 +184,9 @@ class DeltaReceiver:
             rows = batch.rows()
             entries = split_logprobs(batch.logprobs) if batch.logprobs is not None else ()
             counts = batch.token_counts() if batch.num_tokens else None
+            kinds = batch.kinds
+            if kinds and len(kinds) != len(batch.rids) // 8:
+                raise ValueError(f"{len(kinds)} kinds for {len(batch.rids) // 8} rows")
         except ValueError as e:
             self.malformed += 1
             log.warning("dropped a delta message whose columns do not fit together: %s", e)
@@ -192,7 +195,17 @@ class DeltaReceiver:
         if stale:
             streams = {r: s for r, s in streams.items() if r not in stale}
             get = streams.get
-        if counts is None:
+        if kinds:  # typed requests' rows from the workers' compiled path among them
+            for k, (rid, text, offset) in enumerate(rows):
+                stream = get(rid)
+                if stream is not None:
+                    if counts is not None and (stream._tokens is None or counts[k] > stream._tokens):
+                        stream._tokens = counts[k]
+                    if kinds[k]:
+                        stream._feed_kind(kinds[k], text, offset)
+                    else:
+                        stream._feed(text, offset)
+        elif counts is None:
             for rid, text, offset in rows:
                 stream = get(rid)
                 if stream is not None:

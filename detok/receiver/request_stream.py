@@ -70,6 +70,17 @@ class RequestStream:
             self._wake()
         self._receiver.gaps += state.gaps - gaps
 
+    def _feed_kind(self, kind: int, text: str, offset: int) -> None:
+        if not text:
+            return
+        state = self._typed
+        if state is None:
+            state = self._typed = TypedState()
+        gaps = state.gaps
+        if state.feed_kind(kind, text, offset, self._chunks):
+            self._wake()
+        self._receiver.gaps += state.gaps - gaps
+
     def _feed(self, text: str, offset: int) -> None:
         if not text:
             return  # an empty row says nothing (its offset is not meaningful)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from detok.parsing.types import ToolCallDelta
+from detok.parsing.types import KIND_CONTENT, KIND_REASONING, ToolCallDelta
 from detok.wire.to_frontends import TypedRow
 
 log = logging.getLogger("detok.receiver")
@@ -19,7 +19,7 @@ log = logging.getLogger("detok.receiver")
 class TypedState:
     """What one request has received of its typed streams."""
 
-    __slots__ = ("args", "content", "gaps", "named", "new_calls", "new_reasoning", "reasoning")
+    __slots__ = ("args", "content", "gaps", "last_call", "named", "new_calls", "new_reasoning", "reasoning")
 
     def __init__(self) -> None:
         self.new_reasoning: list[str] = []  # received, not taken yet
@@ -29,6 +29,7 @@ class TypedState:
         self.args: dict[int, int] = {}  # call index -> argument chars received
         self.named: set[int] = set()  # call indices whose id and name were delivered
         self.gaps = 0
+        self.last_call = -1  # the highest call index seen (the call a kind-3 row's arguments are of)
 
     def _cut(self, text: str, offset: int, have: int, what: str) -> str:
         if offset == have or not text:
@@ -55,6 +56,34 @@ class TypedState:
             self.new_calls.extend(calls)
         return bool(reasoning or content or calls)
 
+    def feed_kind(self, kind: int, text: str, offset: int, content_chunks: list[str]) -> bool:
+        """A text row of one kind (`DeltaBatch.kinds`): as a typed row with only that stream. An
+        empty row says nothing (its offset is not meaningful)."""
+        if not text:
+            return False
+        if kind == KIND_REASONING:
+            new = self._cut(text, offset, self.reasoning, "reasoning")
+            self.reasoning = max(self.reasoning, offset + len(text))
+            if new:
+                self.new_reasoning.append(new)
+        elif kind == KIND_CONTENT:
+            new = self._cut(text, offset, self.content, "content")
+            self.content = max(self.content, offset + len(text))
+            if new:
+                content_chunks.append(new)
+        else:
+            index = self.last_call
+            if index < 0:  # arguments before any call header: nothing to add them to
+                self.gaps += 1
+                log.warning("tool call arguments before any call (%d chars dropped)", len(text))
+                return False
+            have = self.args.get(index, 0)
+            new = self._cut(text, offset, have, f"tool call {index} arguments")
+            self.args[index] = max(have, offset + len(text))
+            if new:
+                self.new_calls.append(ToolCallDelta(index, None, None, new))
+        return bool(new)
+
     def take(self) -> tuple[str, tuple[ToolCallDelta, ...]]:
         """(reasoning, tool-call deltas) received since the last take, argument fragments joined."""
         reasoning, calls = "", ()
@@ -76,6 +105,8 @@ class TypedState:
             self.content = max(self.content, row.content_offset + len(row.content))
         calls: list[ToolCallDelta] = []
         for f in row.calls:
+            if f.index > self.last_call:
+                self.last_call = f.index
             header = f.id is not None or f.name is not None
             if header and f.index in self.named:
                 header = False  # delivered already (a replay)

@@ -351,6 +351,8 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     Buf b[N_BUFS];
     for (int i = 0; i < N_BUFS; i++) b[i].held = 0;
     PyObject *out_lengths = NULL, *out_offsets = NULL, *out_ntok = NULL, *out_nbytes = NULL, *out_tags = NULL;
+    PyObject *out_kinds = NULL;
+    int any_kind = 0;
     PyObject *result = NULL;
     Text text = {NULL, 0, 0};
     for (int i = 0; i < N_BUFS; i++)
@@ -393,7 +395,9 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     out_ntok = PyBytes_FromStringAndSize(NULL, 4 * n);
     out_nbytes = PyBytes_FromStringAndSize(NULL, 4 * n);
     out_tags = PyBytes_FromStringAndSize(NULL, 4 * n);
-    if (!out_lengths || !out_offsets || !out_ntok || !out_nbytes || !out_tags) goto done;
+    out_kinds = PyBytes_FromStringAndSize(NULL, n);
+    if (!out_lengths || !out_offsets || !out_ntok || !out_nbytes || !out_tags || !out_kinds) goto done;
+    char *o_kind = PyBytes_AS_STRING(out_kinds);
     char *o_len = PyBytes_AS_STRING(out_lengths), *o_off = PyBytes_AS_STRING(out_offsets);
     char *o_nt = PyBytes_AS_STRING(out_ntok), *o_nb = PyBytes_AS_STRING(out_nbytes), *o_tag = PyBytes_AS_STRING(out_tags);
     text.cap = 8 * n + 64;
@@ -481,12 +485,22 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
         store_u32(o_off, k, (uint32_t)offset);
         store_u32(o_nt, k, (uint32_t)count_after);
         store_u32(o_nb, k, (uint32_t)(text.size - size_before));
-        store_u32(o_tag, k, row_tag);
+        /* a tag's bits 30-31: the kind of a typed request's row (detok.stream.typed_fast) */
+        o_kind[k] = (char)(row_tag >> 30);
+        any_kind |= (int)(row_tag >> 30);
+        store_u32(o_tag, k, row_tag & 0x3FFFFFFFu);
         first += count;
     }
     PyObject *blob = PyBytes_FromStringAndSize(text.data, text.size);
     if (blob == NULL) goto done;
-    result = PyTuple_Pack(6, blob, out_lengths, out_offsets, out_ntok, out_nbytes, out_tags);
+    if (!any_kind) {
+        Py_DECREF(out_kinds);
+        if ((out_kinds = PyBytes_FromStringAndSize(NULL, 0)) == NULL) {
+            Py_DECREF(blob);
+            goto done;
+        }
+    }
+    result = PyTuple_Pack(7, blob, out_lengths, out_offsets, out_ntok, out_nbytes, out_tags, out_kinds);
     Py_DECREF(blob);
 done:
     for (int i = 0; i < N_BUFS; i++) release(&b[i]);
@@ -496,6 +510,7 @@ done:
     Py_XDECREF(out_ntok);
     Py_XDECREF(out_nbytes);
     Py_XDECREF(out_tags);
+    Py_XDECREF(out_kinds);
     return result;
 }
 

@@ -21,7 +21,7 @@ class ModeTables:
     def __init__(self, vocab: int, eos: np.ndarray) -> None:
         self.vocab = vocab
         self.eos = eos  # bool per id: an end-of-sequence id
-        self.index: dict[int, int] = {}
+        self.index: dict[object, int] = {}
         self.texts: list[str | None] = []
         self.entries = np.zeros(0, dtype=TOKEN_ENTRY)  # the compiled step's view of every id
         self.utf8 = b""  # the bytes of the ids too long to fit in their entry
@@ -33,10 +33,35 @@ class ModeTables:
         self.byte_ok = np.empty(0, dtype=bool)
         self.restricted = False
 
+    def restricted_mode(self, tables: ByteTables, slow: np.ndarray, key: object) -> int:
+        """A mode with the text of `tables`'s in which the ids where `slow` (bool per id) is True
+        are never plain rows (typed output's marker and trigger ids), named by `key`. A copy of
+        the base mode's records: milliseconds, no pass over the vocabulary in Python."""
+        index_key = (id(tables), key)
+        m = self.index.get(index_key)
+        if m is not None:
+            return m
+        base = self.mode_of(tables)
+        n = self.vocab
+        m = self.index[index_key] = len(self.index)
+        span = slice(base * n, (base + 1) * n)
+        self.texts = self.texts + self.texts[span]
+        self.pieces.append(self.pieces[base])
+        self.whole = np.concatenate([self.whole, self.whole[span]])
+        self.lengths = np.concatenate([self.lengths, self.lengths[span]])
+        byte_ok = self.byte_ok[span] & ~slow[:n]
+        self.restricted = self.restricted or not byte_ok.all()
+        self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
+        entries = self.entries[span].copy()  # the same spilled bytes in `utf8`
+        entries["flags"] &= np.where(byte_ok, 0xFF, 0xFF ^ _T_BYTE_OK).astype(np.uint8)
+        self.entries = np.concatenate([self.entries, entries])
+        return m
+
     def mode_of(self, tables: ByteTables) -> int:
-        m = self.index.get(id(tables))
+        index_key = id(tables)
+        m = self.index.get(index_key)
         if m is None:
-            m = self.index[id(tables)] = len(self.index)
+            m = self.index[index_key] = len(self.index)
             # each mode spans exactly `vocab` ids (mode m's id t is at m * vocab + t)
             n = self.vocab
             texts = (list(tables.texts) + [None] * n)[:n]

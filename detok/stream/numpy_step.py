@@ -17,6 +17,7 @@ from detok.stream.step_results import StepResult
 
 _UNKNOWN = 0  # slot 0 is never given out: unknown rids map to it, and it never matches a start
 _SMALL_BATCH = 8  # up to this many rows a batch is stepped row by row
+_NOT_PLAIN = -2  # `_expect` of a slot whose next step must go through its DecodeStream
 _MAX_PENDING = 4  # held bytes of an incomplete UTF-8 character: at most 3
 
 

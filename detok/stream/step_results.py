@@ -46,6 +46,9 @@ class PackedStep(NamedTuple):
     finished: list[tuple[int, Hashable, Finish]]
     unknown_rows: np.ndarray = _NO_ROWS
     unknown_rids: np.ndarray = _NO_RIDS
+    # uint8 per row when typed requests' rows came off the compiled path (1 reasoning, 2 content,
+    # 3 arguments of the request's last call; 0 plain text), else empty (detok.stream.typed_fast)
+    kinds: bytes = b""
 
     def unpacked(self) -> StepResult:
         texts = split_text(self.text, self.lengths)

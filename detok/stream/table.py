@@ -5,6 +5,10 @@ held and no stop strings ("plain" rows): their text is precomputed per token id,
 copies it and advances a few per-slot counters. Every other rid goes through its own
 `DecodeStream.step`, which gives the same text; the table keeps the two paths' counters in step.
 
+Parsed requests (typed output) step their `TypedStream`, except in a steady parser state, where
+their ids take the compiled path too (`detok.stream.typed_fast`: a decode mode of their own, the
+kind of text in the tag's top bits, which `step_packed` returns as the `kinds` column).
+
 `step_packed` is the worker's entry: packed wire columns in, the frontend's packed columns out
 (`PackedStep`), done by the compiled loop in `_plainstep.c` when it is built. `step` takes and
 returns Python sequences (same results); without the extension both run on numpy gathers.
@@ -27,15 +31,17 @@ import numpy as np
 from detok.stream.byte_text import ByteTables, ByteTextDecoder, context_held
 from detok.stream.decode_stream import CONTEXT_TOKENS, DecodeStream
 from detok.stream.mode_tables import ModeTables
-from detok.stream.numpy_step import _MAX_PENDING, _UNKNOWN, NumpyStepping
+from detok.stream.numpy_step import _MAX_PENDING, _NOT_PLAIN, _UNKNOWN, NumpyStepping
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Finish
 from detok.stream.step_results import PackedStep, StepResult, unknown_finish
 from detok.stream.strategy import Strategy, prepare_decoding
+from detok.stream.typed_fast import TAG_MASK, TypedFastPath, TypedModes
 from detok.tokenizer.base import Tokenizer
 from detok.wire.packing import join_texts, pack_u32, unpack_rids, unpack_u32
 
 if TYPE_CHECKING:
     from detok.parsing.output import OutputParser
+    from detok.stream.typed_stream import TypedStream
     from detok.wire.to_frontends import TypedRow
 
 try:  # the compiled step (optional extension); the numpy/Python path gives the same results
@@ -45,7 +51,6 @@ except ImportError:  # pragma: no cover - depends on the build
     _RidMap = _compiled_step_packed = None
 
 utf8_decode = codecs.utf_8_decode  # (text, bytes consumed)
-_NOT_PLAIN = -2  # `_expect` of a slot whose next step must go through its DecodeStream
 _DEFAULT_PARAMS = DecodeParams()
 _COLUMNS = ("_pend", "_pend_len", "_tag", "_eos_stops", "_mode", "_ntok", "_choff")
 
@@ -81,7 +86,7 @@ class DuplicateRequest(KeyError):
     pass
 
 
-class StreamTable(NumpyStepping):
+class StreamTable(NumpyStepping, TypedFastPath):
     """Requests whose parameters and prompt tail leave them plain (no stop strings, stop ids or
     min_tokens; a byte-table decode mode; a prompt tail in the vocabulary) are opened in the
     columns only: no DecodeStream exists for them until a row of theirs needs one (`_stream_at`)
@@ -129,6 +134,8 @@ class StreamTable(NumpyStepping):
             if 0 <= i < self._vocab:
                 self._eos_mask[i] = True
         self._tables = ModeTables(self._vocab, self._eos_mask)
+        self._typed = TypedModes(self._tables)
+        self.typed_fast = True  # False: typed requests always step their own stream (tests, benchmarks)
         self._views()
 
     def _views(self) -> None:
@@ -205,6 +212,8 @@ class StreamTable(NumpyStepping):
             dec = stream._text
             self._v_mode[slot] = self._tables.mode_of(dec._t) if isinstance(dec, ByteTextDecoder) else 0
             self._sync(slot, stream)
+            if parser is not None:
+                self._typed_enter(slot, stream)  # type: ignore[arg-type]
             return stream
         # deferred: the columns as `_sync` would set them from the stream
         self._deferred[rid] = (p, ignore_eos)
@@ -239,8 +248,13 @@ class StreamTable(NumpyStepping):
         slot = self._slot_of.pop(rid, None)
         if slot is None:
             return
-        if self._streams.pop(rid, None) is None:
+        stream = self._streams.pop(rid, None)
+        if stream is None:
             del self._deferred[rid]
+        elif not stream.columnar and stream._fast_at is not None:  # type: ignore[attr-defined]
+            stream._fast_at = None  # type: ignore[attr-defined]
+            self._typed.fast_slots -= 1
+            self._v_tag[slot] &= TAG_MASK
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.pop(int(rid))  # type: ignore[arg-type]
         self._v_expect[slot] = _NOT_PLAIN
@@ -284,7 +298,9 @@ class StreamTable(NumpyStepping):
     def _load(self, slot: int, stream: DecodeStream) -> None:
         """The columns' state into the stream, before it steps on its own (the plain rows advance
         the columns only)."""
-        if not stream.columnar:  # never on the plain path: the stream's own counters are the truth
+        if not stream.columnar:  # typed output: its own counters, unless the compiled path has it
+            if stream._fast_at is not None:  # type: ignore[attr-defined]
+                self._typed_leave(slot, stream)  # type: ignore[arg-type]
             return
         stream._to_python()
         stream.num_tokens = int(self._ntok[slot])
@@ -306,23 +322,28 @@ class StreamTable(NumpyStepping):
             count_a = unpack_u32(counts) if counts else np.ones(len(rid_a), dtype=np.int64)
             slots = np.fromiter(map(self._slot_of.get, rid_a, repeat(_UNKNOWN)), dtype=np.int64, count=len(rid_a))
             tags = self._tag[slots].astype("<u4").tobytes()  # read before rows close
+            kinds = b""
+            if self._typed.fast_slots:
+                tags, kinds = self._kinds(tags)
             result = self._step_numpy(np.frombuffer(rid_a, dtype=np.uint64), unpack_u32(starts), count_a, unpack_u32(tokens))
             text, lengths = join_texts(result.texts)
             finished = [(k, rid_a[k], f) for k, f in enumerate(result.finishes) if f is not None]
             byte_lengths = pack_u32(map(len, map(str.encode, result.texts)))
-            return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), byte_lengths, tags, finished)
+            return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), byte_lengths, tags, finished,
+                              kinds=kinds)
         c_args = self._c_args
         if c_args is None or c_args[0] is not self._tables.entries:
             c_args = self._c_args = self._compiled_args()
         self._cur_tokens, self._cur_finished = tokens, []
         self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
-        out = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], self._slow_row)  # type: ignore[misc]
+        # (the tags come back without kind bits, the kinds as their own column: detok.stream.typed_fast)
+        *out, kinds = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], self._slow_row)  # type: ignore[misc]
         unknown_rows, unknown_rids = self._cur_unknown_rows, self._cur_unknown_rids
         self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
         if not unknown_rows:
-            return PackedStep(*out, self._cur_finished)
+            return PackedStep(*out, self._cur_finished, kinds=kinds)
         return PackedStep(*out, self._cur_finished, np.frombuffer(unknown_rows, dtype=np.int64),
-                          np.frombuffer(unknown_rids, dtype=np.uint64))
+                          np.frombuffer(unknown_rids, dtype=np.uint64), kinds)
 
     def _compiled_args(self) -> tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...]]:
         """The compiled step's table and slot arguments (rebuilt when a mode is added or the
@@ -371,8 +392,9 @@ class StreamTable(NumpyStepping):
             self.close(rid)
         elif stream.columnar:
             self._sync(slot, stream)
-        else:  # off the plain path for good (typed output): only the progress column is read
+        else:  # typed output: the progress column, and the compiled path again if steady
             self._ntok[slot] = stream.num_tokens
+            self._typed_enter(slot, stream)  # type: ignore[arg-type]
         return delta.text, offset, stream.num_tokens, delta.finish
 
     def finish(self, rid: Hashable, reason: str, message: str | None = None) -> tuple[str, int, int, Finish | None]:

@@ -12,9 +12,11 @@ whose text is only partly emitted (a stop-string prefix held back) waits for the
 by a stop string becomes plain text. A marker id is a marker even where its text is skipped
 (`skip_special_tokens`): the parser still sees it, by id, as vLLM's parsers see the ids.
 
-Nothing goes into the plain text columns for such a request (its row's text is empty); its output
+Nothing this object steps goes into the plain text columns (its row's text is empty); its output
 leaves as `TypedRow`s handed to `emit`, each stream (reasoning, content, each call's arguments) with
 its char offset, so a replay (the whole request again, on a fresh worker) is de-duplicated exactly.
+In a steady parser state the table decodes the request's ids on its compiled path instead, as text
+rows of one kind (`detok.stream.typed_fast`; `steady_text`, `absorb_fast`).
 A parser that raises finishes its request with an error; it never reaches the worker's loop.
 """
 
@@ -26,7 +28,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from detok.parsing.output import OutputParser
-from detok.parsing.types import Piece, TypedDelta
+from detok.parsing.types import KIND_CONTENT, KIND_REASONING, Piece, Steady, TypedDelta
+from detok.stream.byte_text import ByteTextDecoder
 from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.strategy import Strategy
@@ -74,7 +77,7 @@ class _RawText:
 class TypedStream(DecodeStream):
     """`DecodeStream` whose output goes through an `OutputParser` into `TypedRow`s (see module)."""
 
-    __slots__ = ("_calls", "_coff", "_emit", "_fed", "_markers", "_parser", "_raw", "_rid", "_roff", "_tail")
+    __slots__ = ("_calls", "_coff", "_emit", "_fast_at", "_fed", "_markers", "_parser", "_raw", "_rid", "_roff", "_tail")
     columnar: ClassVar[bool] = False  # never on the table's compiled plain path
 
     def __init__(
@@ -101,6 +104,9 @@ class TypedStream(DecodeStream):
         self._roff = 0  # chars of reasoning sent
         self._coff = 0  # chars of content sent
         self._calls: dict[int, int] = {}  # per call index: chars of arguments sent
+        # (kind, call index, kind offset) while a StreamTable steps this request's plain ids on its
+        # compiled path (`detok.stream.typed_fast`); None while this object steps
+        self._fast_at: tuple[int, int, int] | None = None
 
     @property
     def calls_emitted(self) -> int:
@@ -139,6 +145,48 @@ class TypedStream(DecodeStream):
             return EMPTY_DELTA
         delta = super().finish(reason, message)
         return self._parse(delta.text, delta.finish)
+
+    # ---- the table's compiled path (detok.stream.typed_fast) -------------------------------------
+    def steady_text(self) -> tuple[Steady, int, int] | None:
+        """(the parser's steady state, its call index, the offset its kind's text is at) when the
+        next plain text of this stream goes to that kind unchanged: nothing held (a marker's text
+        partly emitted, a stop-string prefix, text kept for a marker), no stop rule that the text
+        itself decides, a byte-table decoder; None otherwise."""
+        if self.finished or self._tail or self._raw.marks or not self._plain or self._pending_error is not None:
+            return None
+        dec = self._raw._dec
+        if type(dec) is not ByteTextDecoder or dec._strip or dec._after_added:
+            return None
+        steady = self._parser.steady()
+        if steady is None:
+            return None
+        if steady.kind == KIND_REASONING:
+            return steady, -1, self._roff
+        if steady.kind == KIND_CONTENT:
+            return steady, -1, self._coff
+        index = self._parser.calls_emitted - 1
+        return steady, index, self._calls.get(index, 0)
+
+    def absorb_fast(self, chars: int, num_tokens: int, held: bytes) -> None:
+        """What the table's compiled path decoded for this request since `_fast_at` was set: `chars`
+        more of that kind, `num_tokens` consumed in all, `held` bytes of an incomplete character."""
+        fast_at = self._fast_at
+        assert fast_at is not None
+        kind, index, _ = fast_at
+        self._fast_at = None
+        self.num_tokens = num_tokens
+        self.char_offset += chars
+        self._raw.raw += chars
+        self._fed += chars
+        if kind == KIND_REASONING:
+            self._roff += chars
+        elif kind == KIND_CONTENT:
+            self._coff += chars
+        else:
+            self._calls[index] = self._calls.get(index, 0) + chars
+        dec = self._raw._dec
+        dec._pending = held
+        dec._fast = not (dec._strip or dec._after_added or held)
 
     # ---- parsing ------------------------------------------------------------------------------
     def _parse(self, text: str, finish: Finish | None) -> Delta:

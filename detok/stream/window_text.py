@@ -102,16 +102,21 @@ class WindowTextDecoder:
         ids = self._ids
         end = len(ids)
         text = self._decode(ids[self._prefix :])
-        if not final and text.endswith(_REPLACEMENT) and self._held < _MAX_HOLD:
+        if not final and text.endswith(_REPLACEMENT):
             # The last character may be incomplete: emit up to the last token boundary that ends
-            # cleanly inside this step's tokens, if there is one (a few more decodes, this case only).
+            # cleanly inside the held tokens, if there is one (a few more decodes, this case only),
+            # and hold the rest - unless it is `_MAX_HOLD` tokens long: then its U+FFFD is final.
+            # (The bound is on the incomplete tail, not on the tokens held: a step of several ids
+            # may complete some characters and begin another.)
             for cut in range(end - 1, self._read, -1):
-                text = self._decode(ids[self._prefix : cut])
-                if not text.endswith(_REPLACEMENT):
-                    end = cut
+                clean = self._decode(ids[self._prefix : cut])
+                if not clean.endswith(_REPLACEMENT):
+                    if end - cut < _MAX_HOLD:
+                        text, end = clean, cut
                     break
             else:
-                return ""
+                if self._held < _MAX_HOLD:
+                    return ""
         # A decoder that rewrites text already emitted (context-dependent) cannot retract it:
         # what follows the emitted length is emitted either way.
         delta = text[len(self._prefix_text) :]

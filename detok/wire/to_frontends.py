@@ -114,6 +114,10 @@ class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
     # empty: not given
     num_tokens: bytes = b""
     typed: list[TypedRow] | None = None  # rows of parsed requests; applied before `finished`
+    # uint8 per row, or empty (every row plain text): a parsed request's row of one kind of its
+    # typed output, decoded on the worker's compiled path (1 reasoning, 2 content, 3 arguments of
+    # its last call opened), its offset in that kind's text; applied with the text rows, before `typed`
+    kinds: bytes = b""
 
     @classmethod
     def from_rows(

@@ -233,7 +233,7 @@ class WorkerCore:
             # per-rid Python. Rows with empty text stay (most rows have text): unknown or late
             # rids among them are not open at that frontend, or already finished there, so its
             # receiver drops them.
-            owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets, result.num_tokens)
+            owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets, result.num_tokens, result.kinds)
         else:
             self._frontends.route(batch.rids, result)
         if batch.logprobs is not None:

@@ -8,6 +8,7 @@ import numpy as np
 from dataclasses import dataclass, field
 
 from detok.stream.table import PackedStep
+from detok.stream.typed_fast import TAG_MASK
 from detok.wire.packing import group_rows
 from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished, TypedRow
 from detok.wire.to_scheduler import StopNotice
@@ -32,6 +33,9 @@ class FrontendColumns:
     finished: list[RequestFinished] = field(default_factory=list)
     logprobs: list[DeltaLogprobs] = field(default_factory=list)
     typed: list[TypedRow] = field(default_factory=list)  # rows of parsed requests
+    # per chunk of rows: their kinds (uint8 each) or None (plain text rows); see DeltaBatch.kinds
+    kinds: list[bytes | None] = field(default_factory=list)
+    any_kinds: bool = False
     live: int = 0  # live requests of this frontend in the table
 
     def add(self, rid: int, text: str, offset: int, num_tokens: int) -> None:
@@ -40,7 +44,11 @@ class FrontendColumns:
     def add_typed(self, row: TypedRow) -> None:
         self.typed.append(row)
 
-    def add_packed(self, rids: bytes, text: bytes, lengths: bytes, offsets: bytes, num_tokens: bytes) -> None:
+    def add_packed(self, rids: bytes, text: bytes, lengths: bytes, offsets: bytes, num_tokens: bytes,
+                   kinds: bytes = b"") -> None:
+        self.kinds.append(kinds or None)
+        if kinds:
+            self.any_kinds = True
         self.rids.append(rids)
         self.text.append(text)
         self.lengths.append(lengths)
@@ -56,13 +64,17 @@ class FrontendColumns:
             return None
         join = b"".join
         lp = lp_entries.join_parts(self.logprobs) if self.logprobs else None
+        kinds = b""
+        if self.any_kinds:  # rows without kinds are plain text (0)
+            kinds = join([k if k is not None else bytes(len(r) // 8) for k, r in zip(self.kinds, self.rids)])
         batch = DeltaBatch(
             worker, sent_at, join(self.rids), join(self.text), join(self.lengths), join(self.offsets), self.finished, lp,
             join(self.num_tokens),
             self.typed or None,
+            kinds,
         )
         self.rids, self.text, self.lengths, self.offsets, self.finished, self.logprobs = [], [], [], [], [], []
-        self.num_tokens = []
+        self.num_tokens, self.kinds, self.any_kinds = [], [], False
         if self.typed:
             self.typed = []
         return batch
@@ -88,8 +100,9 @@ class Frontends:
     def columns_for(self, reply_to: str) -> FrontendColumns:
         out = self._by_endpoint.get(reply_to)
         if out is None:
-            while self._next_tag in self._by_tag or not 0 < self._next_tag < 2**32:  # uint32, 0 reserved
-                self._next_tag = self._next_tag % (2**32 - 1) + 1
+            # below TAG_MASK (the table's kind bits are above), 0 reserved
+            while self._next_tag in self._by_tag or not 0 < self._next_tag < TAG_MASK:
+                self._next_tag = self._next_tag % (TAG_MASK - 1) + 1
             out = self._by_endpoint[reply_to] = self._by_tag[self._next_tag] = FrontendColumns(reply_to, self._next_tag)
             self._next_tag += 1
         return out
@@ -107,12 +120,15 @@ class Frontends:
         by_tag = self._by_tag
         tags = np.frombuffer(result.tags, dtype="<u4")
         num_tokens = np.frombuffer(result.num_tokens, dtype="<u4")
+        kinds = np.frombuffer(result.kinds, dtype=np.uint8) if result.kinds else None
         for tag, own_rids, text, lengths, offsets in group_rows(
             result.tags, result.byte_lengths, result.text, rids, result.lengths, result.offsets
         ):
             out = by_tag.get(tag)
             if out is not None:
-                out.add_packed(own_rids, text, lengths, offsets, num_tokens[tags == tag].tobytes())
+                own = tags == tag
+                out.add_packed(own_rids, text, lengths, offsets, num_tokens[own].tobytes(),
+                               kinds[own].tobytes() if kinds is not None else b"")
 
     def drop_idle(self) -> None:
         """Forget frontends with nothing live and nothing pending."""

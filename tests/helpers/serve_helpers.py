@@ -85,8 +85,9 @@ class LiveServer:
     def children(self) -> list[int]:
         return [p for p in group_pids(self.proc.pid) if p != self.proc.pid]
 
-    def stop(self, sig: int = signal.SIGTERM, whole_group: bool = False, timeout: float = 30.0) -> int:
-        """Signal the server (or its whole group, as Ctrl-C in a terminal does) and wait for it."""
+    def stop(self, sig: int = signal.SIGTERM, whole_group: bool = False, timeout: float = 90.0) -> int:
+        """Signal the server (or its whole group, as Ctrl-C in a terminal does) and wait for it.
+        (The stack's own stop bounds add up to about 40 s on a box too loaded to meet any of them.)"""
         if self.proc.poll() is None:
             if whole_group:
                 os.killpg(self.proc.pid, sig)
@@ -97,7 +98,9 @@ class LiveServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
-            raise
+            self._reader.join(5)
+            raise AssertionError(f"detok serve did not stop within {timeout:g} s of {signal.Signals(sig).name}:\n"
+                                 f"{self.output[-4000:]}") from None
         self._reader.join(5)
         return code
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from detok.parsing.types import OutputParsing
+from detok.parsing.types import OutputParsing, ToolCallDelta
 from detok.receiver.typed import TypedState
 from detok.stream.params import DecodeParams, Finish
 from detok.wire.packing import pack_rids, pack_u32
@@ -32,8 +32,17 @@ def assemble(batches: Sequence[DeltaBatch], rid: int, state: TypedState | None =
     out = into if into is not None else Typed()
     state = state if state is not None else TypedState()
     for b in batches:
-        for r, text, _off in b.rows():
-            if r == rid:
+        rows = list(b.rows())
+        kinds = b.kinds or bytes(len(rows))
+        for (r, text, off), kind in zip(rows, kinds, strict=True):
+            if r == rid and kind:  # a row of the worker's compiled path: one stream of typed output
+                chunks: list[str] = []
+                state.feed_kind(kind, text, off, chunks)
+                out.content += "".join(chunks)
+                reasoning, calls = state.take()
+                out.reasoning += reasoning
+                _add_calls(out, calls)
+            elif r == rid:
                 out.text += text
         for row in b.typed or ():
             if row.rid != rid:
@@ -41,16 +50,22 @@ def assemble(batches: Sequence[DeltaBatch], rid: int, state: TypedState | None =
             reasoning, content, calls = state.accept(row)
             out.reasoning += reasoning
             out.content += content
-            for d in calls:
-                call = out.calls.setdefault(d.index, [None, None, ""])
-                if d.id is not None:
-                    assert call[0] is None, "a call's header came twice"
-                    call[0], call[1] = d.id, d.name
-                call[2] = str(call[2]) + d.arguments
+            _add_calls(out, calls)
         for f in b.finished:
             if f.rid == rid and out.finish is None:
                 out.finish, out.num_calls = f.finish, f.calls
     return out
+
+
+def _add_calls(out: Typed, calls: Sequence[ToolCallDelta]) -> None:
+    for d in calls:
+        call = out.calls.setdefault(d.index, [None, None, ""])
+        if d.id is not None:
+            assert call[0] is None, "a call's header came twice"
+            call[0], call[1] = d.id, d.name
+        else:
+            assert call[1] is not None, "arguments before the call's header"
+        call[2] = str(call[2]) + d.arguments
 
 
 def batches_of(core: WorkerCore, outputs: object) -> list[DeltaBatch]:

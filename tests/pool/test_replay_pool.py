@@ -146,7 +146,8 @@ def test_repeated_kills_and_kills_during_replay_with_two_frontends(tok) -> None:
             _assert_exact(tok, requests[:half], gots[0])
             _assert_exact(tok, requests[half:], gots[1])
             # (a process killed before it reported serving is not counted as a restart)
-            assert pool.wait_ready(60) and len(kills) // 2 <= pool.restarts <= len(kills)
+            # (the first kill is of a serving process; a later one may hit a cold replacement still loading)
+            assert pool.wait_ready(60) and 1 <= pool.restarts <= len(kills)
         finally:
             client.close()
             for rx in receivers:

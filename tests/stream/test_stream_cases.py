@@ -186,3 +186,16 @@ def test_bytefallback_decoder_streams_by_byte_table_with_the_utf8_rule(bytefallb
     # are not prefixes of the whole: 迎 once complete, then U+FFFDs, is never retracted)
     assert by_window.startswith("\u2581北京\u2581ok\ufffd\ufffd\u2581A") and by_window != by_table
     assert tok.decode(run) == "\u2581北京\u2581ok\ufffd\ufffd\u2581A\ufffd\ufffd\ufffd\ufffd"
+
+
+@pytest.mark.parametrize("step", [1, 3, 5, 8, 9])
+def test_window_strategy_holds_a_character_begun_after_others_completed_in_one_step(step: int) -> None:
+    """Byte ids of 4-byte characters back to back, several ids per step: a step that completes
+    held characters and begins another keeps only the incomplete tail, however many ids were
+    held before it (found by hypothesis: 5 ids per step once gave U+FFFD for the last character)."""
+    tok = stream_roster.get("python-user")
+    text = "00000\x81\x81\U00014000𗀀𞅎0𭀀"
+    ids = tok.encode(text)
+    stream = DecodeStream(tok, [], DecodeParams(), ignore_eos=True)
+    got = "".join(stream.step(ids[k : k + step]).text for k in range(0, len(ids), step))
+    assert got + stream.finish().text == tok.decode(ids) == text

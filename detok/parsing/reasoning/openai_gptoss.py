@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from detok.parsing.base import ReasoningParser
 from detok.parsing.harmony import CALL, CLOSE, HEAD, MARKERS, STRAY, TEXT, HarmonyReader, Head
-from detok.parsing.types import Piece
+from detok.parsing.types import KIND_CONTENT, KIND_REASONING, Piece, Steady
 
 _REASONING, _CONTENT, _TOOL, _NONE = range(4)
+# (kept objects: OutputParser caches combined states by the identity of its parsers' answers)
+_STEADY_REASONING, _STEADY_CONTENT = Steady(KIND_REASONING, ""), Steady(KIND_CONTENT, "")
 
 
 class GptOssParser(ReasoningParser):
@@ -39,6 +41,17 @@ class GptOssParser(ReasoningParser):
                 if kind == _CONTENT:
                     return "", [piece]
         return self._route(self._reader.feed(piece))
+
+    def steady(self) -> Steady | None:
+        # `feed`'s fast path: a message body with no text marker possible (a tool call's body is
+        # passed on to the tool parser as content pieces)
+        if not self._reader.in_plain_body:
+            return None
+        if self._kind == _TOOL:
+            return _STEADY_CONTENT
+        if self._started and self._kind in (_REASONING, _CONTENT):
+            return _STEADY_REASONING if self._kind == _REASONING else _STEADY_CONTENT
+        return None
 
     def finish(self) -> tuple[str, list[Piece]]:
         return self._route(self._reader.finish())

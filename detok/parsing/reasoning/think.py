@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from detok.parsing.base import ReasoningParser
 from detok.parsing.holdback import find_all, partial_suffix_len
-from detok.parsing.types import Piece
+from detok.parsing.types import KIND_CONTENT, KIND_REASONING, Piece, Steady
 
 _BEFORE, _REASONING, _PENDING, _AFTER = range(4)
 
@@ -68,6 +68,8 @@ class ThinkParser(ReasoningParser):
         self._quiet = not self._live[self._state]  # no text can hold a marker now: the fast path
         # first characters of each state's text markers: text without them holds no marker
         self._firsts = {st: "".join(sorted({m[0] for m in live})) for st, live in self._live.items()}
+        self._steadies = {st: Steady(KIND_REASONING if st == _REASONING else KIND_CONTENT, firsts)
+                          for st, firsts in self._firsts.items()}
 
     def _settle(self) -> None:
         st = self._state
@@ -91,6 +93,12 @@ class ThinkParser(ReasoningParser):
             self._marker(piece)
         self._settle()
         return self._out()
+
+    def steady(self) -> Steady | None:
+        # what `feed`'s two fast paths take: no implicit end pending, nothing held
+        if self._state == _PENDING or self._held:
+            return None
+        return self._steadies[self._state]
 
     def finish(self) -> tuple[str, list[Piece]]:
         if self._state == _PENDING:  # never confirmed: it was reasoning (vLLM)

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from detok.parsing.base import ToolParser
 from detok.parsing.tools.json_stream import SAFE_IN_STRING, JsonValueStream
-from detok.parsing.types import Piece, ToolCallDelta, ToolSpec
+from detok.parsing.types import KIND_ARGUMENTS, KIND_CONTENT, Piece, Steady, ToolCallDelta, ToolSpec
 
 # calls emitted per response at most; later calls are parsed and dropped
 MAX_TOOL_CALLS = 128
@@ -131,6 +131,8 @@ class StreamingToolParser(ToolParser):
         # the JSON stream whose string text goes straight into the open call's arguments, or
         # TEXT_SINK for a family's own string value (fast paths)
         self._sink: JsonValueStream | TextSink | None = None
+        self._steady_content = Steady(KIND_CONTENT, self._splitter.hot)
+        self._steady_args = Steady(KIND_ARGUMENTS, self._splitter.hot, json_string=True)
 
     # ---- the ToolParser interface ------------------------------------------------------------
     def feed(self, piece: Piece) -> tuple[str, list[ToolCallDelta]]:
@@ -185,6 +187,18 @@ class StreamingToolParser(ToolParser):
                 self._on_marker(marker)
         self._sink = self._current_sink()
         return self._take()
+
+    def steady(self) -> Steady | None:
+        # exactly `feed`'s fast paths for plain content and for a JSON string argument
+        splitter = self._splitter
+        if splitter._held:
+            return None
+        sink = self._sink
+        if sink is None:
+            return self._steady_content if self._state == 0 and not self._after_call else None
+        if sink is TEXT_SINK or not sink._in_string or sink._held or self._dropping or not self._args_sent:
+            return None  # (`_args_sent`: the fast path sets it; a string argument follows sent text)
+        return self._steady_args
 
     def finish(self) -> tuple[str, list[ToolCallDelta]]:
         for marker, text in self._splitter.flush():

@@ -17,10 +17,14 @@ from collections.abc import Callable, Sequence
 from detok.parsing.base import ToolParser
 from detok.parsing.harmony import CLOSE, HEAD, MARKERS, STRAY, TEXT, HarmonyReader, Head
 from detok.parsing.tools.core import MAX_TOOL_CALLS
-from detok.parsing.types import Piece, ToolCallDelta, ToolSpec
+from detok.parsing.types import KIND_ARGUMENTS, KIND_CONTENT, Piece, Steady, ToolCallDelta, ToolSpec
 
 _CONTENT, _CALL, _NONE = range(3)
 _PREFIX = "functions."
+
+
+# (kept objects: OutputParser caches combined states by the identity of its parsers' answers)
+_STEADY_CONTENT, _STEADY_ARGUMENTS = Steady(KIND_CONTENT, ""), Steady(KIND_ARGUMENTS, "")
 
 
 class OpenAIHarmonyToolParser(ToolParser):
@@ -57,6 +61,17 @@ class OpenAIHarmonyToolParser(ToolParser):
             elif reader.in_plain_idle:  # content text (what openai_gptoss passes on, or stray)
                 return piece.text, []
         return self._route(self._reader.feed(piece))
+
+    def steady(self) -> Steady | None:
+        # exactly `feed`'s fast paths (text markers possible or held: not `in_plain_*`)
+        reader = self._reader
+        if reader.in_plain_body:
+            if self._kind == _CONTENT and self._started:
+                return _STEADY_CONTENT
+            if self._kind == _CALL and self._args_started:
+                return _STEADY_ARGUMENTS
+            return None
+        return _STEADY_CONTENT if reader.in_plain_idle else None
 
     def finish(self) -> tuple[str, list[ToolCallDelta]]:
         return self._route(self._reader.finish())

@@ -1,0 +1,172 @@
+"""Typed output on the table's compiled plain path: a parsed request in a steady state (inside
+reasoning, in content, inside a JSON string argument; `Steady`) has most of its ids decoded like a
+plain request's, with no Python per token.
+
+Why it is exact: in a steady state the parser passes a plain piece on unchanged, as one kind of
+output, and keeps its state, as long as the piece holds none of the state's trigger characters (the
+first characters of the markers it matches in text; in a JSON string, what is not a complete
+escape). So the slot gets a decode mode of its own in which every id that could change that - a
+marker id, an id whose bytes hold a trigger character, and (inside a JSON string) an id that is not
+whole printable characters or holds a quote or backslash that is not a complete escape - is never a
+plain row: such an id goes to the request's `TypedStream` as before, which first takes back what
+the compiled path decoded (`TypedStream.absorb_fast`). Stop strings and
+`min_tokens` keep a request off this path (its `_plain` is False), as for plain requests.
+
+While on the path, the slot's char-offset column counts the text of that kind (the offset the
+receiver de-duplicates on) and its tag carries the kind in bits 30-31; `StreamTable.step_packed`
+turns those bits into the step's `kinds` column (1 reasoning, 2 content, 3 arguments of the last
+call opened) and clears them from the tags, so the rows leave as text rows with a kind
+(`DeltaBatch.kinds`), and the receiver adds them to the request's typed output.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from detok.parsing.types import JSON_STRING_TEXT, Steady
+from detok.stream.byte_text import ByteTables
+from detok.stream.mode_tables import ModeTables
+from detok.stream.numpy_step import _MAX_PENDING, _NOT_PLAIN
+
+if TYPE_CHECKING:
+    from detok.stream.typed_stream import TypedStream
+
+KIND_SHIFT = 30
+TAG_MASK = (1 << KIND_SHIFT) - 1  # the caller's tags stay below this (Frontends' tags do)
+_MAX_MODES = 64  # distinct (vocabulary mode, steady state, markers) at most; more stay off the path
+
+
+class TypedModes:
+    """The decode modes of typed requests' steady states, each built once (vectorised: a few
+    milliseconds for a 250K vocabulary, at the first request in that state)."""
+
+    def __init__(self, tables: ModeTables) -> None:
+        self._tables = tables
+        self._modes: dict[tuple[int, str, bool, frozenset[int]], int | None] = {}  # None: over the bound
+        self._chars: dict[int, _VocabChars] = {}
+        self.fast_slots = 0  # slots on the path now
+
+    def mode(self, byte_tables: ByteTables, steady: Steady, markers: frozenset[int]) -> int | None:
+        key = (id(byte_tables), steady.triggers, steady.json_string, markers)
+        mode = self._modes.get(key, -1)
+        if mode == -1:
+            if len(self._modes) >= _MAX_MODES:
+                return None
+            chars = self._chars.get(id(byte_tables))
+            if chars is None:
+                chars = self._chars[id(byte_tables)] = _VocabChars(self._tables, byte_tables)
+            slow = chars.slow_ids(steady, markers)
+            mode = self._modes[key] = self._tables.restricted_mode(byte_tables, slow, key)
+        return mode
+
+
+class _VocabChars:
+    """A vocabulary's whole-character texts (one decode mode's) as one array of code points, each
+    with the id it belongs to: which ids hold a character is then one `isin`."""
+
+    def __init__(self, tables: ModeTables, byte_tables: ByteTables) -> None:
+        base = tables.mode_of(byte_tables)
+        n = self.vocab = tables.vocab
+        span = slice(base * n, (base + 1) * n)
+        self.whole = tables.whole[span]
+        texts = tables.texts[span]
+        joined = "".join(itertools.compress(texts, self.whole))
+        self.codes = np.frombuffer(joined.encode("utf-32-le"), dtype="<u4")
+        self.owner = np.repeat(np.flatnonzero(self.whole), tables.lengths[span][self.whole])
+        self.pieces = tables.pieces[base]
+        self.texts = texts
+
+    def ids_with(self, codes: list[int]) -> np.ndarray:
+        return np.unique(self.owner[np.isin(self.codes, codes)])
+
+    def slow_ids(self, steady: Steady, markers: frozenset[int]) -> np.ndarray:
+        """Per id: True if the id must go to the request's stream in this steady state."""
+        slow = np.zeros(self.vocab, dtype=bool)
+        ids = [i for i in markers if 0 <= i < self.vocab]
+        if ids:
+            slow[ids] = True
+        triggers = sorted({ord(c) for c in steady.triggers})
+        if triggers:
+            slow[self.ids_with(triggers)] = True
+        partial = ~self.whole
+        if steady.json_string or any(c > 127 for c in triggers):
+            # not whole characters (maybe not printable) / a trigger of several bytes may be split
+            slow |= partial
+        elif triggers:  # an ASCII byte is never inside a multi-byte character: look in the bytes
+            wanted = [bytes([c]) for c in triggers]
+            pieces = self.pieces
+            hit = [i for i in np.flatnonzero(partial).tolist() if any(b in pieces[i] for b in wanted)]
+            slow[hit] = True
+        if steady.json_string:
+            unique = np.unique(self.codes).tolist()
+            slow[self.ids_with([c for c in unique if not chr(c).isprintable()])] = True
+            # a quote or backslash: fast only as complete escapes (a few thousand ids to look at)
+            texts = self.texts
+            hit = [i for i in self.ids_with([ord('"'), ord("\\")]).tolist()
+                   if not JSON_STRING_TEXT.fullmatch(texts[i])]  # type: ignore[arg-type]
+            slow[hit] = True
+        return slow
+
+
+class TypedFastPath:
+    """`StreamTable`'s side of the path: a typed stream's slot put on it (`_typed_enter`, after the
+    stream stepped) and taken off (`_typed_leave`, before it steps); the attributes are the table's."""
+
+    typed_fast: bool
+    _typed: TypedModes
+    _eos: frozenset[int]
+    _strategy: Any
+    _pend: np.ndarray
+    _v_mode: memoryview
+    _v_expect: memoryview
+    _v_ntok: memoryview
+    _v_choff: memoryview
+    _v_eos_stops: memoryview
+    _v_pend_len: memoryview
+    _v_tag: memoryview
+
+    def _typed_enter(self, slot: int, stream: TypedStream) -> None:
+        state = stream.steady_text() if self.typed_fast else None
+        if state is None or not stream._stop_ids <= self._eos or self._strategy == "window":
+            return
+        steady, index, offset = state
+        dec = stream._raw._dec
+        held = dec._pending
+        if len(held) >= _MAX_PENDING:
+            return
+        mode = self._typed.mode(dec._t, steady, stream._parser.marker_set)
+        if mode is None:
+            return
+        self._v_mode[slot] = mode
+        self._v_expect[slot] = self._v_ntok[slot] = stream.num_tokens
+        self._v_choff[slot] = offset
+        self._v_eos_stops[slot] = bool(stream._stop_ids)
+        self._v_pend_len[slot] = len(held)
+        if held:
+            self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
+        self._v_tag[slot] = (self._v_tag[slot] & TAG_MASK) | (steady.kind << KIND_SHIFT)
+        stream._fast_at = (steady.kind, index, offset)
+        self._typed.fast_slots += 1
+
+    def _typed_leave(self, slot: int, stream: TypedStream) -> None:
+        n = self._v_pend_len[slot]
+        held = self._pend[slot, :n].tobytes() if n else b""
+        offset = stream._fast_at[2]  # type: ignore[index]
+        stream.absorb_fast(self._v_choff[slot] - offset, self._v_ntok[slot], held)
+        self._typed.fast_slots -= 1
+        self._v_expect[slot] = _NOT_PLAIN
+        self._v_pend_len[slot] = 0  # (held by the stream now)
+        self._v_choff[slot] = stream.char_offset
+        self._v_tag[slot] &= TAG_MASK
+
+    def _kinds(self, tags: bytes) -> tuple[bytes, bytes]:
+        """(tags without kind bits, kinds: uint8 per row, empty if none) of a step's rows."""
+        tag_a = np.frombuffer(tags, dtype="<u4")
+        kinds = (tag_a >> KIND_SHIFT).astype(np.uint8)
+        if not kinds.any():
+            return tags, b""
+        return (tag_a & TAG_MASK).astype("<u4").tobytes(), kinds.tobytes()
+
