@@ -133,6 +133,8 @@ class StreamingToolParser(ToolParser):
         self._sink: JsonValueStream | TextSink | None = None
         self._steady_content = Steady(KIND_CONTENT, self._splitter.hot)
         self._steady_args = Steady(KIND_ARGUMENTS, self._splitter.hot, json_string=True)
+        # a family's own string value: text with a quote or backslash is escaped on the way
+        self._steady_value = Steady(KIND_ARGUMENTS, self._splitter.hot + '"\\', json_string=True)
 
     # ---- the ToolParser interface ------------------------------------------------------------
     def feed(self, piece: Piece) -> tuple[str, list[ToolCallDelta]]:
@@ -196,8 +198,12 @@ class StreamingToolParser(ToolParser):
         sink = self._sink
         if sink is None:
             return self._steady_content if self._state == 0 and not self._after_call else None
-        if sink is TEXT_SINK or not sink._in_string or sink._held or self._dropping or not self._args_sent:
-            return None  # (`_args_sent`: the fast path sets it; a string argument follows sent text)
+        if self._dropping or not self._args_sent:
+            return None  # (`_args_sent`: the fast paths set it; a string argument follows sent text)
+        if sink is TEXT_SINK:
+            return self._steady_value if self._text_value_steady() else None
+        if not sink._in_string or sink._held:
+            return None
         return self._steady_args
 
     def finish(self) -> tuple[str, list[ToolCallDelta]]:
@@ -227,6 +233,11 @@ class StreamingToolParser(ToolParser):
         now, or TEXT_SINK when `_fast_text` may take the text (enables the fast paths; the slow
         path gives the same result)."""
         return None
+
+    def _text_value_steady(self) -> bool:
+        """Whether `_fast_text` would now take any printable text without a quote or backslash
+        as it is, leaving the family's state unchanged."""
+        return False
 
     def _fast_text(self, text: str) -> str | None:
         """The argument text for `text` (no marker character in it) when the family can take it

@@ -155,6 +155,10 @@ class Qwen3CoderToolParser(StreamingToolParser):
     def _current_sink(self) -> JsonValueStream | TextSink | None:
         return TEXT_SINK if self._state == _VALUE and self._streaming else None
 
+    def _text_value_steady(self) -> bool:
+        # (printable text never ends with a newline; `_last_nl` is what `_fast_text` would clear)
+        return self._vstarted and not self._held_nl and not self._last_nl
+
     def _fast_text(self, text: str) -> str | None:
         # inside a streamed string value, not at its start, no newline held or at the end: the text
         # is the value's as it stands (what `_value_text` would pass on)
