@@ -25,7 +25,7 @@ from reference_engine.engine import Engine
 from reference_engine.limits import EngineLimits
 from reference_engine.model import LlamaModel
 from reference_engine.paths import resolve_model
-from scheduler_stub.process import PoolEndpoints, StubFailed, StubLoaded, StubReady
+from scheduler_stub.process import STARTUP_WAIT_S, PoolEndpoints, StubFailed, StubLoaded, StubReady
 from scheduler_stub.stub import RequestInbox
 
 log = logging.getLogger("reference_engine")
@@ -93,6 +93,9 @@ def child_main(cfg: EngineConfig, conn: Connection) -> None:
         client.close()
         ctx.term()
         raise SystemExit(1) from None
+    # the workers reach this new client at their next reconnect: stop notices of the first steps
+    # would come late without this (bounded: a slow worker is the supervisor's business)
+    client.wait_for_workers(STARTUP_WAIT_S)
     conn.send_bytes(encode(StubReady(inbox.endpoint)))
     _stop_when_pipe_closes(conn, stop)
     engine = Engine(model, client, eos_ids, cfg.limits)

@@ -51,6 +51,9 @@ class StubLoaded(msgspec.Struct, tag="loaded"):
     pass
 
 
+STARTUP_WAIT_S = 5.0  # at most this long for every worker to reach the client before "ready"
+
+
 class StubReady(msgspec.Struct, tag="ready"):
     requests_endpoint: str
 
@@ -96,6 +99,9 @@ def child_main(cfg: StubConfig, conn: Connection) -> None:
         client.close()
         ctx.term()
         raise SystemExit(1) from None
+    # the workers reach this new client at their next reconnect: stop notices of the first steps
+    # would come late without this (bounded: a slow worker is the supervisor's business)
+    client.wait_for_workers(STARTUP_WAIT_S)
     conn.send_bytes(encode(StubReady(inbox.endpoint)))
     _stop_when_pipe_closes(conn, stop)
     stub = SchedulerStub(client, workload, eos_ids, cfg.policy, end_id)
