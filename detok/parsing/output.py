@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from detok.parsing.base import ReasoningParser, ToolParser
@@ -11,7 +12,6 @@ from detok.parsing.types import KIND_CONTENT, OutputParsing, Piece, Steady, Tool
 
 def call_id_maker(seed: str) -> Callable[[int], str]:
     """Deterministic call ids ("call_" + 24 hex), equal on a replay of the same request."""
-    import hashlib
 
     def call_id(index: int) -> str:
         digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=12).hexdigest()

@@ -11,11 +11,23 @@ class ParserConfigError(ValueError):
     """A parser name that does not exist, or a tokenizer that lacks the family's marker tokens."""
 
 
+# id(FAMILIES) -> (that list, its length then, name -> family)
+_TABLES: dict[int, tuple[list, int, dict[str, type]]] = {}
+
+
 def _by_name(families: list) -> dict[str, type]:
+    """The table of a FAMILIES list, built once per list (every parsed request's registration looks
+    its parsers up; tests put other lists in place, which get their own)."""
+    cached = _TABLES.get(id(families))
+    if cached is not None and cached[0] is families and cached[1] == len(families):
+        return cached[2]
     table: dict[str, type] = {}
     for family in families:
         for name in family.names:
             table[name] = family
+    if len(_TABLES) >= 16:
+        _TABLES.clear()
+    _TABLES[id(families)] = (families, len(families), table)
     return table
 
 

@@ -25,6 +25,7 @@ from detok.parsing.holdback import find_all, partial_suffix_len
 from detok.parsing.types import KIND_CONTENT, KIND_REASONING, Piece, Steady
 
 _BEFORE, _REASONING, _PENDING, _AFTER = range(4)
+_TABLES: dict[tuple[type, frozenset[str]], tuple] = {}  # (family, marker tokens) -> ThinkParser._tables
 
 # How much text after an implicit end marker is awaited for its confirmation (vLLM looks 8 tokens
 # ahead): whitespace beyond this without the confirming text means it was a mention in reasoning.
@@ -49,27 +50,40 @@ class ThinkParser(ReasoningParser):
     def __init__(self, *, starts_in_reasoning: bool | None, token_markers: frozenset[str]) -> None:
         sir = self.default_starts_in_reasoning if starts_in_reasoning is None else starts_in_reasoning
         self._state = _REASONING if sir else _BEFORE
-        imp = self.implicit_end
-        # the markers matched in text (not single tokens here), per state
-        text_start = () if self.start in token_markers else (self.start,)
-        text_end = () if self.end in token_markers else (self.end,)
-        text_imp = () if imp is None or imp in token_markers else (imp,)
-        self._live = {
-            _BEFORE: text_start + text_end,
-            _REASONING: text_start + text_end + text_imp,
-            _AFTER: text_start + text_end,
-        }
-        self._text_markers = text_start + text_end + text_imp  # searched once per text
-        self._imp_piece = Piece(imp, imp if imp in token_markers else None) if imp else None
+        # what depends only on the family and the tokenizer's marker tokens: made once, shared
+        self._live, self._text_markers, self._imp_piece, self._firsts, self._steadies = self._tables(token_markers)
         self._held = ""  # a tail of text that may still become a text marker
         self._pending = ""  # text after an unconfirmed implicit end
         self._r: list[str] = []
         self._c: list[Piece] = []
         self._quiet = not self._live[self._state]  # no text can hold a marker now: the fast path
+
+    @classmethod
+    def _tables(cls, token_markers: frozenset[str]) -> tuple[dict[int, tuple[str, ...]], tuple[str, ...],
+                                                             Piece | None, dict[int, str], dict[int, Steady]]:
+        key = (cls, token_markers)
+        tables = _TABLES.get(key)
+        if tables is not None:
+            return tables
+        imp = cls.implicit_end
+        # the markers matched in text (not single tokens here), per state
+        text_start = () if cls.start in token_markers else (cls.start,)
+        text_end = () if cls.end in token_markers else (cls.end,)
+        text_imp = () if imp is None or imp in token_markers else (imp,)
+        live = {
+            _BEFORE: text_start + text_end,
+            _REASONING: text_start + text_end + text_imp,
+            _AFTER: text_start + text_end,
+        }
+        text_markers = text_start + text_end + text_imp  # searched once per text
+        imp_piece = Piece(imp, imp if imp in token_markers else None) if imp else None
         # first characters of each state's text markers: text without them holds no marker
-        self._firsts = {st: "".join(sorted({m[0] for m in live})) for st, live in self._live.items()}
-        self._steadies = {st: Steady(KIND_REASONING if st == _REASONING else KIND_CONTENT, firsts)
-                          for st, firsts in self._firsts.items()}
+        firsts = {st: "".join(sorted({m[0] for m in markers})) for st, markers in live.items()}
+        steadies = {st: Steady(KIND_REASONING if st == _REASONING else KIND_CONTENT, f) for st, f in firsts.items()}
+        if len(_TABLES) >= 256:
+            _TABLES.clear()
+        tables = _TABLES[key] = (live, text_markers, imp_piece, firsts, steadies)
+        return tables
 
     def _settle(self) -> None:
         st = self._state
