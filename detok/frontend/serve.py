@@ -134,6 +134,10 @@ def run_serve(cfg: ServeConfig) -> int:
     metrics_root = str(metrics_dir.path)
     use_metrics_dir(metrics_root)  # before anything imports prometheus_client
     signal.signal(signal.SIGTERM, _raise_shutdown)
+    # Ctrl-C stops the stack even when started with SIGINT ignored (a background job of a script,
+    # `nohup`): Python then installs no KeyboardInterrupt handler, while uvicorn's own handler in
+    # the one-frontend case would still react - the same command must not behave differently
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     stack = None
     try:
         stack = _start_stack(cfg, metrics_root)
