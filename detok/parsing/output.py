@@ -70,6 +70,12 @@ class OutputParser:
             both = self._combined[(id(r), id(t))] = Steady(t.kind, r.triggers + t.triggers, t.json_string)
         return both
 
+    def resume_escaped(self) -> None:
+        """In a JSON string argument (`steady()` said so), a backslash was passed on by the
+        worker's compiled path: the tool parser's JSON stream now waits for the escape's end."""
+        assert self._tools is not None
+        self._tools.resume_escaped()
+
     def feed(self, piece: Piece) -> TypedDelta:
         if self._reasoning is None:
             return self._content([piece], "")

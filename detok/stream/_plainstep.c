@@ -313,7 +313,10 @@ typedef struct {
     char inl[7];     /* the bytes themselves, when they fit */
 } TokenEntry;
 #define INLINE 7
-enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4 };
+/* T_NEXT / T_PREV: after this id the slot's decode mode is the next / previous one (a pair of
+ * modes for a state of two values, e.g. typed output's JSON string with and without a backslash
+ * passed on: detok.stream.typed_fast) */
+enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4, T_NEXT = 8, T_PREV = 16 };
 #define MAX_PENDING 4 /* held bytes of an incomplete character: at most 3 */
 
 enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_PEND, B_PEND_LEN, B_CHOFF, B_NTOK, B_EXPECT,
@@ -346,7 +349,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     } spec[N_BUFS] = {
         {1, 0, "rids"}, {1, 0, "starts"}, {1, 0, "counts"}, {1, 0, "tokens"}, {sizeof(TokenEntry), 0, "entries"},
         {1, 0, "utf8"}, {1, 1, "pend"}, {1, 1, "pend_len"}, {8, 1, "choff"}, {8, 1, "ntok"}, {8, 1, "expect"},
-        {1, 0, "eos_stops"}, {8, 0, "mode"}, {4, 0, "tag"},
+        {1, 0, "eos_stops"}, {8, 1, "mode"}, {4, 0, "tag"},
     };
     Buf b[N_BUFS];
     for (int i = 0; i < N_BUFS; i++) b[i].held = 0;
@@ -376,7 +379,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     const char *rids = b[B_RIDS].view.buf, *starts = b[B_STARTS].view.buf, *counts = b[B_COUNTS].view.buf;
     const char *tokens = b[B_TOKENS].view.buf, *utf8 = b[B_UTF8].view.buf;
     const TokenEntry *entries = b[B_ENTRIES].view.buf;
-    const int64_t *md = b[B_MODE].view.buf;
+    int64_t *md = b[B_MODE].view.buf;
     const uint32_t *tag = b[B_TAG].view.buf;
     const char *es = b[B_EOS_STOPS].view.buf;
     unsigned char *pend = b[B_PEND].view.buf, *pend_len = b[B_PEND_LEN].view.buf;
@@ -465,6 +468,14 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             offset = co[slot];
             co[slot] = offset + chars;
             count_after = ex[slot] = nt[slot] = nt[slot] + 1;
+            if (e->flags & (T_NEXT | T_PREV)) { /* the other mode of a pair; one built with it */
+                int64_t m = md[slot] + ((e->flags & T_NEXT) ? 1 : -1);
+                if (m < 0 || (m + 1) * vocab > n_entries) {
+                    PyErr_SetString(PyExc_ValueError, "mode switch out of range");
+                    goto done;
+                }
+                md[slot] = m;
+            }
         } else {
             PyObject *r = PyObject_CallFunction(slow_row, "nKLLnL", k, (unsigned long long)rid, (long long)slot,
                                                 (long long)start, first, (long long)count);

@@ -10,7 +10,7 @@ from detok.stream.byte_text import ByteTables
 # The compiled step's record of one (decode mode, id), as `TokenEntry` in _plainstep.c.
 _INLINE = 7
 TOKEN_ENTRY = np.dtype([("off", "<u4"), ("nbytes", "<u2"), ("nchars", "<u2"), ("flags", "u1"), ("inline", f"S{_INLINE}")])
-_T_WHOLE, _T_BYTE_OK, _T_EOS = 1, 2, 4
+_T_WHOLE, _T_BYTE_OK, _T_EOS, _T_NEXT, _T_PREV = 1, 2, 4, 8, 16
 assert TOKEN_ENTRY.itemsize == 16
 
 
@@ -32,11 +32,16 @@ class ModeTables:
         # the token before it, or an id past the tokenizer's byte table); `restricted`: some id is not byte_ok
         self.byte_ok = np.empty(0, dtype=bool)
         self.restricted = False
+        # per (mode, id): +1 / -1 when the slot's mode becomes the next / previous one after the
+        # id (`restricted_pair`); `switching` once any does
+        self.shift = np.empty(0, dtype=np.int8)
+        self.switching = False
 
-    def restricted_mode(self, tables: ByteTables, slow: np.ndarray, key: object) -> int:
+    def restricted_mode(self, tables: ByteTables, slow: np.ndarray, key: object, shift: np.ndarray | None = None) -> int:
         """A mode with the text of `tables`'s in which the ids where `slow` (bool per id) is True
-        are never plain rows (typed output's marker and trigger ids), named by `key`. A copy of
-        the base mode's records: milliseconds, no pass over the vocabulary in Python."""
+        are never plain rows (typed output's marker and trigger ids), named by `key`; `shift`
+        (int8 per id, +1 / -1 / 0) switches a slot to the next / previous mode after the id. A
+        copy of the base mode's records: milliseconds, no pass over the vocabulary in Python."""
         index_key = (id(tables), key)
         m = self.index.get(index_key)
         if m is not None:
@@ -54,7 +59,25 @@ class ModeTables:
         self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
         entries = self.entries[span].copy()  # the same spilled bytes in `utf8`
         entries["flags"] &= np.where(byte_ok, 0xFF, 0xFF ^ _T_BYTE_OK).astype(np.uint8)
+        shift_m = np.zeros(n, dtype=np.int8) if shift is None else shift[:n].astype(np.int8)
+        entries["flags"] |= ((shift_m > 0) * _T_NEXT + (shift_m < 0) * _T_PREV).astype(np.uint8)
+        self.switching = self.switching or bool(shift_m.any())
+        self.shift = np.concatenate([self.shift, shift_m])
         self.entries = np.concatenate([self.entries, entries])
+        return m
+
+    def restricted_pair(self, tables: ByteTables, first: tuple[np.ndarray, np.ndarray],
+                        second: tuple[np.ndarray, np.ndarray], key: object) -> int:
+        """Two restricted modes, the second right after the first (a state of two values the
+        compiled step switches between by `T_NEXT` / `T_PREV`), each given as (slow, shift); the
+        first one's index."""
+        m = self.index.get((id(tables), (key, 0)))
+        if m is not None:
+            return m
+        self.mode_of(tables)  # (the base first: nothing may come between the two)
+        m = self.restricted_mode(tables, first[0], (key, 0), first[1])
+        m2 = self.restricted_mode(tables, second[0], (key, 1), second[1])
+        assert m2 == m + 1
         return m
 
     def mode_of(self, tables: ByteTables) -> int:
@@ -77,6 +100,7 @@ class ModeTables:
                 byte_ok[[i for i in tables.raw_added if 0 <= i < len(texts)]] = False
             self.restricted = self.restricted or not byte_ok.all()
             self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
+            self.shift = np.concatenate([self.shift, np.zeros(n, dtype=np.int8)])
             self._add_entries(pieces, texts, lengths, byte_ok)
         return m
 

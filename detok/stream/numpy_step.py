@@ -152,4 +152,6 @@ class NumpyStepping:
         ntok = self._ntok[slots] + 1
         self._ntok[slots] = ntok
         self._expect[slots] = ntok
+        if tables.switching:  # an id after which the slot's mode is the other of a pair (typed output)
+            self._mode[slots] += tables.shift[gi]
         return texts, offs, ntok  # type: ignore[return-value]  # every None was a partial row

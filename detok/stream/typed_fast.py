@@ -12,6 +12,13 @@ plain row: such an id goes to the request's `TypedStream` as before, which first
 the compiled path decoded (`TypedStream.absorb_fast`). Stop strings and
 `min_tokens` keep a request off this path (its `_plain` is False), as for plain requests.
 
+A JSON string's escapes are often cut by the vocabulary (`\\` then `n`, `)\\` then `"`): such a
+string has two modes (`ModeTables.restricted_pair`). An id ending in an escape's backslash is a
+plain row after which the compiled step puts the slot in the second mode, where only ids that
+complete the escape are plain rows (and put it back); the JSON stream passes a backslash on at once
+either way (`JsonValueStream`), and a slot taken off in the second mode tells it so
+(`TypedStream.absorb_fast(escaped=True)`).
+
 While on the path, the slot's char-offset column counts the text of that kind (the offset the
 receiver de-duplicates on) and its tag carries the kind in bits 30-31; `StreamTable.step_packed`
 turns those bits into the step's `kinds` column (1 reasoning, 2 content, 3 arguments of the last
@@ -36,6 +43,7 @@ if TYPE_CHECKING:
 
 KIND_SHIFT = 30
 TAG_MASK = (1 << KIND_SHIFT) - 1  # the caller's tags stay below this (Frontends' tags do)
+_ESCAPED = '"\\/bfnrtu'  # what may follow a JSON string's backslash
 _MAX_MODES = 64  # distinct (vocabulary mode, steady state, markers) at most; more stay off the path
 
 
@@ -48,6 +56,7 @@ class TypedModes:
         self._modes: dict[tuple[int, str, bool, frozenset[int]], int | None] = {}  # None: over the bound
         self._chars: dict[int, _VocabChars] = {}
         self.fast_slots = 0  # slots on the path now
+        self.escaped_modes: set[int] = set()  # a JSON string's mode after a backslash passed on
 
     def mode(self, byte_tables: ByteTables, steady: Steady, markers: frozenset[int]) -> int | None:
         key = (id(byte_tables), steady.triggers, steady.json_string, markers)
@@ -58,8 +67,14 @@ class TypedModes:
             chars = self._chars.get(id(byte_tables))
             if chars is None:
                 chars = self._chars[id(byte_tables)] = _VocabChars(self._tables, byte_tables)
-            slow = chars.slow_ids(steady, markers)
-            mode = self._modes[key] = self._tables.restricted_mode(byte_tables, slow, key)
+            if steady.json_string and "\\" not in steady.triggers:
+                # a JSON string's own text: a pair of modes, the second after a backslash passed on
+                plain, escaped = chars.escape_pair(steady, markers)
+                mode = self._tables.restricted_pair(byte_tables, plain, escaped, key)
+                self.escaped_modes.add(mode + 1)
+            else:
+                mode = self._tables.restricted_mode(byte_tables, chars.slow_ids(steady, markers), key)
+            self._modes[key] = mode
         return mode
 
 
@@ -75,15 +90,51 @@ class _VocabChars:
         texts = tables.texts[span]
         joined = "".join(itertools.compress(texts, self.whole))
         self.codes = np.frombuffer(joined.encode("utf-32-le"), dtype="<u4")
-        self.owner = np.repeat(np.flatnonzero(self.whole), tables.lengths[span][self.whole])
+        lengths = tables.lengths[span][self.whole]
+        self.owner = np.repeat(np.flatnonzero(self.whole), lengths)
+        self.starts = (np.cumsum(lengths) - lengths)[lengths > 0]  # each non-empty whole id's first char
         self.pieces = tables.pieces[base]
         self.texts = texts
 
     def ids_with(self, codes: list[int]) -> np.ndarray:
         return np.unique(self.owner[np.isin(self.codes, codes)])
 
-    def slow_ids(self, steady: Steady, markers: frozenset[int]) -> np.ndarray:
-        """Per id: True if the id must go to the request's stream in this steady state."""
+    def escape_pair(self, steady: Steady, markers: frozenset[int]) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """(slow, shift) per id of a JSON string's two modes: as `slow_ids`, except that an id
+        whose text ends in an unfinished escape's backslash (`\\`, `ab\\`) is a plain row too, after
+        which the slot is in the second mode, where the backslash is out and the next id's text
+        must complete the escape (`n`, `"quoted`, `u00e9 more`) and then be a JSON string's text;
+        such an id switches back, or, ending in a backslash of its own, stays."""
+        vocab = self.vocab
+        base = self._base_slow(steady, markers)
+        texts = self.texts
+        to_escaped = np.zeros(vocab, dtype=bool)
+        slow = base.copy()
+        for i in self.ids_with([ord('"'), ord("\\")]).tolist():
+            t: str = texts[i]  # type: ignore[assignment]
+            if JSON_STRING_TEXT.fullmatch(t):
+                continue
+            if t.endswith("\\") and JSON_STRING_TEXT.fullmatch(t, 0, len(t) - 1):
+                to_escaped[i] = True
+            else:
+                slow[i] = True
+        # the second mode: only ids that start by completing the escape
+        firsts = self.codes[self.starts]
+        cands = self.owner[self.starts][np.isin(firsts, [ord(c) for c in _ESCAPED])]
+        back = np.zeros(vocab, dtype=bool)
+        stay = np.zeros(vocab, dtype=bool)
+        for i in cands[~base[cands]].tolist():
+            t = "\\" + texts[i]  # type: ignore[operator]
+            if JSON_STRING_TEXT.fullmatch(t):
+                back[i] = True
+            elif t.endswith("\\") and JSON_STRING_TEXT.fullmatch(t, 0, len(t) - 1):
+                stay[i] = True
+        shift_plain = to_escaped.astype(np.int8) * (~slow)
+        shift_escaped = -back.astype(np.int8)
+        return (slow, shift_plain), (~(back | stay), shift_escaped)
+
+    def _base_slow(self, steady: Steady, markers: frozenset[int]) -> np.ndarray:
+        """Markers, trigger characters, and in a JSON string ids of partial or unprintable characters."""
         slow = np.zeros(self.vocab, dtype=bool)
         ids = [i for i in markers if 0 <= i < self.vocab]
         if ids:
@@ -93,9 +144,8 @@ class _VocabChars:
             slow[self.ids_with(triggers)] = True
         partial = ~self.whole
         if steady.json_string or any(c > 127 for c in triggers):
-            # not whole characters (maybe not printable) / a trigger of several bytes may be split
             slow |= partial
-        elif triggers:  # an ASCII byte is never inside a multi-byte character: look in the bytes
+        elif triggers:
             wanted = [bytes([c]) for c in triggers]
             pieces = self.pieces
             hit = [i for i in np.flatnonzero(partial).tolist() if any(b in pieces[i] for b in wanted)]
@@ -103,6 +153,12 @@ class _VocabChars:
         if steady.json_string:
             unique = np.unique(self.codes).tolist()
             slow[self.ids_with([c for c in unique if not chr(c).isprintable()])] = True
+        return slow
+
+    def slow_ids(self, steady: Steady, markers: frozenset[int]) -> np.ndarray:
+        """Per id: True if the id must go to the request's stream in this steady state."""
+        slow = self._base_slow(steady, markers)
+        if steady.json_string:
             # a quote or backslash: fast only as complete escapes (a few thousand ids to look at)
             texts = self.texts
             hit = [i for i in self.ids_with([ord('"'), ord("\\")]).tolist()
@@ -155,7 +211,8 @@ class TypedFastPath:
         n = self._v_pend_len[slot]
         held = self._pend[slot, :n].tobytes() if n else b""
         offset = stream._fast_at[2]  # type: ignore[index]
-        stream.absorb_fast(self._v_choff[slot] - offset, self._v_ntok[slot], held)
+        escaped = self._v_mode[slot] in self._typed.escaped_modes
+        stream.absorb_fast(self._v_choff[slot] - offset, self._v_ntok[slot], held, escaped)
         self._typed.fast_slots -= 1
         self._v_expect[slot] = _NOT_PLAIN
         self._v_pend_len[slot] = 0  # (held by the stream now)

@@ -167,9 +167,10 @@ class TypedStream(DecodeStream):
         index = self._parser.calls_emitted - 1
         return steady, index, self._calls.get(index, 0)
 
-    def absorb_fast(self, chars: int, num_tokens: int, held: bytes) -> None:
+    def absorb_fast(self, chars: int, num_tokens: int, held: bytes, escaped: bool = False) -> None:
         """What the table's compiled path decoded for this request since `_fast_at` was set: `chars`
-        more of that kind, `num_tokens` consumed in all, `held` bytes of an incomplete character."""
+        more of that kind, `num_tokens` consumed in all, `held` bytes of an incomplete character;
+        `escaped`: in a JSON string argument, its text so far ends in an escape's backslash."""
         fast_at = self._fast_at
         assert fast_at is not None
         kind, index, _ = fast_at
@@ -187,6 +188,8 @@ class TypedStream(DecodeStream):
         dec = self._raw._dec
         dec._pending = held
         dec._fast = not (dec._strip or dec._after_added or held)
+        if escaped:
+            self._parser.resume_escaped()
 
     # ---- parsing ------------------------------------------------------------------------------
     def _parse(self, text: str, finish: Finish | None) -> Delta:

@@ -68,6 +68,9 @@ def test_calls_come_back(qwen3_tok, family: type, calls: list[tuple[str, dict]],
         calls = [(n.split(".")[-1] or "f", a) for n, a in calls]  # Kimi's id holds the name after the last dot
     if family is MistralToolParser:
         before = before.replace("[TOOL_CALLS]", "")
+    # a marker's text inside a value would be that marker's token (as a tokenizer encodes it): not
+    # the same calls any more (hypothesis found `<|tool_call_end|>` in a Kimi string value)
+    assume(not any(m in json.dumps(calls, ensure_ascii=False) for m in family.markers))
     text = before + write(family, calls, indent)
     pieces = added_marker_pieces(qwen3_tok, text, list(family.markers))
     pieces = parsing_pieces.regroup(pieces, random.Random(seed))

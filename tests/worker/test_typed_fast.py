@@ -21,6 +21,9 @@ from tests.parsing import vocabularies
 EXAMPLES = int(os.environ.get("DETOK_EXAMPLES", "25"))
 TOOLS = (ToolSpec("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}}), ToolSpec("b"))
 THINK = "<think>Let me think: 北京 🫨 is far, \"quoted\" and {braced} [x] <not a tag>.</think>"
+# a JSON string as models write code and paths in one: every escape, twice, some back to back
+ESCAPED = (r'"line one\nline \"two\" C:\\dir\\file \u00e9\u4eac \t tab \/ \b\f\r end.\n'
+           r'line three\n\n\\n \"q\"\"\" \\\" done"')
 CASES = {
     "qwen3+hermes": ("qwen", "qwen3", "hermes", THINK + 'Answer: <tool_call>\n{"name": "get_weather", "arguments": '
                      '{"city": "Paris 北京 is a long city name", "days": [1, 2]}}\n</tool_call>\n<tool_call>\n{"name": '
@@ -44,6 +47,18 @@ CASES = {
                              "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": "
                              "\"Paris and words\"}<|call|><|start|>assistant<|channel|>final<|message|>The answer is "
                              "sunny, with words.<|return|>"),
+    # escapes in a JSON string argument, cut anywhere by the vocabularies (a backslash alone, `)\\`,
+    # `\\n` ...): the compiled path passes a backslash on and switches to the escape's second mode
+    "hermes escapes": ("qwen", "qwen3", "hermes", THINK + '<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+                       + ESCAPED + '}}\n</tool_call>'),
+    "gpt2 escapes": ("gpt2", "qwen3", "hermes", THINK + '<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+                     + ESCAPED + '}}\n</tool_call>'),
+    "deepseek escapes": ("deepseek", "deepseek_r1", "deepseek_v31", THINK + "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
+                         "get_weather<｜tool▁sep｜>{\"city\": " + ESCAPED + "}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+    # not an escape, and output that ends right after a backslash: repaired the same way on both paths
+    "invalid escape": ("qwen", "qwen3", "hermes", THINK + '<tool_call>\n{"name": "b", "arguments": {"a": "bad \\x and '
+                       'more"}}\n</tool_call>'),
+    "ends in a backslash": ("qwen", "qwen3", "hermes", THINK + '<tool_call>\n{"name": "b", "arguments": {"a": "cut \\'),
     "reasoning only": ("qwen", "qwen3", None, THINK + "The answer, with <b>tags</b> and {braces} 🫨."),
 }
 
@@ -119,3 +134,47 @@ def test_an_abort_mid_reasoning_frees_the_slot(tok, case) -> None:  # type: igno
     assert core.table._typed.fast_slots == 1  # inside reasoning
     core.handle_batch(DetokBatch(99, 0.0, [], b"", b"", b"", b"", [EndRequest(9, "abort")]))
     assert not core.live and core.table._typed.fast_slots == 0
+
+
+def test_a_json_strings_escape_pair_of_modes_on_a_real_vocabulary() -> None:
+    """The two modes of a JSON string argument (detok.stream.typed_fast): an id ending in an escape's
+    backslash is a plain row that switches to the second mode, where only ids completing the escape
+    are plain rows (and switch back)."""
+    from detok.parsing.types import KIND_ARGUMENTS, Steady
+    from detok.stream.table import StreamTable
+    from detok.stream.typed_fast import _VocabChars
+
+    tok = vocabularies.qwen()
+    table = StreamTable(tok)
+    byte_tables = table.plan.tables(True, True)
+    chars = _VocabChars(table._tables, byte_tables)
+    (slow, shift), (slow2, shift2) = chars.escape_pair(Steady(KIND_ARGUMENTS, "<", json_string=True), frozenset())
+    one = {t: tok.encode(t) for t in ["\\", "n", '"', " the", "x", "\\n", "u", "<", "abc"]}
+    ids = {t: v[0] for t, v in one.items() if len(v) == 1}
+    assert {"\\", "n", '"', " the", "\\n"} <= ids.keys()
+    assert not slow[ids["\\"]] and shift[ids["\\"]] == 1  # a backslash alone: out, then the second mode
+    assert not slow[ids["\\n"]] and shift[ids["\\n"]] == 0  # a whole escape stays in the first
+    assert slow[ids['"']] and not slow[ids[" the"]]  # a quote ends the string
+    assert not slow2[ids["n"]] and shift2[ids["n"]] == -1  # `\` + `n`: back to the first mode
+    assert not slow2[ids['"']] and shift2[ids['"']] == -1  # an escaped quote
+    assert not slow2[ids["\\"]] and shift2[ids["\\"]] == -1  # an escaped backslash
+    assert slow2[ids[" the"]]  # not an escape: its stream decides (a failed argument)
+    if "x" in ids:
+        assert slow2[ids["x"]]
+    if "<" in ids:
+        assert slow[ids["<"]] and slow2[ids["<"]]  # a trigger in either mode
+
+
+@pytest.mark.parametrize("case", ["gpt2 escapes", "hermes escapes"])
+def test_escapes_keep_a_json_string_on_the_compiled_path(case, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from detok.stream.typed_fast import TypedModes
+
+    tok = getattr(vocabularies, CASES[case][0])()
+    n = len(tok.encode(CASES[case][3]))
+    paired, kinds, rows = _run(tok, case, [1] * n, fast=True)
+    # the same with one mode only: every id ending in a backslash, and the next, through the stream
+    real_mode = TypedModes.mode
+    monkeypatch.setattr(TypedModes, "mode", lambda self, b, s, m: real_mode(self, b, s._replace(triggers=s.triggers + "\\"), m))
+    single, kinds_single, _ = _run(tok, case, [1] * n, fast=True)
+    assert _key(paired) == _key(single)
+    assert kinds > kinds_single, (kinds, kinds_single, rows)

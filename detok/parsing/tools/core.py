@@ -206,6 +206,12 @@ class StreamingToolParser(ToolParser):
             return None
         return self._steady_args
 
+    def resume_escaped(self) -> None:
+        """See `OutputParser.resume_escaped`."""
+        sink = self._sink
+        assert isinstance(sink, JsonValueStream)
+        sink.resume_escaped()
+
     def finish(self) -> tuple[str, list[ToolCallDelta]]:
         for marker, text in self._splitter.flush():
             self._on_text(text)

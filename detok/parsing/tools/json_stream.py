@@ -2,10 +2,12 @@
 
 Tool arguments are streamed as the model's own text (never re-serialized diffs, the cause of vLLM
 #10395, "Hermes tool parser output error stream arguments"). The stream only passes on text that is
-a valid JSON prefix: a number or literal is held until it is complete, an escape until its last
-character, a comma until the next member starts. So `close()` can always end what was passed on as
-valid JSON when the value is cut short (end of output, a closing marker, or text that is not JSON):
-an open string is closed, a key left without a value gets `null`, open containers are closed. One leniency: a raw control character
+a valid JSON prefix, or one whose string ends in an escape's backslash: a number or literal is held
+until it is complete, an escape's characters after its backslash until its last one, a comma until
+the next member starts. So `close()` can always end what was passed on as valid JSON when the value
+is cut short (end of output, a closing marker, or text that is not JSON): a backslash left alone
+becomes an escaped backslash (`\\\\`; also for an invalid escape), an open string is closed, a key
+left without a value gets `null`, open containers are closed. One leniency: a raw control character
 inside a string (models write raw newlines in code) is passed on escaped (`\\n`), so the result
 parses under strict JSON.
 
@@ -40,7 +42,7 @@ class JsonValueStream:
     """Feed text; get back the part that is certainly a valid prefix of one JSON value, and, once the
     value is complete, the text after it. Leading whitespace before the value is skipped."""
 
-    __slots__ = ("_stack", "_expect", "_in_string", "_key", "_held", "_comma", "started", "done", "failed")
+    __slots__ = ("_stack", "_expect", "_in_string", "_key", "_held", "_esc_sent", "_comma", "started", "done", "failed")
 
     def __init__(self) -> None:
         self._stack: list[str] = []
@@ -48,6 +50,10 @@ class JsonValueStream:
         self._in_string = False
         self._key = False
         self._held = ""  # an unfinished number, literal or escape
+        # `_held` is an escape whose backslash was passed on already: a backslash goes out at once
+        # (the worker's compiled path passes an id ending in one on; detok.stream.typed_fast), so
+        # the text passed on never depends on where the ids were cut
+        self._esc_sent = False
         self._comma = ""  # a comma (and the spaces after it) not passed on until the next member starts
         self.started = False
         self.done = False
@@ -63,6 +69,8 @@ class JsonValueStream:
             return "", (text if self.done else None)
         buf = self._held + text if self._held else text
         self._held = ""
+        sent = self._esc_sent  # buf[0] is a backslash passed on already
+        self._esc_sent = False
         out: list[str] = []
         i, n = 0, len(buf)
         stack = self._stack
@@ -70,7 +78,7 @@ class JsonValueStream:
             if self._in_string:
                 j = _STRING_PART.match(buf, i).end()  # characters and complete escapes, at once
                 if j > i:
-                    out.append(buf[i:j])
+                    out.append(buf[i + 1 : j] if sent and i == 0 else buf[i:j])
                     i = j
                     if i >= n:
                         break
@@ -90,9 +98,17 @@ class JsonValueStream:
                         i = m.end()
                     elif _ESCAPE_PREFIX.match(buf, i):
                         self._held = buf[i:]
+                        if not (sent and i == 0):
+                            out.append("\\")
+                        self._esc_sent = True
                         break
-                    else:
+                    else:  # not an escape: as if its backslash came alone (passed on at once),
+                        # then the character that fails; `close` completes the backslash
+                        if not (sent and i == 0):
+                            out.append("\\")
+                        self._esc_sent = True
                         self.failed = True
+                        i += 1
                         break
                 else:
                     out.append(_escape_control(c))
@@ -200,6 +216,13 @@ class JsonValueStream:
             return "".join(out), buf[i:]
         return "".join(out), None
 
+    def resume_escaped(self) -> None:
+        """Inside a string with nothing held, a backslash was passed on by someone else (the
+        worker's compiled path): the next text completes its escape."""
+        assert self._in_string and not self._held and not self.done and not self.failed
+        self._held = "\\"
+        self._esc_sent = True
+
     def _start_member(self, out: list[str]) -> None:
         self.started = True
         if self._comma:
@@ -229,6 +252,9 @@ class JsonValueStream:
         if not self.started:
             return ""
         if self._in_string:
+            if self._esc_sent:  # a backslash passed on alone: made an escaped backslash
+                out.append("\\")
+                self._esc_sent = False
             out.append('": null' if self._key else '"')
             self._in_string = False
         elif self._expect == _COLON:
