@@ -60,6 +60,15 @@ CONFIGS: list[tuple[str, str, str | None, str | None, str, str]] = [
     ("mistral+mistral", "mistral", "mistral", "mistral", "reasoning", "[THINK]"),
     ("mistral+mistral", "mistral", "mistral", "mistral", "arguments", "[THINK]x[/THINK][TOOL_CALLS]f[ARGS]" + _ARGS),
     ("kimi_k2+kimi_k2", "qwen_kimi", "kimi_k2", "kimi_k2", "content", "<think>x</think>"),
+    ("qwen3+llama3_json", "qwen", "qwen3", "llama3_json", "arguments",
+     '<think>x</think>{"name": "f", "parameters": ' + _ARGS),
+    ("deepseek_r1+deepseek_v3", "deepseek", "deepseek_r1", "deepseek_v3", "arguments",
+     "<think>x</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n" + _ARGS),
+    ("kimi_k2+kimi_k2", "qwen_kimi", "kimi_k2", "kimi_k2", "arguments",
+     "<think>x</think><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>" + _ARGS),
+    ("glm45+glm45", "qwen_glm", "glm45", "glm45", "content", "<think>x</think>"),
+    ("glm45+glm45", "qwen_glm", "glm45", "glm45", "arguments",
+     "<think>x</think><tool_call>f\n<arg_key>text</arg_key><arg_value>"),
     ("qwen3+hermes, markers as text", "gpt2", "qwen3", "hermes", "reasoning", "<think>"),
     ("qwen3+hermes, markers as text", "gpt2", "qwen3", "hermes", "arguments",
      '<think>x</think><tool_call>\n{"name": "f", "arguments": ' + _ARGS),
@@ -122,7 +131,7 @@ def main() -> int:
             bar.update(args.repeats * 3)
             continue
         body_text = text[:20 * args.tokens]
-        if section == "arguments" and tp != "qwen3_coder":
+        if section == "arguments" and tp not in ("qwen3_coder", "glm45"):  # (XML values: the raw text)
             body_text = json.dumps(body_text)[1:-1]  # the JSON string's text
         body = tok.encode(body_text)[: args.tokens]
         prefix = tok.encode(prefix_text)

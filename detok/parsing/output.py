@@ -67,14 +67,16 @@ class OutputParser:
             return None
         both = self._combined.get((id(r), id(t)))  # (the parsers keep their Steady objects)
         if both is None:
-            both = self._combined[(id(r), id(t))] = Steady(t.kind, r.triggers + t.triggers, t.json_string)
+            both = self._combined[(id(r), id(t))] = t._replace(triggers=r.triggers + t.triggers)
         return both
 
-    def resume_escaped(self) -> None:
-        """In a JSON string argument (`steady()` said so), a backslash was passed on by the
-        worker's compiled path: the tool parser's JSON stream now waits for the escape's end."""
+    def resume_held(self) -> None:
+        """The worker's compiled path left this request in the second of a steady state's two
+        modes (detok.stream.typed_fast): in a JSON string argument, its text ends in an escape's
+        backslash, passed on; in a family's own string value, a newline at its end is held back.
+        The tool parser takes on that state."""
         assert self._tools is not None
-        self._tools.resume_escaped()
+        self._tools.resume_held()
 
     def feed(self, piece: Piece) -> TypedDelta:
         if self._reasoning is None:

@@ -70,6 +70,14 @@ class Steady(NamedTuple):
     kind: int
     triggers: str
     json_string: bool = False
+    # a family's own string value (XML formats), streamed as the JSON string body of the raw text
+    # (quotes, backslashes, control characters escaped); its trailing whitespace is held until more
+    # text shows it is inside the value: VALUE_NEWLINE one newline (qwen3_coder), VALUE_SPACE the
+    # whole run (glm45). The text of an id then need not pass unchanged (see detok.stream.typed_fast)
+    value: str = ""
+
+
+VALUE_NEWLINE, VALUE_SPACE = "newline", "space"
 
 
 # text a JSON string takes as it is and stays open with nothing held (with `str.isprintable`)

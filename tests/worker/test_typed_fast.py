@@ -24,6 +24,9 @@ THINK = "<think>Let me think: 北京 🫨 is far, \"quoted\" and {braced} [x] <n
 # a JSON string as models write code and paths in one: every escape, twice, some back to back
 ESCAPED = (r'"line one\nline \"two\" C:\\dir\\file \u00e9\u4eac \t tab \/ \b\f\r end.\n'
            r'line three\n\n\\n \"q\"\"\" \\\" done"')
+# a string value as code arrives in one: lines, blank lines, indentation, quotes, backslashes, tabs
+VALUE = ('def f(x):\n    """Say "hi" to C:\\dir."""\n\n    return x  # done\n\tend "q" \\n\n'
+         'last line, then two newlines\n\nand text  ')
 CASES = {
     "qwen3+hermes": ("qwen", "qwen3", "hermes", THINK + 'Answer: <tool_call>\n{"name": "get_weather", "arguments": '
                      '{"city": "Paris 北京 is a long city name", "days": [1, 2]}}\n</tool_call>\n<tool_call>\n{"name": '
@@ -59,6 +62,18 @@ CASES = {
     "invalid escape": ("qwen", "qwen3", "hermes", THINK + '<tool_call>\n{"name": "b", "arguments": {"a": "bad \\x and '
                        'more"}}\n</tool_call>'),
     "ends in a backslash": ("qwen", "qwen3", "hermes", THINK + '<tool_call>\n{"name": "b", "arguments": {"a": "cut \\'),
+    # a family's string value: escaped on the way, newlines inside, one held at its end (dropped
+    # before `</parameter>`, kept when the value goes on), quotes and backslashes
+    "qwen3_coder values": ("qwen", "qwen3", "qwen3_coder", THINK + "<tool_call>\n<function=get_weather>\n"
+                           "<parameter=city>\n" + VALUE + "\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+                           "</function>\n</tool_call>"),
+    "qwen3_coder cut in a value": ("qwen", "qwen3", "qwen3_coder", THINK + "<tool_call>\n<function=get_weather>\n"
+                                   "<parameter=city>\nParis\n\nand more\n"),
+    "glm45 values": ("qwen_glm", "qwen3", "glm45", THINK + "<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+                     "<arg_value>" + VALUE + "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n"
+                     "</tool_call>"),
+    "glm45 cut in a value": ("qwen_glm", "qwen3", "glm45", THINK + "<tool_call>get_weather\n<arg_key>city</arg_key>"
+                             "<arg_value>Paris \n\n and \nmore\n"),
     "reasoning only": ("qwen", "qwen3", None, THINK + "The answer, with <b>tags</b> and {braces} 🫨."),
 }
 
@@ -148,7 +163,8 @@ def test_a_json_strings_escape_pair_of_modes_on_a_real_vocabulary() -> None:
     table = StreamTable(tok)
     byte_tables = table.plan.tables(True, True)
     chars = _VocabChars(table._tables, byte_tables)
-    (slow, shift), (slow2, shift2) = chars.escape_pair(Steady(KIND_ARGUMENTS, "<", json_string=True), frozenset())
+    first, second = chars.escape_pair(Steady(KIND_ARGUMENTS, "<", json_string=True), frozenset())
+    slow, shift, slow2, shift2 = first.slow, first.shift, second.slow, second.shift
     one = {t: tok.encode(t) for t in ["\\", "n", '"', " the", "x", "\\n", "u", "<", "abc"]}
     ids = {t: v[0] for t, v in one.items() if len(v) == 1}
     assert {"\\", "n", '"', " the", "\\n"} <= ids.keys()

@@ -105,6 +105,8 @@ class StreamingToolParser(ToolParser):
     separators: ClassVar[str] = " \t\n\r"
     # characters that may open a call in content besides the markers (llama3_json's `{`)
     hot_chars: ClassVar[str] = ""
+    # what a family's own string value holds back at its end (`Steady.value`), if it has such values
+    value_hold: ClassVar[str] = ""
     # families keep their state here; 0 means "in content: text is content as it is"
     _state: int = 0
 
@@ -133,8 +135,8 @@ class StreamingToolParser(ToolParser):
         self._sink: JsonValueStream | TextSink | None = None
         self._steady_content = Steady(KIND_CONTENT, self._splitter.hot)
         self._steady_args = Steady(KIND_ARGUMENTS, self._splitter.hot, json_string=True)
-        # a family's own string value: text with a quote or backslash is escaped on the way
-        self._steady_value = Steady(KIND_ARGUMENTS, self._splitter.hot + '"\\', json_string=True)
+        # a family's own string value (XML formats): escaped on the way, trailing whitespace held
+        self._steady_value = Steady(KIND_ARGUMENTS, self._splitter.hot, value=self.value_hold)
 
     # ---- the ToolParser interface ------------------------------------------------------------
     def feed(self, piece: Piece) -> tuple[str, list[ToolCallDelta]]:
@@ -206,11 +208,17 @@ class StreamingToolParser(ToolParser):
             return None
         return self._steady_args
 
-    def resume_escaped(self) -> None:
-        """See `OutputParser.resume_escaped`."""
+    def resume_held(self) -> None:
+        """See `OutputParser.resume_held`."""
         sink = self._sink
-        assert isinstance(sink, JsonValueStream)
-        sink.resume_escaped()
+        if isinstance(sink, JsonValueStream):
+            sink.resume_escaped()
+        else:
+            self._resume_held_value()
+
+    def _resume_held_value(self) -> None:
+        """In a steady string value, the compiled path held back a newline at the end of the text."""
+        raise NotImplementedError
 
     def finish(self) -> tuple[str, list[ToolCallDelta]]:
         for marker, text in self._splitter.flush():
@@ -241,8 +249,8 @@ class StreamingToolParser(ToolParser):
         return None
 
     def _text_value_steady(self) -> bool:
-        """Whether `_fast_text` would now take any printable text without a quote or backslash
-        as it is, leaving the family's state unchanged."""
+        """Whether `_fast_text` would now take any text without a marker character and without
+        whitespace at its end, giving its JSON string body, leaving the family's state unchanged."""
         return False
 
     def _fast_text(self, text: str) -> str | None:

@@ -25,6 +25,7 @@ from typing import Any
 from detok.parsing.tools import schema_values as sv
 from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
+from detok.parsing.types import VALUE_SPACE
 
 
 START, END = "<tool_call>", "</tool_call>"
@@ -55,6 +56,7 @@ def value_json(text: str) -> str:
 
 class Glm45ToolParser(StreamingToolParser):
     names = ("glm45", "glm47", "glm")
+    value_hold = VALUE_SPACE
     markers = (START, END, KEY, KEY_END, VALUE, VALUE_END)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -122,6 +124,12 @@ class Glm45ToolParser(StreamingToolParser):
 
     def _current_sink(self) -> JsonValueStream | TextSink | None:
         return TEXT_SINK if self._state == _VALUE and self._string else None
+
+    def _text_value_steady(self) -> bool:
+        return self._started and not self._space
+
+    def _resume_held_value(self) -> None:
+        self._space = "\n"
 
     def _fast_text(self, text: str) -> str | None:
         # inside a string value after its first character, no whitespace held or at the end

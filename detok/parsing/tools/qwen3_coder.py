@@ -30,6 +30,7 @@ from typing import Any
 from detok.parsing.tools import schema_values as sv
 from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
+from detok.parsing.types import VALUE_NEWLINE
 
 
 START, END = "<tool_call>", "</tool_call>"
@@ -43,6 +44,7 @@ _BAD_NAME = set("{}<>\"' \t\n\r")
 
 class Qwen3CoderToolParser(StreamingToolParser):
     names = ("qwen3_coder",)
+    value_hold = VALUE_NEWLINE
     markers = (START, END, FUNC, FUNC_END, PARAM, PARAM_END)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -158,6 +160,9 @@ class Qwen3CoderToolParser(StreamingToolParser):
     def _text_value_steady(self) -> bool:
         # (printable text never ends with a newline; `_last_nl` is what `_fast_text` would clear)
         return self._vstarted and not self._held_nl and not self._last_nl
+
+    def _resume_held_value(self) -> None:
+        self._held_nl = self._last_nl = True
 
     def _fast_text(self, text: str) -> str | None:
         # inside a streamed string value, not at its start, no newline held or at the end: the text
