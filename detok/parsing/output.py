@@ -70,13 +70,13 @@ class OutputParser:
             both = self._combined[(id(r), id(t))] = t._replace(triggers=r.triggers + t.triggers)
         return both
 
-    def resume_held(self) -> None:
-        """The worker's compiled path left this request in the second of a steady state's two
-        modes (detok.stream.typed_fast): in a JSON string argument, its text ends in an escape's
-        backslash, passed on; in a family's own string value, a newline at its end is held back.
-        The tool parser takes on that state."""
+    def resume_held(self, text: str) -> None:
+        """The worker's compiled path left this request in a mode of its steady state's chain
+        (detok.stream.typed_fast) in which the parser holds `text`: in a JSON string argument, an
+        escape's backslash, passed on; in a family's own string value, whitespace at its end,
+        held back. The tool parser takes on that state."""
         assert self._tools is not None
-        self._tools.resume_held()
+        self._tools.resume_held(text)
 
     def feed(self, piece: Piece) -> TypedDelta:
         if self._reasoning is None:

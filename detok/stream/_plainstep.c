@@ -313,12 +313,12 @@ typedef struct {
     char inl[7];     /* the bytes themselves, when they fit */
 } TokenEntry;
 #define INLINE 7
-/* T_NEXT / T_PREV: after this id the slot's decode mode is the next / previous one (a pair of
- * modes for a state of two values, e.g. typed output's JSON string with and without a backslash
- * passed on: detok.stream.typed_fast) */
-/* T_NL_PREFIX: an escaped newline (a backslash and an n) goes out before the id's text (typed
- * output's string value, after a newline it held back) */
-enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4, T_NEXT = 8, T_PREV = 16, T_NL_PREFIX = 32 };
+/* T_NEXT / T_PREV: after this id the slot's decode mode is the next / previous one (T_SHIFT2: the
+ * second next / previous), a chain of modes for the values of a state: typed output's JSON string
+ * after a backslash passed on, a string value after the whitespace it holds
+ * (detok.stream.typed_fast). T_NL_PREFIX / T_SP_PREFIX: an escaped newline (a backslash and an n) /
+ * a space goes out before the id's text (a value's held whitespace, once more text shows it is in). */
+enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4, T_NEXT = 8, T_PREV = 16, T_NL_PREFIX = 32, T_SHIFT2 = 64, T_SP_PREFIX = 128 };
 #define MAX_PENDING 4 /* held bytes of an incomplete character: at most 3 */
 
 enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_PEND, B_PEND_LEN, B_CHOFF, B_NTOK, B_EXPECT,
@@ -440,10 +440,11 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             const char *p = e->nbytes <= INLINE ? e->inl : utf8 + e->off;
             unsigned char held = pend_len[slot];
             if ((e->flags & T_WHOLE) && !held) {
-                int nl = (e->flags & T_NL_PREFIX) != 0;
+                int nl = (e->flags & T_NL_PREFIX) != 0, sp = (e->flags & T_SP_PREFIX) != 0;
                 if (nl && text_append(&text, "\\n", 2) < 0) goto done;
+                if (sp && text_append(&text, " ", 1) < 0) goto done;
                 if (text_append(&text, p, e->nbytes) < 0) goto done;
-                chars = e->nchars + 2 * nl;
+                chars = e->nchars + 2 * nl + sp;
             } else { /* part of a character, or bytes held: the slot's incremental UTF-8 */
                 unsigned char small[64], *data = small;
                 Py_ssize_t size = held + e->nbytes, used;
@@ -472,8 +473,9 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             offset = co[slot];
             co[slot] = offset + chars;
             count_after = ex[slot] = nt[slot] = nt[slot] + 1;
-            if (e->flags & (T_NEXT | T_PREV)) { /* the other mode of a pair; one built with it */
-                int64_t m = md[slot] + ((e->flags & T_NEXT) ? 1 : -1);
+            if (e->flags & (T_NEXT | T_PREV)) { /* another mode of its chain, built with it */
+                int64_t d = (e->flags & T_SHIFT2) ? 2 : 1;
+                int64_t m = md[slot] + ((e->flags & T_NEXT) ? d : -d);
                 if (m < 0 || (m + 1) * vocab > n_entries) {
                     PyErr_SetString(PyExc_ValueError, "mode switch out of range");
                     goto done;

@@ -12,8 +12,9 @@ from detok.stream.byte_text import ByteTables
 # The compiled step's record of one (decode mode, id), as `TokenEntry` in _plainstep.c.
 _INLINE = 7
 TOKEN_ENTRY = np.dtype([("off", "<u4"), ("nbytes", "<u2"), ("nchars", "<u2"), ("flags", "u1"), ("inline", f"S{_INLINE}")])
-_T_WHOLE, _T_BYTE_OK, _T_EOS, _T_NEXT, _T_PREV, _T_NL_PREFIX = 1, 2, 4, 8, 16, 32
-_NL_ESCAPED = "\\n"  # what T_NL_PREFIX puts before an id's text: a newline in a JSON string
+_T_WHOLE, _T_BYTE_OK, _T_EOS, _T_NEXT, _T_PREV, _T_NL_PREFIX, _T_SHIFT2, _T_SP_PREFIX = 1, 2, 4, 8, 16, 32, 64, 128
+# what a prefix flag puts before an id's text: an escaped newline in a JSON string, a space
+PREFIXES = {"\\n": _T_NL_PREFIX, " ": _T_SP_PREFIX}
 assert TOKEN_ENTRY.itemsize == 16
 
 
@@ -21,14 +22,15 @@ assert TOKEN_ENTRY.itemsize == 16
 @dataclasses.dataclass(frozen=True)
 class ModeSpec:
     """How a restricted mode differs from its base: `slow` (bool per id) never plain rows;
-    `shift` (int8 per id, +1 / -1 / 0) the slot's mode becomes the next / previous one after
-    the id; `rewrite` (id -> text) the id's text in this mode (whole characters); `nl_prefix`
-    (bool per id) an escaped newline goes out before the id's text."""
+    `shift` (int8 per id, -2..2) the slot's mode becomes the one that many after (before) it
+    after the id; `rewrite` (id -> text) the id's text in this mode (whole characters);
+    `prefix` (one of PREFIXES) goes out before the text of the ids where `prefixed` is True."""
 
     slow: np.ndarray
     shift: np.ndarray | None = None
     rewrite: dict[int, str] | None = None
-    nl_prefix: np.ndarray | None = None
+    prefix: str = ""
+    prefixed: np.ndarray | None = None
 
 
 class ModeTables:
@@ -92,12 +94,15 @@ class ModeTables:
         byte_ok = self.byte_ok[span] & ~spec.slow[:n]
         flags &= np.where(byte_ok, 0xFF, 0xFF ^ _T_BYTE_OK).astype(np.uint8)
         shift = np.zeros(n, dtype=np.int8) if spec.shift is None else spec.shift[:n].astype(np.int8)
-        flags |= ((shift > 0) * _T_NEXT + (shift < 0) * _T_PREV).astype(np.uint8)
-        if spec.nl_prefix is not None:
-            prefixed = spec.nl_prefix[:n] & byte_ok
-            flags |= (prefixed * _T_NL_PREFIX).astype(np.uint8)
-            texts = [_NL_ESCAPED + t if p and t is not None else t for t, p in zip(texts, prefixed.tolist())]
-            lengths += prefixed * len(_NL_ESCAPED)
+        if np.abs(shift).max(initial=0) > 2:
+            raise ValueError("a mode switch is at most two modes")
+        flags |= ((shift > 0) * _T_NEXT + (shift < 0) * _T_PREV + (np.abs(shift) == 2) * _T_SHIFT2).astype(np.uint8)
+        if spec.prefixed is not None:
+            prefix = spec.prefix
+            prefixed = spec.prefixed[:n] & byte_ok
+            flags |= (prefixed * PREFIXES[prefix]).astype(np.uint8)
+            texts = [prefix + t if p and t is not None else t for t, p in zip(texts, prefixed.tolist())]
+            lengths += prefixed * len(prefix)
         m = self.index[index_key] = len(self.index)
         self.texts = self.texts + list(texts)
         self.pieces.append(pieces)
@@ -110,16 +115,16 @@ class ModeTables:
         self.entries = np.concatenate([self.entries, entries])
         return m
 
-    def restricted_pair(self, tables: ByteTables, first: ModeSpec, second: ModeSpec, key: object) -> int:
-        """Two restricted modes, the second right after the first (a state of two values the
-        compiled step switches between by `T_NEXT` / `T_PREV`); the first one's index."""
+    def restricted_chain(self, tables: ByteTables, specs: list[ModeSpec], key: object) -> int:
+        """Restricted modes one right after the other (the values of a state the compiled step
+        switches between by the entries' shifts); the first one's index."""
         m = self.index.get((id(tables), (key, 0)))
         if m is not None:
             return m
-        self.mode_of(tables)  # (the base first: nothing may come between the two)
-        m = self.restricted_mode(tables, first, (key, 0))
-        m2 = self.restricted_mode(tables, second, (key, 1))
-        assert m2 == m + 1
+        self.mode_of(tables)  # (the base first: nothing may come between them)
+        m = self.restricted_mode(tables, specs[0], (key, 0))
+        for k, spec in enumerate(specs[1:], 1):
+            assert self.restricted_mode(tables, spec, (key, k)) == m + k
         return m
 
     def mode_of(self, tables: ByteTables) -> int:

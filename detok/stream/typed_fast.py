@@ -13,7 +13,7 @@ the compiled path decoded (`TypedStream.absorb_fast`). Stop strings and
 `min_tokens` keep a request off this path (its `_plain` is False), as for plain requests.
 
 A JSON string's escapes are often cut by the vocabulary (`\\` then `n`, `)\\` then `"`): such a
-string has two modes (`ModeTables.restricted_pair`). An id ending in an escape's backslash is a
+string has two modes (`ModeTables.restricted_chain`). An id ending in an escape's backslash is a
 plain row after which the compiled step puts the slot in the second mode, where only ids that
 complete the escape are plain rows (and put it back); the JSON stream passes a backslash on at once
 either way (`JsonValueStream`), and a slot taken off in the second mode tells it so
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detok.parsing.tools.schema_values import json_string_body
-from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, Steady
+from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, VALUE_SPACE, Steady
 from detok.stream.byte_text import ByteTables
 from detok.stream.mode_tables import ModeSpec, ModeTables
 from detok.stream.numpy_step import _MAX_PENDING, _NOT_PLAIN
@@ -57,7 +57,7 @@ class TypedModes:
         self._modes: dict[tuple[int, str, bool, str, frozenset[int]], int | None] = {}  # None: over the bound
         self._chars: dict[int, _VocabChars] = {}
         self.fast_slots = 0  # slots on the path now
-        self.second_modes: set[int] = set()  # each pair's second mode (see `mode`)
+        self.held_in: dict[int, str] = {}  # a chain's mode -> the text the parser holds in it (see `mode`)
 
     def mode(self, byte_tables: ByteTables, steady: Steady, markers: frozenset[int]) -> int | None:
         key = (id(byte_tables), steady.triggers, steady.json_string, steady.value, markers)
@@ -69,11 +69,14 @@ class TypedModes:
             if chars is None:
                 chars = self._chars[id(byte_tables)] = _VocabChars(self._tables, byte_tables)
             if steady.value or (steady.json_string and "\\" not in steady.triggers):
-                # a pair of modes: the second after a JSON string's backslash passed on, or after
-                # a string value's newline held back
-                pair = chars.value_pair(steady, markers) if steady.value else chars.escape_pair(steady, markers)
-                mode = self._tables.restricted_pair(byte_tables, *pair, key)
-                self.second_modes.add(mode + 1)
+                # a chain of modes: after a JSON string's backslash passed on, or after the
+                # whitespace a string value holds back
+                if steady.value:
+                    chain, held = chars.value_chain(steady, markers), _HELD[steady.value]
+                else:
+                    chain, held = chars.escape_pair(steady, markers), ("", "\\")
+                mode = self._tables.restricted_chain(byte_tables, chain, key)
+                self.held_in.update({mode + k: h for k, h in enumerate(held) if h})
             else:
                 mode = self._tables.restricted_mode(byte_tables, ModeSpec(chars.slow_ids(steady, markers)), key)
             self._modes[key] = mode
@@ -104,7 +107,7 @@ class _VocabChars:
     def ids_with(self, codes: list[int]) -> np.ndarray:
         return np.unique(self.owner[np.isin(self.codes, codes)])
 
-    def escape_pair(self, steady: Steady, markers: frozenset[int]) -> tuple[ModeSpec, ModeSpec]:
+    def escape_pair(self, steady: Steady, markers: frozenset[int]) -> list[ModeSpec]:
         """A JSON string's two modes: as `slow_ids`, except that an id
         whose text ends in an unfinished escape's backslash (`\\`, `ab\\`) is a plain row too, after
         which the slot is in the second mode, where the backslash is out and the next id's text
@@ -141,48 +144,43 @@ class _VocabChars:
             elif t.endswith("\\") and JSON_STRING_TEXT.fullmatch(t, 0, len(t) - 1):
                 stay[i] = True
         shift_plain = to_escaped.astype(np.int8) * (~slow)
-        return ModeSpec(slow, shift_plain), ModeSpec(~(back | stay), -back.astype(np.int8))
+        return [ModeSpec(slow, shift_plain), ModeSpec(~(back | stay), -back.astype(np.int8))]
 
-    def value_pair(self, steady: Steady, markers: frozenset[int]) -> tuple[ModeSpec, ModeSpec]:
-        """A family's string value's two modes (`Steady.value`): an id's text goes out as its JSON
-        string body, less the whitespace the family holds at its end; an id ending in a newline
-        (held alone) switches to the second mode, where the held newline goes out escaped before
-        the next id's text (`T_NL_PREFIX`), and an id not ending in one switches back. Whitespace
-        held otherwise (a run of several, glm45) is an id to the request's stream."""
-        vocab = self.vocab
-        slow = self._base_slow(steady._replace(json_string=False), markers) | ~self.whole
-        slow2 = slow.copy()
-        shift = np.zeros(vocab, dtype=np.int8)
-        shift2 = np.zeros(vocab, dtype=np.int8)
-        rewrite: dict[int, str] = {}
+    def value_chain(self, steady: Steady, markers: frozenset[int]) -> list[ModeSpec]:
+        """A family's string value's modes (`Steady.value`), one per text it may hold at its end
+        (`_HELD`: nothing, a newline, and for glm45 a space): an id's text goes out as its JSON
+        string body less what the family then holds, which decides the next mode; in a mode
+        holding text, that text goes out first (escaped; a prefix flag), unless the id has no
+        text. Holding anything else (a run of whitespace) is an id for the request's stream."""
+        held_texts = _HELD[steady.value]
+        base = self._base_slow(steady._replace(json_string=False), markers) | ~self.whole
+        empty = self.whole & (self.lengths == 0)  # no text: nothing goes out, the mode stays
         # the ids whose text changes or ends in whitespace: a few thousand to look at one by one;
-        # any other id's text goes out as it is, after the held newline in the second mode
+        # any other id's text goes out as it is and holds nothing
         odd = [c for c in np.unique(self.codes).tolist() if c in (34, 92) or not chr(c).isprintable()]
         ends = self.codes[self.starts + self.lengths_nonempty - 1]
         look = np.union1d(self.ids_with(odd), self.owner[self.starts][np.isin(ends, [ord(c) for c in _SPACE])])
-        shift2[:] = -1
+        look = look[~base[look]]
+        rewrite: dict[int, str] = {}
+        specs = []
         texts = self.texts
-        for i in look[~slow[look]].tolist():
-            t: str = texts[i]  # type: ignore[assignment]
-            first, second = _value_step(steady.value, t, False), _value_step(steady.value, t, True)
-            if first is None and second is None:
-                slow[i] = slow2[i] = True
-                continue
-            emit = (first or second)[0]  # type: ignore[index]  # (the same where both are defined)
-            if emit != t:
-                rewrite[i] = emit
-            if first is None:
-                slow[i] = True
-            else:
-                shift[i] = first[1]
-            if second is None:
-                slow2[i] = True
-            else:
-                shift2[i] = second[1] - 1
-        empty = self.whole & (self.lengths == 0)  # no text: nothing goes out, the mode stays
-        shift2[empty | slow2] = 0
-        shift[slow] = 0
-        return ModeSpec(slow, shift, rewrite), ModeSpec(slow2, shift2, rewrite, nl_prefix=~slow2 & ~empty)
+        for k, held in enumerate(held_texts):
+            slow = base.copy()
+            shift = np.full(self.vocab, -k, dtype=np.int8)  # to the first mode: nothing held after
+            shift[empty] = 0
+            for i in look.tolist():
+                step = _value_step(steady.value, texts[i], held)  # type: ignore[arg-type]
+                if step is None:
+                    slow[i] = True
+                    continue
+                emit, after = step
+                if emit != texts[i]:
+                    rewrite[i] = emit  # (the same in every mode where it is defined)
+                shift[i] = held_texts.index(after) - k
+            shift[slow] = 0
+            prefix = json_string_body(held)
+            specs.append(ModeSpec(slow, shift, rewrite, prefix, ~slow & ~empty if held else None))
+        return specs
 
     def _base_slow(self, steady: Steady, markers: frozenset[int]) -> np.ndarray:
         """Markers, trigger characters, and in a JSON string ids of partial or unprintable characters."""
@@ -219,25 +217,26 @@ class _VocabChars:
 
 
 _SPACE = " \t\n\r"
+# what a family's string value may hold at its end while on the compiled path, by `Steady.value`
+_HELD = {VALUE_NEWLINE: ("", "\n"), VALUE_SPACE: ("", "\n", " ")}
 
 
-def _value_step(hold: str, text: str, held: bool) -> tuple[str, int] | None:
-    """A string value's text `text` fed with (`held`) or without a newline held back: (what goes
-    out after the held newline, 1 if a newline is held after it else 0), or None when what it
-    holds then is not one newline (VALUE_SPACE: a run of whitespace; the stream's to keep)."""
+def _value_step(hold: str, text: str, held: str) -> tuple[str, str] | None:
+    """A string value's text `text` fed while `held` is held back: (what goes out after the held
+    text, what is held after it), or None when that is not one of `_HELD[hold]` (the stream's to
+    keep)."""
     if not text:
-        return "", int(held)
+        return "", held
     if hold == VALUE_NEWLINE:  # qwen3_coder: one newline at the end is held
         if text[-1] == "\n":
-            return json_string_body(text[:-1]), 1
-        return json_string_body(text), 0
+            return json_string_body(text[:-1]), "\n"
+        return json_string_body(text), ""
     body = text.rstrip(_SPACE)  # glm45: the trailing whitespace is held
     run = text[len(body) :]
     if not body:
-        return ("", 1) if not held and text == "\n" else None
-    if run not in ("", "\n"):
-        return None
-    return json_string_body(body), int(run == "\n")
+        run = held + run
+        return ("", run) if run in _HELD[hold] else None
+    return (json_string_body(body), run) if run in _HELD[hold] else None
 
 
 class TypedFastPath:
@@ -284,8 +283,8 @@ class TypedFastPath:
         n = self._v_pend_len[slot]
         held = self._pend[slot, :n].tobytes() if n else b""
         offset = stream._fast_at[2]  # type: ignore[index]
-        second = self._v_mode[slot] in self._typed.second_modes
-        stream.absorb_fast(self._v_choff[slot] - offset, self._v_ntok[slot], held, second)
+        held_text = self._typed.held_in.get(self._v_mode[slot], "")
+        stream.absorb_fast(self._v_choff[slot] - offset, self._v_ntok[slot], held, held_text)
         self._typed.fast_slots -= 1
         self._v_expect[slot] = _NOT_PLAIN
         self._v_pend_len[slot] = 0  # (held by the stream now)

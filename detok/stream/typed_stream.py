@@ -167,10 +167,12 @@ class TypedStream(DecodeStream):
         index = self._parser.calls_emitted - 1
         return steady, index, self._calls.get(index, 0)
 
-    def absorb_fast(self, chars: int, num_tokens: int, held: bytes, second: bool = False) -> None:
+    def absorb_fast(self, chars: int, num_tokens: int, held: bytes, held_text: str = "") -> None:
         """What the table's compiled path decoded for this request since `_fast_at` was set: `chars`
         more of that kind, `num_tokens` consumed in all, `held` bytes of an incomplete character;
-        `second`: it left the slot in its steady state's second mode (`OutputParser.resume_held`).
+        `held_text`: the text the parser holds in the mode it left the slot in (a JSON string's
+        escape's backslash, passed on; a string value's whitespace, held back; see
+        `OutputParser.resume_held`).
 
         With a family's string value, `chars` counts the value's escaped text, not the raw
         text: the raw counters advance by it all the same (nothing is held or marked while on
@@ -192,8 +194,8 @@ class TypedStream(DecodeStream):
         dec = self._raw._dec
         dec._pending = held
         dec._fast = not (dec._strip or dec._after_added or held)
-        if second:
-            self._parser.resume_held()
+        if held_text:
+            self._parser.resume_held(held_text)
 
     # ---- parsing ------------------------------------------------------------------------------
     def _parse(self, text: str, finish: Finish | None) -> Delta:

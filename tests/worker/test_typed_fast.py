@@ -194,3 +194,31 @@ def test_escapes_keep_a_json_string_on_the_compiled_path(case, monkeypatch) -> N
     single, kinds_single, _ = _run(tok, case, [1] * n, fast=True)
     assert _key(paired) == _key(single)
     assert kinds > kinds_single, (kinds, kinds_single, rows)
+
+
+def test_a_string_values_chain_of_modes_on_a_real_vocabulary() -> None:
+    """glm45's string value (`Steady.value` VALUE_SPACE): modes for nothing held, a newline held and a
+    space held; an id's text goes out as its JSON string body less what is held, the held text goes
+    out (escaped) before the next id's text, and a run of whitespace goes to the request's stream."""
+    from detok.parsing.types import KIND_ARGUMENTS, VALUE_SPACE, Steady
+    from detok.stream.table import StreamTable
+    from detok.stream.typed_fast import _VocabChars
+
+    tok = vocabularies.qwen_glm()
+    table = StreamTable(tok)
+    chars = _VocabChars(table._tables, table.plan.tables(True, True))
+    none, newline, space = chars.value_chain(Steady(KIND_ARGUMENTS, "<", value=VALUE_SPACE), frozenset())
+    ids = {t: v[0] for t in ["\n", " ", '"', " the", "\n\n", "  ", ".\n", "<"] if len(v := tok.encode(t)) == 1}
+    assert {"\n", " ", '"', " the"} <= ids.keys()
+    assert (newline.prefix, space.prefix) == ("\\n", " ") and none.prefixed is None
+    i = ids[" the"]  # plain text: out as it is; after a held character, back to the first mode
+    assert not none.slow[i] and none.shift[i] == 0 and newline.shift[i] == -1 and space.shift[i] == -2
+    assert newline.prefixed[i] and space.prefixed[i]
+    assert none.rewrite[ids['"']] == '\\"' and not none.slow[ids['"']]  # escaped on the way
+    assert none.shift[ids["\n"]] == 1 and none.shift[ids[" "]] == 2  # held: the mode that holds it
+    assert none.rewrite[ids["\n"]] == ""  # (what it holds goes out with the next id's text)
+    assert newline.slow[ids["\n"]] and space.slow[ids[" "]]  # a run of two: the stream's
+    if "\n\n" in ids:
+        assert none.slow[ids["\n\n"]]
+    if "<" in ids:
+        assert none.slow[ids["<"]] and newline.slow[ids["<"]]  # a trigger in every mode

@@ -208,16 +208,17 @@ class StreamingToolParser(ToolParser):
             return None
         return self._steady_args
 
-    def resume_held(self) -> None:
+    def resume_held(self, text: str) -> None:
         """See `OutputParser.resume_held`."""
         sink = self._sink
         if isinstance(sink, JsonValueStream):
+            assert text == "\\"
             sink.resume_escaped()
         else:
-            self._resume_held_value()
+            self._resume_held_value(text)
 
-    def _resume_held_value(self) -> None:
-        """In a steady string value, the compiled path held back a newline at the end of the text."""
+    def _resume_held_value(self, text: str) -> None:
+        """In a steady string value, the compiled path held back `text` (whitespace) at its end."""
         raise NotImplementedError
 
     def finish(self) -> tuple[str, list[ToolCallDelta]]:

@@ -128,8 +128,8 @@ class Glm45ToolParser(StreamingToolParser):
     def _text_value_steady(self) -> bool:
         return self._started and not self._space
 
-    def _resume_held_value(self) -> None:
-        self._space = "\n"
+    def _resume_held_value(self, text: str) -> None:
+        self._space = text
 
     def _fast_text(self, text: str) -> str | None:
         # inside a string value after its first character, no whitespace held or at the end

@@ -161,7 +161,8 @@ class Qwen3CoderToolParser(StreamingToolParser):
         # (printable text never ends with a newline; `_last_nl` is what `_fast_text` would clear)
         return self._vstarted and not self._held_nl and not self._last_nl
 
-    def _resume_held_value(self) -> None:
+    def _resume_held_value(self, text: str) -> None:
+        assert text == "\n"
         self._held_nl = self._last_nl = True
 
     def _fast_text(self, text: str) -> str | None:
