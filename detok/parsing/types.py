@@ -65,7 +65,9 @@ class Steady(NamedTuple):
     worker then decodes such text on its compiled path, without calling the parser (see
     `detok.stream.typed_fast`). `json_string`: inside a JSON string, the text must also be whole
     printable characters whose quotes and backslashes are complete escapes (`JSON_STRING_TEXT`: the
-    string passes those on unchanged; a control character would be escaped, a lone backslash held)."""
+    string passes those on unchanged; a control character would be escaped), or end in an escape's
+    backslash (passed on; the next text completes the escape). `value`: the text comes back as its
+    JSON string body instead, less the whitespace the family holds at its end."""
 
     kind: int
     triggers: str

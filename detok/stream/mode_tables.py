@@ -18,7 +18,6 @@ PREFIXES = {"\\n": _T_NL_PREFIX, " ": _T_SP_PREFIX}
 assert TOKEN_ENTRY.itemsize == 16
 
 
-
 @dataclasses.dataclass(frozen=True)
 class ModeSpec:
     """How a restricted mode differs from its base: `slow` (bool per id) never plain rows;
@@ -50,8 +49,8 @@ class ModeTables:
         # the token before it, or an id past the tokenizer's byte table); `restricted`: some id is not byte_ok
         self.byte_ok = np.empty(0, dtype=bool)
         self.restricted = False
-        # per (mode, id): +1 / -1 when the slot's mode becomes the next / previous one after the
-        # id (`restricted_pair`); `switching` once any does
+        # per (mode, id): how many modes on (or back, < 0) the slot's mode moves after the id
+        # (`restricted_chain`); `switching` once any does
         self.shift = np.empty(0, dtype=np.int8)
         self.switching = False
 

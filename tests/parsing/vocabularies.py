@@ -59,20 +59,22 @@ def gpt2() -> Tokenizer:
     return load_tokenizer(str(ta.hf_gpt2_dir()))
 
 
-@functools.cache
-def qwen_kimi() -> Tokenizer:
+def _qwen_with(markers: tuple[str, ...]) -> Tokenizer:
+    """Qwen3.6's vocabulary with `markers` added as special tokens after its own."""
     specials = dict(PRESETS["qwen3.5"].special_tokens)
     nxt = max(specials.values()) + 1
-    specials.update({m: nxt + i for i, m in enumerate(KIMI_MARKERS)})
+    specials.update({m: nxt + i for i, m in enumerate(markers)})
     return load_tiktoken(str(ta.qwen3_6_tiktoken()), preset="qwen3.5", special_tokens=specials)
+
+
+@functools.cache
+def qwen_kimi() -> Tokenizer:
+    return _qwen_with(KIMI_MARKERS)
 
 
 @functools.cache
 def qwen_glm() -> Tokenizer:
-    specials = dict(PRESETS["qwen3.5"].special_tokens)
-    nxt = max(specials.values()) + 1
-    specials.update({m: nxt + i for i, m in enumerate(GLM_MARKERS)})
-    return load_tiktoken(str(ta.qwen3_6_tiktoken()), preset="qwen3.5", special_tokens=specials)
+    return _qwen_with(GLM_MARKERS)
 
 
 @functools.cache
