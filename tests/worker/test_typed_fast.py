@@ -78,11 +78,25 @@ CASES = {
 }
 
 
+_CORES: dict[tuple[str, bool], WorkerCore] = {}
+
+
+def _core(tok, case: str, fast: bool) -> WorkerCore:  # type: ignore[no-untyped-def]
+    """A long-lived core per case and path, as a worker is (its tables and modes built once; the
+    request's rid is reused after each run's end); only the current case's are kept."""
+    core = _CORES.get((case, fast))
+    if core is None:
+        for key in [k for k in _CORES if k[0] != case]:
+            del _CORES[key]
+        core = _CORES[(case, fast)] = WorkerCore(tok)
+        core.table.typed_fast = fast
+    return core
+
+
 def _run(tok, case: str, groups: list[int], fast: bool, params: DecodeParams = DecodeParams()) -> tuple[Typed, int, int]:  # type: ignore[no-untyped-def]
     """(assembled output, rows with a kind, rows) of the case's ids sent in `groups`."""
     _, reasoning, tool, text = CASES[case]
-    core = WorkerCore(tok)
-    core.table.typed_fast = fast
+    core = _core(tok, case, fast)
     ids = tok.encode(text)
     parsing = OutputParsing(reasoning, tool, TOOLS if tool else ())
     batches = run_request(core, 7, ids, groups or [len(ids)], parsing, params, EndRequest(7, "length"))
