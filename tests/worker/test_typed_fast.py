@@ -236,3 +236,41 @@ def test_a_string_values_chain_of_modes_on_a_real_vocabulary() -> None:
         assert none.slow[ids["\n\n"]]
     if "<" in ids:
         assert none.slow[ids["<"]] and newline.slow[ids["<"]]  # a trigger in every mode
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_many_requests_at_once_give_each_the_slow_paths_result(tok, case, compiled) -> None:  # type: ignore[no-untyped-def]
+    """Twelve requests of the case at once, one id each per step: more rows than the numpy fallback
+    steps row by row, so its gathered path (mode chains, rewritten texts, prefixes) runs as the
+    compiled one does; each request's output is that of the path that feeds every id to the parser
+    (call ids aside: they derive from the rid)."""
+    from detok.wire.packing import pack_rids, pack_u32
+    from detok.wire.to_workers import Registration
+    from tests.helpers.typed_helpers import REPLY_TO, batches_of
+
+    _, reasoning, tool, text = CASES[case]
+    ids = tok.encode(text)
+    want, _, _ = _run(tok, case, [1] * len(ids), fast=False)
+    core = WorkerCore(tok)
+    if compiled:
+        assert core.table.compiled, "the compiled extension is not built"
+    core.table.compiled = compiled
+    parsing = OutputParsing(reasoning, tool, TOOLS if tool else ())
+    rids = list(range(100, 112))
+    regs = [Registration(r, REPLY_TO, [], DecodeParams(), parsing=parsing) for r in rids]
+    batches = batches_of(core, core.handle_batch(DetokBatch(1, 0.0, regs, b"", b"", b"", b"", [])))
+    n = len(rids)
+    for k, i in enumerate(ids):
+        step = DetokBatch(2 + k, 0.0, [], pack_rids(rids), pack_u32([k] * n), b"", pack_u32([i] * n), [])
+        batches += batches_of(core, core.handle_batch(step))
+    end = DetokBatch(2 + len(ids), 0.0, [], b"", b"", b"", b"", [EndRequest(r, "length") for r in rids])
+    batches += batches_of(core, core.handle_batch(end))
+    assert not core.live and core.table._typed.fast_slots == 0
+    assert sum(1 for b in batches for k in b.kinds if k) > 0  # the path was taken
+    for r in rids:
+        got = assemble(batches, r)
+        assert _key_without_call_ids(got) == _key_without_call_ids(want), r
+
+
+def _key_without_call_ids(t: Typed) -> tuple[object, ...]:
+    return t.reasoning, t.content, {i: c[1:] for i, c in t.calls.items()}, t.finish, t.num_calls, t.text
