@@ -70,7 +70,7 @@ _RECEIVE_TIMEOUT_S = 600.0
 def main() -> int:
     args = _parse()
     if args.profile:
-        from detok.worker.process import PROFILE_ENV
+        from detok.worker.serving_loop import PROFILE_ENV
 
         os.makedirs(args.profile, exist_ok=True)
         os.environ[PROFILE_ENV] = os.path.abspath(args.profile)  # inherited by the spawned workers

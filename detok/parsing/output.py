@@ -75,7 +75,8 @@ class OutputParser:
         (detok.stream.typed_fast) in which the parser holds `text`: in a JSON string argument, an
         escape's backslash, passed on; in a family's own string value, whitespace at its end,
         held back. The tool parser takes on that state."""
-        assert self._tools is not None
+        if self._tools is None:
+            raise ValueError("no tool parser holds text")
         self._tools.resume_held(text)
 
     def feed(self, piece: Piece) -> TypedDelta:

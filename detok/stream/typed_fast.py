@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 KIND_SHIFT = 30
 TAG_MASK = (1 << KIND_SHIFT) - 1  # the caller's tags stay below this (Frontends' tags do)
 _ESCAPED = '"\\/bfnrtu'  # what may follow a JSON string's backslash
-_MAX_MODES = 64  # distinct (vocabulary mode, steady state, markers) at most; more stay off the path
+# decode modes built for steady states at most (each one record per vocabulary id: 4 MB for 250K
+# ids); a state whose modes would pass it stays off the path
+MAX_TYPED_MODES = 64
 
 
 class TypedModes:
@@ -57,13 +59,14 @@ class TypedModes:
         self._modes: dict[tuple[int, str, bool, str, frozenset[int]], int | None] = {}  # None: over the bound
         self._chars: dict[int, _VocabChars] = {}
         self.fast_slots = 0  # slots on the path now
+        self.built = 0  # modes built (MAX_TYPED_MODES)
         self.held_in: dict[int, str] = {}  # a chain's mode -> the text the parser holds in it (see `mode`)
 
     def mode(self, byte_tables: ByteTables, steady: Steady, markers: frozenset[int]) -> int | None:
         key = (id(byte_tables), steady.triggers, steady.json_string, steady.value, markers)
         mode = self._modes.get(key, -1)
         if mode == -1:
-            if len(self._modes) >= _MAX_MODES:
+            if self.built + _CHAIN_MAX > MAX_TYPED_MODES:
                 return None
             chars = self._chars.get(id(byte_tables))
             if chars is None:
@@ -77,8 +80,10 @@ class TypedModes:
                     chain, held = chars.escape_pair(steady, markers), ("", "\\")
                 mode = self._tables.restricted_chain(byte_tables, chain, key)
                 self.held_in.update({mode + k: h for k, h in enumerate(held) if h})
+                self.built += len(chain)
             else:
                 mode = self._tables.restricted_mode(byte_tables, ModeSpec(chars.slow_ids(steady, markers)), key)
+                self.built += 1
             self._modes[key] = mode
         return mode
 
@@ -219,6 +224,7 @@ class _VocabChars:
 _SPACE = " \t\n\r"
 # what a family's string value may hold at its end while on the compiled path, by `Steady.value`
 _HELD = {VALUE_NEWLINE: ("", "\n"), VALUE_SPACE: ("", "\n", " ")}
+_CHAIN_MAX = 3  # the longest chain of modes a steady state needs
 
 
 def _value_step(hold: str, text: str, held: str) -> tuple[str, str] | None:

@@ -77,7 +77,8 @@ class _RawText:
 class TypedStream(DecodeStream):
     """`DecodeStream` whose output goes through an `OutputParser` into `TypedRow`s (see module)."""
 
-    __slots__ = ("_calls", "_coff", "_emit", "_fast_at", "_fed", "_markers", "_parser", "_raw", "_rid", "_roff", "_tail")
+    __slots__ = ("_broken", "_calls", "_coff", "_emit", "_fast_at", "_fed", "_markers", "_parser", "_raw", "_rid", "_roff",
+                 "_tail")
     columnar: ClassVar[bool] = False  # never on the table's compiled plain path
 
     def __init__(
@@ -107,6 +108,7 @@ class TypedStream(DecodeStream):
         # (kind, call index, kind offset) while a StreamTable steps this request's plain ids on its
         # compiled path (`detok.stream.typed_fast`); None while this object steps
         self._fast_at: tuple[int, int, int] | None = None
+        self._broken: Exception | None = None  # the parser failed to take a state back: the next step fails
 
     @property
     def calls_emitted(self) -> int:
@@ -195,23 +197,31 @@ class TypedStream(DecodeStream):
         dec._pending = held
         dec._fast = not (dec._strip or dec._after_added or held)
         if held_text:
-            self._parser.resume_held(held_text)
+            try:
+                self._parser.resume_held(held_text)
+            except Exception as e:  # noqa: BLE001 - a parser's failure is its request's error, at its next step
+                self._broken = e
 
     # ---- parsing ------------------------------------------------------------------------------
     def _parse(self, text: str, finish: Finish | None) -> Delta:
+        if self._broken is not None:
+            return self._failed(self._broken)
         if not text and finish is None and not self._raw.marks:
             return EMPTY_DELTA  # nothing new (a character still incomplete, a held stop prefix)
         try:
             out = self._feed(text, final=finish is not None)
         except Exception as e:  # noqa: BLE001 - a parser's failure is its request's error
-            log.warning("rid %s: output parsing failed: %s: %s", self._rid, type(e).__name__, e)
-            self.finished = True
-            return Delta("", Finish("error", None, f"output parsing failed: {type(e).__name__}: {e}"))
+            return self._failed(e)
         if out:
             self._emit(self._row(out))
         if finish is not None:
             return Delta("", finish)
         return EMPTY_DELTA
+
+    def _failed(self, e: Exception) -> Delta:
+        log.warning("rid %s: output parsing failed: %s: %s", self._rid, type(e).__name__, e)
+        self.finished = True
+        return Delta("", Finish("error", None, f"output parsing failed: {type(e).__name__}: {e}"))
 
     def _feed(self, text: str, final: bool) -> TypedDelta:
         """Feed the emitted text so far, cut at the recorded marker spans (see the module)."""

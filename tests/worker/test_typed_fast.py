@@ -274,3 +274,54 @@ def test_many_requests_at_once_give_each_the_slow_paths_result(tok, case, compil
 
 def _key_without_call_ids(t: Typed) -> tuple[object, ...]:
     return t.reasoning, t.content, {i: c[1:] for i, c in t.calls.items()}, t.finish, t.num_calls, t.text
+
+
+def test_a_parser_that_cannot_take_its_state_back_fails_only_its_request(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A slot taken off the compiled path in a mode where the parser holds text (here after a lone
+    backslash) whose parser then raises: that request ends with an error, the other goes on exactly."""
+    from detok.parsing.tools.json_stream import JsonValueStream
+    from detok.wire.packing import pack_rids, pack_u32
+    from detok.wire.to_workers import Registration
+    from tests.helpers.typed_helpers import REPLY_TO, batches_of
+
+    def refuse(self) -> None:  # type: ignore[no-untyped-def]
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(JsonValueStream, "resume_escaped", refuse)
+    tok = vocabularies.gpt2()
+    text = CASES["gpt2 escapes"][3]
+    ids = tok.encode(text)
+    core = WorkerCore(tok)
+    parsing = OutputParsing("qwen3", "hermes", TOOLS)
+    regs = [Registration(r, REPLY_TO, [], DecodeParams(), parsing=parsing if r == 1 else None) for r in (1, 2)]
+    batches = batches_of(core, core.handle_batch(DetokBatch(1, 0.0, regs, b"", b"", b"", b"", [])))
+    for k, i in enumerate(ids):
+        live = [r for r in (1, 2) if r in core.live]
+        batches += batches_of(core, core.handle_batch(DetokBatch(2 + k, 0.0, [], pack_rids(live), pack_u32([k] * len(live)),
+                                                                 b"", pack_u32([i] * len(live)), [])))
+    batches += batches_of(core, core.handle_batch(DetokBatch(9999, 0.0, [], b"", b"", b"", b"", [EndRequest(2, "length")])))
+    failed = assemble(batches, 1)
+    assert failed.finish is not None and failed.finish.reason == "error"
+    assert "output parsing failed: RuntimeError: injected" in (failed.finish.message or "")
+    assert assemble(batches, 2).text == tok.decode(ids)  # the plain request beside it: exact
+    assert not core.live and core.table._typed.fast_slots == 0
+
+
+def test_past_the_mode_bound_requests_stay_off_the_path_and_exact(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """MAX_TYPED_MODES bounds the decode modes (memory) a worker builds for steady states: a state
+    that would pass it is decoded through the parser, with the same result."""
+    from detok.stream import typed_fast
+
+    tok = vocabularies.qwen()
+    case = "hermes escapes"
+    _, reasoning, tool, text = CASES[case]
+    ids = tok.encode(text)
+    want, _, _ = _run(tok, case, [1] * len(ids), fast=False)
+    # room for the first (reasoning) mode only: none for a chain of up to three after it
+    monkeypatch.setattr(typed_fast, "MAX_TYPED_MODES", 3)
+    core = WorkerCore(tok)
+    batches = run_request(core, 7, ids, [1] * len(ids), OutputParsing(reasoning, tool, TOOLS), DecodeParams(),
+                          EndRequest(7, "length"))
+    assert core.table._typed.built == 1 and not core.table._typed.held_in  # no chain built
+    assert sum(1 for b in batches for k in b.kinds if k) > 0  # reasoning still on the path
+    assert _key(assemble(batches, 7)) == _key(want)

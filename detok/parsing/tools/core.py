@@ -212,7 +212,8 @@ class StreamingToolParser(ToolParser):
         """See `OutputParser.resume_held`."""
         sink = self._sink
         if isinstance(sink, JsonValueStream):
-            assert text == "\\"
+            if text != "\\":
+                raise ValueError(f"a JSON string holds no {text!r}")
             sink.resume_escaped()
         else:
             self._resume_held_value(text)

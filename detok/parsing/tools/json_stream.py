@@ -219,7 +219,8 @@ class JsonValueStream:
     def resume_escaped(self) -> None:
         """Inside a string with nothing held, a backslash was passed on by someone else (the
         worker's compiled path): the next text completes its escape."""
-        assert self._in_string and not self._held and not self.done and not self.failed
+        if not self._in_string or self._held or self.done or self.failed:
+            raise ValueError("a backslash passed on outside a JSON string's plain text")
         self._held = "\\"
         self._esc_sent = True
 

@@ -162,7 +162,8 @@ class Qwen3CoderToolParser(StreamingToolParser):
         return self._vstarted and not self._held_nl and not self._last_nl
 
     def _resume_held_value(self, text: str) -> None:
-        assert text == "\n"
+        if text != "\n":
+            raise ValueError(f"a qwen3_coder value holds no {text!r}")
         self._held_nl = self._last_nl = True
 
     def _fast_text(self, text: str) -> str | None:
