@@ -325,3 +325,48 @@ def test_past_the_mode_bound_requests_stay_off_the_path_and_exact(monkeypatch) -
     assert core.table._typed.built == 1 and not core.table._typed.held_in  # no chain built
     assert sum(1 for b in batches for k in b.kinds if k) > 0  # reasoning still on the path
     assert _key(assemble(batches, 7)) == _key(want)
+
+
+# pieces that move the chains (escapes cut anywhere, held whitespace, quotes, markers' first
+# characters) and what may follow them, drawn after a prefix that opens a string argument or value
+MOVERS = ["\\", "\\\\", '"', '\\"', ")\\", " ", "  ", "\n", "\n\n", " \n", "\t", "<", "</", "u"]
+FOLLOWERS = ["n", "u", "00", "e9", "u00e9", "t", "/", '"', "\\", "x", "parameter", ">", "}", "{", "北京", "🫨", " the",
+             "word", ",", ":", " ", "\n"]
+CHAIN_PIECES = MOVERS + FOLLOWERS
+CHAIN_PREFIXES = {
+    "hermes": ("qwen", "qwen3", "hermes", '<think>x</think><tool_call>\n{"name": "get_weather", "arguments": {"city": "'),
+    "qwen3_coder": ("qwen", "qwen3", "qwen3_coder", "<think>x</think><tool_call>\n<function=get_weather>\n"
+                    "<parameter=city>\nv"),
+    "glm45": ("qwen_glm", "qwen3", "glm45", "<think>x</think><tool_call>get_weather\n<arg_key>city</arg_key><arg_value>v"),
+    "gpt2 hermes": ("gpt2", "qwen3", "hermes", '<think>x</think><tool_call>\n{"name": "get_weather", "arguments": '
+                    '{"city": "'),
+}
+
+
+_CHAIN_CORES: dict[tuple[str, bool], WorkerCore] = {}  # (8 long-lived cores: the families' draws interleave)
+
+
+@pytest.mark.parametrize("family", sorted(CHAIN_PREFIXES))
+@settings(max_examples=EXAMPLES * 2, deadline=None)
+@given(pairs=st.lists(st.tuples(st.sampled_from(MOVERS), st.sampled_from(FOLLOWERS)), min_size=3, max_size=15),
+       mixed=st.lists(st.sampled_from(CHAIN_PIECES), max_size=20), groups=st.lists(st.integers(1, 3), max_size=40))
+def test_random_ids_in_a_string_move_the_chains_exactly(family: str, pairs: list[tuple[str, str]], mixed: list[str],
+                                                       groups: list[int]) -> None:
+    """Random runs of the ids that move a JSON string's or a value's chain of modes (each piece
+    encoded alone: the vocabulary's own ids for it), one per step and in random groups: the
+    result is the parser path's."""
+    vocab, reasoning, tool, prefix = CHAIN_PREFIXES[family]
+    tok = getattr(vocabularies, vocab)()
+    pieces = [p for pair in pairs for p in pair] + mixed  # every mover followed, then anything
+    ids = tok.encode(prefix) + [i for p in pieces for i in tok.encode(p)]
+    parsing = OutputParsing(reasoning, tool, TOOLS)
+    results = []
+    for fast, cut in ((False, [len(ids)]), (True, [1] * len(ids)), (True, groups)):
+        core = _CHAIN_CORES.get((family, fast))
+        if core is None:
+            core = _CHAIN_CORES[(family, fast)] = WorkerCore(tok)
+            core.table.typed_fast = fast
+        batches = run_request(core, 7, ids, cut, parsing, DecodeParams(), EndRequest(7, "length"))
+        assert not core.live and core.table._typed.fast_slots == 0
+        results.append(_key(assemble(batches, 7)))
+    assert results[1] == results[0] and results[2] == results[0]
