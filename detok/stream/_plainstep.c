@@ -333,8 +333,8 @@ enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_PEND, B_PEND_L
  * entries[mode * vocab + id] (TokenEntry, 16 bytes) holds a token's bytes in that decode mode:
  * T_WHOLE if they are whole characters, T_BYTE_OK unless it is a spaced special token, T_EOS for
  * end-of-sequence ids. pend[slot] (4 bytes) holds the slot's pend_len[slot] bytes of an incomplete
- * character, the per-slot columns its expected start, tokens, chars, mode and whether it stops on
- * end-of-sequence ids.
+ * character, the per-slot columns its expected start, tokens, chars, mode (an id flagged T_NEXT /
+ * T_PREV moves it along its chain) and whether it stops on end-of-sequence ids.
  * slow_row(row, rid, slot, start, first, count) -> (text, offset, num_tokens) steps any other row. */
 static PyObject *step_packed(PyObject *self, PyObject *args) {
     PyObject *o[N_BUFS], *slow_row;
