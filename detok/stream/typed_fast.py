@@ -17,7 +17,7 @@ string has two modes (`ModeTables.restricted_chain`). An id ending in an escape'
 plain row after which the compiled step puts the slot in the second mode, where only ids that
 complete the escape are plain rows (and put it back); the JSON stream passes a backslash on at once
 either way (`JsonValueStream`), and a slot taken off in the second mode tells it so
-(`TypedStream.absorb_fast(escaped=True)`).
+(`TypedStream.absorb_fast`, with the text the parser holds in that mode).
 
 While on the path, the slot's char-offset column counts the text of that kind (the offset the
 receiver de-duplicates on) and its tag carries the kind in bits 30-31; `StreamTable.step_packed`
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detok.parsing.tools.schema_values import json_string_body
+from detok.parsing.tools.value_holds import HOLDS, SPACE
 from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, VALUE_SPACE, Steady
 from detok.stream.byte_text import ByteTables
 from detok.stream.mode_tables import ModeSpec, ModeTables
@@ -164,7 +165,7 @@ class _VocabChars:
         # any other id's text goes out as it is and holds nothing
         odd = [c for c in np.unique(self.codes).tolist() if c in (34, 92) or not chr(c).isprintable()]
         ends = self.codes[self.starts + self.lengths_nonempty - 1]
-        look = np.union1d(self.ids_with(odd), self.owner[self.starts][np.isin(ends, [ord(c) for c in _SPACE])])
+        look = np.union1d(self.ids_with(odd), self.owner[self.starts][np.isin(ends, [ord(c) for c in SPACE])])
         look = look[~base[look]]
         rewrite: dict[int, str] = {}
         specs = []
@@ -221,28 +222,21 @@ class _VocabChars:
         return slow
 
 
-_SPACE = " \t\n\r"
 # what a family's string value may hold at its end while on the compiled path, by `Steady.value`
 _HELD = {VALUE_NEWLINE: ("", "\n"), VALUE_SPACE: ("", "\n", " ")}
 _CHAIN_MAX = 3  # the longest chain of modes a steady state needs
 
 
 def _value_step(hold: str, text: str, held: str) -> tuple[str, str] | None:
-    """A string value's text `text` fed while `held` is held back: (what goes out after the held
-    text, what is held after it), or None when that is not one of `_HELD[hold]` (the stream's to
-    keep)."""
+    """A string value's text `text` fed while `held` is held back, by the family's own rule
+    (`value_holds`): (what goes out after the held text, escaped; what is held after it), or None
+    when that is not one of `_HELD[hold]` (the stream's to keep)."""
     if not text:
         return "", held
-    if hold == VALUE_NEWLINE:  # qwen3_coder: one newline at the end is held
-        if text[-1] == "\n":
-            return json_string_body(text[:-1]), "\n"
-        return json_string_body(text), ""
-    body = text.rstrip(_SPACE)  # glm45: the trailing whitespace is held
-    run = text[len(body) :]
-    if not body:
-        run = held + run
-        return ("", run) if run in _HELD[hold] else None
-    return (json_string_body(body), run) if run in _HELD[hold] else None
+    out, after = HOLDS[hold](text, held)
+    if after not in _HELD[hold]:
+        return None
+    return json_string_body(out[len(held) :]), after
 
 
 class TypedFastPath:

@@ -78,18 +78,20 @@ CASES = {
 }
 
 
-_CORES: dict[tuple[str, bool], WorkerCore] = {}
+_CORES: dict[tuple[str, bool], WorkerCore] = {}  # insertion order: the oldest first
+_KEPT_CORES = 8
 
 
 def _core(tok, case: str, fast: bool) -> WorkerCore:  # type: ignore[no-untyped-def]
     """A long-lived core per case and path, as a worker is (its tables and modes built once; the
-    request's rid is reused after each run's end); only the current case's are kept."""
-    core = _CORES.get((case, fast))
+    request's rid is reused after each run's end); the last _KEPT_CORES used are kept."""
+    core = _CORES.pop((case, fast), None)
     if core is None:
-        for key in [k for k in _CORES if k[0] != case]:
-            del _CORES[key]
-        core = _CORES[(case, fast)] = WorkerCore(tok)
+        core = WorkerCore(tok)
         core.table.typed_fast = fast
+        while len(_CORES) >= _KEPT_CORES:
+            del _CORES[next(iter(_CORES))]
+    _CORES[(case, fast)] = core
     return core
 
 
@@ -343,9 +345,6 @@ CHAIN_PREFIXES = {
 }
 
 
-_CHAIN_CORES: dict[tuple[str, bool], WorkerCore] = {}  # (8 long-lived cores: the families' draws interleave)
-
-
 @pytest.mark.parametrize("family", sorted(CHAIN_PREFIXES))
 @settings(max_examples=EXAMPLES * 2, deadline=None)
 @given(pairs=st.lists(st.tuples(st.sampled_from(MOVERS), st.sampled_from(FOLLOWERS)), min_size=3, max_size=15),
@@ -362,10 +361,7 @@ def test_random_ids_in_a_string_move_the_chains_exactly(family: str, pairs: list
     parsing = OutputParsing(reasoning, tool, TOOLS)
     results = []
     for fast, cut in ((False, [len(ids)]), (True, [1] * len(ids)), (True, groups)):
-        core = _CHAIN_CORES.get((family, fast))
-        if core is None:
-            core = _CHAIN_CORES[(family, fast)] = WorkerCore(tok)
-            core.table.typed_fast = fast
+        core = _core(tok, f"chains {family}", fast)
         batches = run_request(core, 7, ids, cut, parsing, DecodeParams(), EndRequest(7, "length"))
         assert not core.live and core.table._typed.fast_slots == 0
         results.append(_key(assemble(batches, 7)))

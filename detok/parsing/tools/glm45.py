@@ -25,6 +25,7 @@ from typing import Any
 from detok.parsing.tools import schema_values as sv
 from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
+from detok.parsing.tools.value_holds import SPACE as _SPACE, hold_trailing_space
 from detok.parsing.types import VALUE_SPACE
 
 
@@ -33,7 +34,6 @@ KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</ar
 MAX_NAME = 256
 
 _CONTENT, _NAME, _BODY, _KEY, _VALUE, _SKIP = range(6)
-_SPACE = " \t\n\r"
 
 
 def deserialize(text: str) -> Any:
@@ -172,11 +172,9 @@ class Glm45ToolParser(StreamingToolParser):
             if not text:
                 return
             self._started = True
-        body = text.rstrip(_SPACE)
-        if body:
-            self._args(sv.json_string_body(self._space + body))
-            self._space = ""
-        self._space += text[len(body) :]
+        out, self._space = hold_trailing_space(text, self._space)
+        if out:
+            self._args(sv.json_string_body(out))
 
     def _end_value(self) -> None:
         if self._string:

@@ -30,6 +30,7 @@ from typing import Any
 from detok.parsing.tools import schema_values as sv
 from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
+from detok.parsing.tools.value_holds import hold_one_newline
 from detok.parsing.types import VALUE_NEWLINE
 
 
@@ -201,12 +202,8 @@ class Qwen3CoderToolParser(StreamingToolParser):
                 text = text[1:]
                 if not text:
                     return
-        if self._held_nl:
-            text = "\n" + text
-            self._held_nl = False
-        if text[-1] == "\n":
-            self._held_nl = True
-            text = text[:-1]
+        text, held = hold_one_newline(text, "\n" if self._held_nl else "")
+        self._held_nl = bool(held)
         if not text:
             return
         if self._streaming:
