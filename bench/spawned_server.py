@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bench.load import PointResult
+    from bench.load_summary import PointResult
 
 _BANNER_URL = re.compile(r"OpenAI API : (http://\S+/v1)")
 

@@ -63,7 +63,7 @@ class StackConfig:
     log_level: str = "WARNING"
     model: str | None = None  # a GGUF: the reference engine runs it in the stub's place
     start_timeout_s: float = 120.0
-    stall_timeout_s: float = STALL_TIMEOUT_S  # a worker silent this long is stalled (detok.pool.supervisor)
+    stall_timeout_s: float = STALL_TIMEOUT_S  # a worker silent this long is stalled (detok.pool.stalls)
     replace_stalled: bool = True
     reasoning_parser: str | None = None  # checked by each worker against the tokenizer at load
     tool_parser: str | None = None

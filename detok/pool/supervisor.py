@@ -20,20 +20,16 @@ for `stall_timeout_s` (default `STALL_TIMEOUT_S`) is reported stalled (`slots()`
 usual death path runs (the spare takes the slot, the scheduler client gets a WorkerEvent "died"
 naming the stall).
 
-Why one module over 350 lines: the supervisor is one thread's state machine (spares, slots,
-heartbeats, restarts) over shared private state; slots and process handles are in `slots.py`.
+Slots and process handles are in `slots.py`, the stall check in `stalls.py`.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
-import signal
 import threading
 import time
 from multiprocessing.connection import wait
-from typing import Final
 
 import zmq
 
@@ -49,6 +45,7 @@ from detok.pool.slots import (
     slot_info,
     stop_processes,
 )
+from detok.pool.stalls import STALL_TIMEOUT_S, StallWatch
 from detok.wire.endpoints import connectable, make_socket, unmapped
 from detok.wire.security import SocketSecurity
 from detok.worker.process import WorkerConfig, pool_child_main
@@ -57,12 +54,9 @@ log = logging.getLogger("detok.pool")
 
 _WAKE_S = 0.5  # the loop also wakes this often to retry spawns held back by the crash backoff
 _CRASH_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0)  # delay before the n-th consecutive failed start
-# A slot's process that sends nothing (heartbeats come every 0.5 s) for this long is stalled. Far
-# above any batch's processing time (a 400K-rid batch takes ~1 s), so load never looks like a stall.
-STALL_TIMEOUT_S: Final = 10.0
 
 
-class Supervisor:
+class Supervisor(StallWatch):
     def __init__(
         self,
         cfg: WorkerConfig,
@@ -271,37 +265,6 @@ class Supervisor:
                 self._status.failure = message
             self._lock.notify_all()
         self._event(wire.WorkerEvent(slot.index, "died", p.pid, slot.generation, message))
-
-    def _check_stalls(self) -> None:
-        """Report (and, if configured, kill) slot processes silent for longer than the bound."""
-        now = time.monotonic()
-        for p in self._procs:
-            if p.slot is None or p.stalled or p.state not in ("assigned", "serving"):
-                continue
-            silent = now - p.last_seen
-            if silent <= self._stall_timeout_s:
-                continue
-            self._set_stalled(p, True)
-            if not self._replace_stalled:
-                log.error("detok worker %d (pid %d) stalled: no heartbeat for %.1f s", p.slot, p.pid, silent)
-                continue
-            p.kill_cause = f"stalled (no heartbeat for {silent:.1f} s) and was killed with SIGKILL"
-            log.error("detok worker %d (pid %d) %s", p.slot, p.pid, p.kill_cause)
-            with self._lock:
-                self._status.stall_replacements += 1
-            if self._metrics is not None:
-                self._metrics.replaced(p.slot)
-            try:
-                os.kill(p.pid, signal.SIGKILL)  # its sentinel then takes the usual death path
-            except ProcessLookupError:
-                pass
-
-    def _set_stalled(self, p: WorkerProc, stalled: bool) -> None:
-        with self._lock:
-            p.stalled = stalled
-            self._lock.notify_all()
-        if self._metrics is not None and p.slot is not None:
-            self._metrics.stalled(p.slot, stalled)
 
     def _balance(self) -> None:
         """Give every empty slot a loaded spare, and keep enough processes loading."""

@@ -11,11 +11,9 @@ kind of text in the tag's top bits, which `step_packed` returns as the `kinds` c
 
 `step_packed` is the worker's entry: packed wire columns in, the frontend's packed columns out
 (`PackedStep`), done by the compiled loop in `_plainstep.c` when it is built. `step` takes and
-returns Python sequences (same results); without the extension both run on numpy gathers.
-
-Why one module over 350 lines: `StreamTable` keeps the columns and the per-request streams in step,
-and open / step / finish / close all write both; the numpy step, mode tables and step results are
-already their own modules.
+returns Python sequences (same results); without the extension both run on numpy gathers. Those
+entries are `detok.stream.packed_step`'s, the numpy step `numpy_step`'s, typed output's
+`typed_fast`'s: this module opens, loads, finishes and closes requests.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ from __future__ import annotations
 import codecs
 from array import array
 from collections.abc import Callable, Hashable, Sequence
-from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,22 +30,17 @@ from detok.stream.decode_stream import CONTEXT_TOKENS, DecodeStream
 from detok.stream.mode_tables import ModeTables
 from detok.stream.numpy_step import _MAX_PENDING, _NOT_PLAIN, _UNKNOWN, NumpyStepping
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Finish
-from detok.stream.step_results import PackedStep, StepResult, unknown_finish
+from detok.stream.step_results import unknown_finish
 from detok.stream.strategy import Strategy, prepare_decoding
 from detok.stream.typed_fast import TAG_MASK, TypedFastPath, TypedModes
 from detok.tokenizer.base import Tokenizer
-from detok.wire.packing import join_texts, pack_u32, unpack_rids, unpack_u32
 
 if TYPE_CHECKING:
     from detok.parsing.output import OutputParser
-    from detok.stream.typed_stream import TypedStream
     from detok.wire.to_frontends import TypedRow
 
-try:  # the compiled step (optional extension); the numpy/Python path gives the same results
-    from detok.stream._plainstep import RidMap as _RidMap
-    from detok.stream._plainstep import step_packed as _compiled_step_packed
-except ImportError:  # pragma: no cover - depends on the build
-    _RidMap = _compiled_step_packed = None
+from detok.stream.packed_step import PackedStepping, _RidMap, _compiled_step_packed
+
 
 utf8_decode = codecs.utf_8_decode  # (text, bytes consumed)
 _DEFAULT_PARAMS = DecodeParams()
@@ -61,32 +53,11 @@ def _indexable(rid: Hashable) -> bool:
     return isinstance(rid, (int, np.integer)) and not isinstance(rid, bool) and 0 <= rid < 2**64
 
 
-def _packed_columns(
-    rids: Sequence[Hashable], starts: Sequence[int], counts: Sequence[int], tokens: Sequence[int]
-) -> tuple[bytes, bytes, bytes, bytes] | None:
-    """The wire form of a step's columns, or None if a value does not fit it (a rid that is not an
-    unsigned 64-bit int, a negative id or start): those batches take the numpy path."""
-    arrays = []
-    for values, limit in ((rids, 2**64), (starts, 2**32), (counts, 2**32), (tokens, 2**32)):
-        arr = np.asarray(values)
-        if arr.ndim != 1 or (len(arr) and (arr.dtype.kind not in "ui" or arr.min() < 0 or int(arr.max()) >= limit)):
-            return None
-        arrays.append(arr)
-    rid_a, start_a, count_a, token_a = arrays
-    one_each = len(count_a) == len(rid_a) and bool((count_a == 1).all())  # the wire's short form
-    return (
-        rid_a.astype("<u8", copy=False).tobytes(),
-        start_a.astype("<u4", copy=False).tobytes(),
-        b"" if one_each else count_a.astype("<u4", copy=False).tobytes(),
-        token_a.astype("<u4", copy=False).tobytes(),
-    )
-
-
 class DuplicateRequest(KeyError):
     pass
 
 
-class StreamTable(NumpyStepping, TypedFastPath):
+class StreamTable(PackedStepping, NumpyStepping, TypedFastPath):
     """Requests whose parameters and prompt tail leave them plain (no stop strings, stop ids or
     min_tokens; a byte-table decode mode; a prompt tail in the vocabulary) are opened in the
     columns only: no DecodeStream exists for them until a row of theirs needs one (`_stream_at`)
@@ -313,68 +284,6 @@ class StreamTable(NumpyStepping, TypedFastPath):
         stream._refresh()
 
     # ---- stepping ---------------------------------------------------------------------------
-    def step_packed(self, rids: bytes, starts: bytes, counts: bytes, tokens: bytes) -> PackedStep:
-        """One scheduler batch in wire form (`DetokBatch`'s packed columns: uint64 rids, uint32
-        starts, counts - empty for one id per row - and ids) -> the frontend's packed columns.
-        ValueError, before any state changes, if the columns do not fit together."""
-        if not self.compiled:
-            rid_a = unpack_rids(rids)
-            count_a = unpack_u32(counts) if counts else np.ones(len(rid_a), dtype=np.int64)
-            slots = np.fromiter(map(self._slot_of.get, rid_a, repeat(_UNKNOWN)), dtype=np.int64, count=len(rid_a))
-            tags = self._tag[slots].astype("<u4").tobytes()  # read before rows close
-            kinds = b""
-            if self._typed.fast_slots:
-                tags, kinds = self._kinds(tags)
-            result = self._step_numpy(np.frombuffer(rid_a, dtype=np.uint64), unpack_u32(starts), count_a, unpack_u32(tokens))
-            text, lengths = join_texts(result.texts)
-            finished = [(k, rid_a[k], f) for k, f in enumerate(result.finishes) if f is not None]
-            byte_lengths = pack_u32(map(len, map(str.encode, result.texts)))
-            return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), byte_lengths, tags, finished,
-                              kinds=kinds)
-        c_args = self._c_args
-        if c_args is None or c_args[0] is not self._tables.entries:
-            c_args = self._c_args = self._compiled_args()
-        self._cur_tokens, self._cur_finished = tokens, []
-        self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
-        # (the tags come back without kind bits, the kinds as their own column: detok.stream.typed_fast)
-        *out, kinds = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], self._slow_row)  # type: ignore[misc]
-        unknown_rows, unknown_rids = self._cur_unknown_rows, self._cur_unknown_rids
-        self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
-        if not unknown_rows:
-            return PackedStep(*out, self._cur_finished, kinds=kinds)
-        return PackedStep(*out, self._cur_finished, np.frombuffer(unknown_rows, dtype=np.int64),
-                          np.frombuffer(unknown_rids, dtype=np.uint64), kinds)
-
-    def _compiled_args(self) -> tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...]]:
-        """The compiled step's table and slot arguments (rebuilt when a mode is added or the
-        columns grow)."""
-        tables = self._tables
-        slots = (self._pend, self._pend_len, self._choff, self._ntok, self._expect, self._eos_stops, self._mode, self._tag)
-        return tables.entries, (tables.entries, tables.utf8, self._vocab), slots
-
-    def _slow_row(self, k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
-        """A row the compiled step hands back (called by it, in row order): its own stream steps."""
-        if slot == _UNKNOWN or self._slot_of.get(rid) != slot:  # (or finished by an earlier row of this batch)
-            self._cur_unknown_rows.append(k)  # no Finish per row: a flood of unknown rids stays arrays
-            self._cur_unknown_rids.append(rid)
-            return "", 0, 0
-        ids = np.frombuffer(self._cur_tokens, dtype="<u4", count=count, offset=4 * first)
-        text, offset, ntok, finish = self._step_one(rid, slot, start, ids)
-        if finish is not None:
-            self._cur_finished.append((k, rid, finish))
-        return text, offset, ntok
-
-    def step(
-        self, rids: Sequence[Hashable], starts: Sequence[int], counts: Sequence[int], tokens: Sequence[int]
-    ) -> StepResult:
-        """One scheduler batch: rids[k] gets counts[k] ids from `tokens`, the first being its
-        output token number starts[k] (earlier ones are a replay and skipped)."""
-        if self.compiled:
-            packed = _packed_columns(rids, starts, counts, tokens)
-            if packed is not None:
-                return self.step_packed(*packed).unpacked()
-        return self._step_numpy(rids, starts, counts, tokens)
-
     def _step_one(self, rid: Hashable, slot: int, start: int, ids_a: np.ndarray) -> tuple[str, int, int, Finish | None]:
         if slot == _UNKNOWN or self._slot_of.get(rid) != slot:  # (or finished by an earlier row of this batch)
             return "", 0, 0, unknown_finish(rid)

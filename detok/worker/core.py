@@ -27,9 +27,8 @@ they already consumed). It is authoritative: a live request it does not name is 
 error. Requests this process already finished are not reopened (the same registration
 generation; a later registration of the same rid is a new request and is opened).
 
-Why one module over 350 lines: `WorkerCore` is one class whose open / step / finish / notice paths
-share the live-request table and the finished-rid memory; the pieces that stand alone (outputs,
-batch checks, finished rids) are already their own modules.
+The step of a batch's token rows is `detok.worker.batch_step`'s; outputs, batch checks and the
+finished-rid memory are their own modules too.
 """
 
 from __future__ import annotations
@@ -44,23 +43,20 @@ from detok.metrics import WorkerCounts
 from detok.parsing.tokens import request_parser, single_token_ids
 from detok.stream.decode_stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
-from detok.stream.table import PackedStep, StreamTable
+from detok.stream.table import StreamTable
 from detok.stream.typed_stream import calls_emitted as _calls
 from detok.tokenizer.base import Tokenizer
-from detok.wire.packing import unpack_u32
 from detok.wire.to_frontends import RequestFinished
 from detok.wire.to_scheduler import StopNotice
 from detok.wire.to_workers import DetokBatch, FailRequests, Registration, Replay
 from detok.worker import logprobs as lp_entries
 from detok.worker.batch_checks import MalformedBatch, check_batch
+from detok.worker.batch_step import BatchStepping
 from detok.worker.finished_rids import FinishedRids
 from detok.worker.outputs import FrontendColumns, Frontends, Outputs
 
 log = logging.getLogger("detok.worker")
 
-# Unknown rids of one batch remembered as finished (their later tokens then count as late, not
-# unknown); the rest of a flood is reported, not remembered, and reported again if it comes back.
-UNKNOWN_REMEMBERED_PER_BATCH = 1024
 
 
 class _Live:
@@ -77,7 +73,7 @@ class _Live:
         self.idle_since = now
 
 
-class WorkerCore:
+class WorkerCore(BatchStepping):
     def __init__(
         self,
         tokenizer: Tokenizer,
@@ -222,82 +218,6 @@ class WorkerCore:
         if reg.logprobs is not None and reg.logprobs >= 0:
             self._logprobs_wanted[reg.rid] = reg.logprobs
 
-    # ---- stepping -------------------------------------------------------------------------------
-    def _step(self, batch: DetokBatch) -> None:
-        result = self.table.step_packed(batch.rids, batch.starts, batch.counts, batch.tokens)
-        self.counts.tokens += len(batch.tokens) // 4
-        self.counts.utf8_holds += self._holding()
-        owners = self._frontends.owners()
-        if len(owners) == 1:
-            # One frontend owns every live request: the step's columns go out as they are, no
-            # per-rid Python. Rows with empty text stay (most rows have text): unknown or late
-            # rids among them are not open at that frontend, or already finished there, so its
-            # receiver drops them.
-            owners[0].add_packed(batch.rids, result.text, result.lengths, result.offsets, result.num_tokens, result.kinds)
-        else:
-            self._frontends.route(batch.rids, result)
-        if batch.logprobs is not None:
-            self._step_logprobs(batch, result)
-        counts = unpack_u32(batch.counts) if batch.counts and (result.finished or len(result.unknown_rows)) else None
-        if result.finished:
-            num_tokens = unpack_u32(result.num_tokens)
-            for row, rid, finish in result.finished:
-                self._row_finished(rid, finish, num_tokens[row], counts[row] if counts is not None else 1)  # type: ignore[arg-type]
-        if len(result.unknown_rows):
-            if counts is not None:
-                row_counts = np.frombuffer(batch.counts, dtype="<u4").astype(np.int64)[result.unknown_rows]
-            else:
-                row_counts = np.ones(len(result.unknown_rows), np.int64)
-            self._unknown_rows(result.unknown_rids, row_counts)
-
-    def _unknown_rows(self, rids: np.ndarray, row_counts: np.ndarray) -> None:
-        """Rows whose rid is not open, as arrays (a flood of them builds no per-row objects that
-        stay): late tokens of a rid finished recently are counted, the others reported once."""
-        late = self._recently_finished.contains_many(rids)
-        self.counts.late_tokens += int(row_counts[late].sum())
-        fresh, fresh_counts = rids[~late], row_counts[~late]
-        unique, first = np.unique(fresh, return_index=True)
-        self.counts.late_tokens += int(fresh_counts.sum() - fresh_counts[first].sum())  # repeats in this batch
-        self.counts.unknown_rids += len(unique)
-        # remembered (so their further tokens count as late) up to a bound per batch: a flood of
-        # a million rids must not fill the finished-rid memory with objects that outlive it
-        for rid in unique[:UNKNOWN_REMEMBERED_PER_BATCH].tolist():
-            self._remember_finished(rid)
-        self._notice_unknown.extend(unique.tolist())
-
-    def _step_logprobs(self, batch: DetokBatch, result: PackedStep) -> None:
-        """Token strings of the rows that carry logprobs, to their frontends (before the rows'
-        finishes are handled: finished requests are still live here)."""
-        if self._token_strings is None:
-            self._token_strings = lp_entries.TokenStrings.of(self.tokenizer)
-        for tag, part in lp_entries.step_entries(
-            self._token_strings, batch.logprobs, batch.rids, batch.starts, batch.counts, batch.tokens,  # type: ignore[arg-type]
-            result.num_tokens, result.tags, self._logprobs_wanted,
-        ):
-            out = self._frontends.by_tag(tag)
-            if out is not None:
-                out.logprobs.append(part)
-
-    def _row_finished(self, rid: int, finish: Finish, num_tokens: int, count: int) -> None:
-        entry = self.live.get(rid)
-        if entry is None:  # the table knows no such rid: late tokens, or never registered
-            if rid in self._recently_finished:
-                self.counts.late_tokens += count
-            else:
-                self._unknown(rid)
-            return
-        gen = entry.registration.gen
-        self._forget(rid, entry, closed=True)
-        self._remember_finished(rid, gen)
-        kind = _stop_kind(finish)
-        if finish.reason == "error":
-            if finish.message and "vocabulary" in finish.message:
-                self.counts.invalid_token_ids += 1
-        elif kind is not None:
-            self.counts.stops[kind] = self.counts.stops.get(kind, 0) + 1
-        self._emit_finish(entry.out, rid, finish, num_tokens, gen, _calls(entry.stream))
-        self._notify(rid, finish, gen)
-
     # ---- ending ---------------------------------------------------------------------------------
     def _end(self, rid: int, reason: str, matched: int | None, message: str | None = None) -> None:
         entry = self.live.get(rid)
@@ -389,13 +309,6 @@ class WorkerCore:
     def live_requests_of(self, reply_to: str) -> int:
         """Live requests whose deltas go to this frontend endpoint."""
         return self._frontends.live_requests_of(reply_to)
-
-
-def _stop_kind(finish: Finish) -> str | None:
-    """DecodeStream.stop_kind from the finish: a stop token or EOS (int matched), a stop string."""
-    if finish.reason != "stop":
-        return None
-    return "token" if isinstance(finish.matched, int) else "string" if isinstance(finish.matched, str) else None
 
 
 def warmed_table(tokenizer: Tokenizer, params: DecodeParams | None = None) -> StreamTable:

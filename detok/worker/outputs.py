@@ -7,7 +7,7 @@ import struct
 import numpy as np
 from dataclasses import dataclass, field
 
-from detok.stream.table import PackedStep
+from detok.stream.step_results import PackedStep
 from detok.stream.typed_fast import TAG_MASK
 from detok.wire.packing import group_rows
 from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished, TypedRow
