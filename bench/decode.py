@@ -12,7 +12,8 @@ Implementations: detok (DecodeStream.step one id at a time, as a one-element lis
 (DecodeStream.step with the int id), detok-batch (the worker's batched
 path: StreamTable.step_packed over the whole batch, packed wire columns in and out),
 detok-batch+split (the same, plus cutting each step's text into one Python str per stream on the
-clock), naive (full re-decode; only on the first
+clock), detok-batch+str (the step itself returns one str per stream: step_packed(row_texts=True),
+an in-process caller's form), naive (full re-decode; only on the first
 --naive-streams streams, it is O(N) per token), window (TGI / vLLM slow), sglang (batched
 DetokenizerManager), hf-decodestream (tokenizers' DecodeStream, as vLLM v1 drives it).
 
@@ -157,7 +158,7 @@ def run_decode_bench(label: str, tok: Any, args: argparse.Namespace) -> list[dic
     return records
 
 
-PER_REQUEST_IMPLS = (DETOK, DETOK_INT, "detok-batch+split", "hf-decodestream")
+PER_REQUEST_IMPLS = (DETOK, DETOK_INT, "detok-batch+split", "detok-batch+str", "hf-decodestream")
 
 
 def run_per_request(label: str, tok: Any, args: argparse.Namespace) -> list[dict[str, Any]]:

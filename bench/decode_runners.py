@@ -16,7 +16,8 @@ from detok.wire.packing import split_text
 
 DETOK = "detok"
 DETOK_INT = "detok-int"
-IMPL_ORDER = (DETOK, DETOK_INT, "detok-batch", "detok-batch+split", "naive", "window", "sglang", "hf-decodestream")
+IMPL_ORDER = (DETOK, DETOK_INT, "detok-batch", "detok-batch+split", "detok-batch+str", "naive", "window", "sglang",
+              "hf-decodestream")
 
 
 # ---- runners: the same harness loop around every implementation ------------------------------------
@@ -133,11 +134,12 @@ class _DetokBatchRunner(_Runner):
     columns a worker gets off the wire, producing the packed columns it sends (one UTF-8 blob and
     per-row lengths and offsets). With `split`, each step's blob is also cut into per-row Python
     strings on the clock (what a consumer wanting one str per stream per step would pay); without,
-    that happens after the clock stops, for the mismatch check only."""
+    that happens after the clock stops, for the mismatch check only. With `strs`, the step returns
+    one str per row itself (`step_packed(row_texts=True)`: an in-process caller's form)."""
 
-    def __init__(self, tok: Any, params: Any, table_cls: type, split: bool = False) -> None:
-        self._tok, self._params, self._table_cls, self._split = tok, params, table_cls, split
-        self.name = "detok-batch+split" if split else "detok-batch"
+    def __init__(self, tok: Any, params: Any, table_cls: type, split: bool = False, strs: bool = False) -> None:
+        self._tok, self._params, self._table_cls, self._split, self._strs = tok, params, table_cls, split, strs
+        self.name = "detok-batch+str" if strs else "detok-batch+split" if split else "detok-batch"
 
     def prepare(self, streams: Sequence[TokenStream]) -> None:
         super().prepare(streams)
@@ -157,6 +159,9 @@ class _DetokBatchRunner(_Runner):
             self._table.open(rid, s.context, self._params, ignore_eos=True)
 
     def step(self, t: int) -> None:
+        if self._strs:
+            self._out.append(self._table.step_packed(self._rids, self._starts[t], b"", self._columns[t], row_texts=True).texts)
+            return
         out = self._table.step_packed(self._rids, self._starts[t], b"", self._columns[t])
         self._out.append(split_text(out.text, out.lengths) if self._split else out)
 
@@ -165,7 +170,7 @@ class _DetokBatchRunner(_Runner):
 
     def collect(self, tails: list[Any]) -> list[str]:
         for out in self._out:
-            texts = out if self._split else split_text(out.text, out.lengths)
+            texts = out if self._split or self._strs else split_text(out.text, out.lengths)
             for parts, text in zip(self._parts, texts):
                 parts.append(text)
         return ["".join(p) + tail for p, tail in zip(self._parts, tails)]
@@ -177,7 +182,8 @@ def _detok_batch_runners(tok: Any, params: Any) -> list[_Runner]:
     except ImportError:
         _common.log("detok has no batched decode path (detok.stream.table.StreamTable): detok-batch skipped")
         return []
-    return [_DetokBatchRunner(tok, params, StreamTable), _DetokBatchRunner(tok, params, StreamTable, split=True)]
+    return [_DetokBatchRunner(tok, params, StreamTable), _DetokBatchRunner(tok, params, StreamTable, split=True),
+            _DetokBatchRunner(tok, params, StreamTable, strs=True)]
 
 
 class _DecodeAdapter:

@@ -127,14 +127,18 @@ class SchedulerClient(ClientNotices):
         is a new registration generation, and nothing of the earlier one (late notices, ends,
         replays after a worker's death) touches it. A rid whose request is still live raises
         `RequestIdInUse` (after up to REUSE_NOTICE_WAIT_S for a worker notice finishing it)."""
-        reg = wire.registration_for(request) if isinstance(request, GenerateRequest) else request
-        worker = shard_of(reg.rid, self._n)
-        if reg.rid in self._book:
-            self._reuse(worker, reg.rid)
+        reg = request if type(request) is Registration else (
+            wire.registration_for(request) if isinstance(request, GenerateRequest) else request)
+        rid = reg.rid
+        worker = shard_of(rid, self._n) if self._n > 1 else 0
+        book = self._book
+        known = rid in book.live or rid in book.ended
+        if known:
+            self._reuse(worker, rid)
         self._gen += 1
         reg = msgspec.structs.replace(reg, gen=self._gen)
         # staged registrations go with the next message to their worker, whichever it is
-        self._book.register(worker, reg, self._seq[worker] + 1)
+        book.register(worker, reg, self._seq[worker] + 1, known)
         self._new[worker].append(reg)
         return worker
 

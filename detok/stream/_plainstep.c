@@ -122,6 +122,27 @@ static void RidMap_dealloc(RidMap *m) {
     Py_TYPE(m)->tp_free((PyObject *)m);
 }
 
+/* key -> slot (an existing key is updated in place); -1 on memory error */
+static int rm_put(RidMap *m, uint64_t key, int64_t slot) {
+    size_t mask = m->cap - 1, i = rm_home(m, key);
+    for (;;) {
+        int64_t v = m->e[i].val;
+        if (v == 0) break;
+        if (v > 0 && m->e[i].key == key) {
+            m->e[i].val = slot;
+            return 0;
+        }
+        i = (i + 1) & mask;
+    }
+    if ((size_t)(m->filled + 1) * 2 > m->cap) {
+        size_t cap = 1024;
+        while (cap < (size_t)(m->used + 1) * 4) cap *= 2;
+        if (rm_resize(m, cap) < 0) return -1;
+    }
+    rm_insert_absent(m, key, slot);
+    return 0;
+}
+
 static PyObject *RidMap_put(RidMap *m, PyObject *args) {
     PyObject *o_key;
     long long slot;
@@ -131,39 +152,29 @@ static PyObject *RidMap_put(RidMap *m, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "slots are positive");
         return NULL;
     }
+    if (rm_put(m, key, slot) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* the slot `key` had (its entry removed), or 0 */
+static int64_t rm_pop(RidMap *m, uint64_t key) {
     size_t mask = m->cap - 1, i = rm_home(m, key);
-    for (;;) { /* an existing key is updated in place */
+    for (;;) {
         int64_t v = m->e[i].val;
-        if (v == 0) break;
+        if (v == 0) return 0;
         if (v > 0 && m->e[i].key == key) {
-            m->e[i].val = slot;
-            Py_RETURN_NONE;
+            m->e[i].val = -1;
+            m->used--;
+            return v;
         }
         i = (i + 1) & mask;
     }
-    if ((size_t)(m->filled + 1) * 2 > m->cap) {
-        size_t cap = 1024;
-        while (cap < (size_t)(m->used + 1) * 4) cap *= 2;
-        if (rm_resize(m, cap) < 0) return NULL;
-    }
-    rm_insert_absent(m, key, slot);
-    Py_RETURN_NONE;
 }
 
 static PyObject *RidMap_pop(RidMap *m, PyObject *o_key) {
     uint64_t key;
     if (rm_key(o_key, &key) < 0) return NULL;
-    size_t mask = m->cap - 1, i = rm_home(m, key);
-    for (;;) {
-        int64_t v = m->e[i].val;
-        if (v == 0) return PyLong_FromLong(0);
-        if (v > 0 && m->e[i].key == key) {
-            m->e[i].val = -1;
-            m->used--;
-            return PyLong_FromLongLong(v);
-        }
-        i = (i + 1) & mask;
-    }
+    return PyLong_FromLongLong(rm_pop(m, key));
 }
 
 static PyObject *RidMap_get(RidMap *m, PyObject *o_key) {
@@ -252,8 +263,8 @@ static int text_append_str(Text *t, PyObject *s, Py_ssize_t *chars) {
 
 /* Decode s[0:n] as UTF-8 the way CPython's incremental decoder does with errors="replace" and
  * final=False: each maximal invalid subpart becomes one U+FFFD, and an incomplete but so far valid
- * sequence at the end is not consumed. The text goes to `out` (as UTF-8); returns its chars, and
- * the bytes consumed in *used; -1 on memory error. */
+ * sequence at the end is not consumed. The text goes to `out` (as UTF-8; NULL: only counted); returns
+ * its chars, and the bytes consumed in *used; -1 on memory error. */
 static int64_t utf8_replace(Text *out, const unsigned char *s, Py_ssize_t n, Py_ssize_t *used) {
     static const char FFFD[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
     Py_ssize_t i = 0;
@@ -272,7 +283,7 @@ static int64_t utf8_replace(Text *out, const unsigned char *s, Py_ssize_t n, Py_
         else if (b >= 0xF1 && b <= 0xF3) need = 3;
         else need = -1; /* never a start byte */
         if (need < 0) {
-            if (text_append(out, FFFD, 3) < 0) return -1;
+            if (out && text_append(out, FFFD, 3) < 0) return -1;
             i++, chars++;
             continue;
         }
@@ -290,10 +301,10 @@ static int64_t utf8_replace(Text *out, const unsigned char *s, Py_ssize_t n, Py_
             if (c < (j == 1 ? lo : 0x80) || c > (j == 1 ? hi : 0xBF)) break;
         }
         if (j > need) {
-            if (text_append(out, (const char *)s + i, need + 1) < 0) return -1;
+            if (out && text_append(out, (const char *)s + i, need + 1) < 0) return -1;
             i += need + 1;
         } else { /* bytes i .. i+j-1 are a maximal invalid subpart */
-            if (text_append(out, FFFD, 3) < 0) return -1;
+            if (out && text_append(out, FFFD, 3) < 0) return -1;
             i += j;
         }
         chars++;
@@ -325,9 +336,12 @@ enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_PEND, B_PEND_L
        B_EOS_STOPS, B_MODE, B_TAG, N_BUFS };
 
 /* step_packed(ridmap, rids, starts, counts, tokens, (entries, utf8, vocab),
- *             (pend, pend_len, choff, ntok, expect, eos_stops, mode, tag), slow_row)
- *   -> (text, lengths, offsets, num_tokens, byte_lengths, tags): bytes; all but `text` packed
- *      uint32, one per row (`tags`: the row's slot's tag, 0 for an unknown rid)
+ *             (pend, pend_len, choff, ntok, expect, eos_stops, mode, tag), slow_row[, token_texts])
+ *   -> (text, lengths, offsets, num_tokens, byte_lengths, tags, kinds[, texts]): bytes; all but
+ *      `text` and `kinds` packed uint32, one per row (`tags`: the row's slot's tag, 0 for an
+ *      unknown rid; `kinds`: a byte per row, empty if all are 0). With `token_texts` (a list of
+ *      str or None per (mode, id), ModeTables.texts), also the rows' texts as a list of str: a
+ *      whole token's own object where the row is just that token (no str is made for it).
  *
  * rids: uint64, starts/counts/tokens: uint32, little-endian; `counts` empty means one id per row.
  * entries[mode * vocab + id] (TokenEntry, 16 bytes) holds a token's bytes in that decode mode:
@@ -337,12 +351,12 @@ enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_PEND, B_PEND_L
  * T_PREV moves it along its chain) and whether it stops on end-of-sequence ids.
  * slow_row(row, rid, slot, start, first, count) -> (text, offset, num_tokens) steps any other row. */
 static PyObject *step_packed(PyObject *self, PyObject *args) {
-    PyObject *o[N_BUFS], *slow_row;
+    PyObject *o[N_BUFS], *slow_row, *token_texts = Py_None;
     RidMap *map;
     Py_ssize_t vocab;
-    if (!PyArg_ParseTuple(args, "O!OOOO(OOn)(OOOOOOOO)O", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
+    if (!PyArg_ParseTuple(args, "O!OOOO(OOn)(OOOOOOOO)O|O", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
                           &o[B_TOKENS], &o[B_ENTRIES], &o[B_UTF8], &vocab, &o[B_PEND], &o[B_PEND_LEN], &o[B_CHOFF],
-                          &o[B_NTOK], &o[B_EXPECT], &o[B_EOS_STOPS], &o[B_MODE], &o[B_TAG], &slow_row))
+                          &o[B_NTOK], &o[B_EXPECT], &o[B_EOS_STOPS], &o[B_MODE], &o[B_TAG], &slow_row, &token_texts))
         return NULL;
     static const struct {
         Py_ssize_t itemsize;
@@ -356,7 +370,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     Buf b[N_BUFS];
     for (int i = 0; i < N_BUFS; i++) b[i].held = 0;
     PyObject *out_lengths = NULL, *out_offsets = NULL, *out_ntok = NULL, *out_nbytes = NULL, *out_tags = NULL;
-    PyObject *out_kinds = NULL;
+    PyObject *out_kinds = NULL, *out_strs = NULL;
     int any_kind = 0;
     PyObject *result = NULL;
     Text text = {NULL, 0, 0};
@@ -401,6 +415,13 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     out_nbytes = PyBytes_FromStringAndSize(NULL, 4 * n);
     out_tags = PyBytes_FromStringAndSize(NULL, 4 * n);
     out_kinds = PyBytes_FromStringAndSize(NULL, n);
+    if (token_texts != Py_None) { /* the rows' texts as str too: a whole token's own str object where it can be */
+        if (!PyList_Check(token_texts) || PyList_GET_SIZE(token_texts) != n_entries) {
+            PyErr_SetString(PyExc_ValueError, "token_texts must be a list of one entry per (mode, id)");
+            goto done;
+        }
+        if ((out_strs = PyList_New(n)) == NULL) goto done;
+    }
     if (!out_lengths || !out_offsets || !out_ntok || !out_nbytes || !out_tags || !out_kinds) goto done;
     char *o_kind = PyBytes_AS_STRING(out_kinds);
     char *o_len = PyBytes_AS_STRING(out_lengths), *o_off = PyBytes_AS_STRING(out_offsets);
@@ -441,6 +462,11 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             unsigned char held = pend_len[slot];
             if ((e->flags & T_WHOLE) && !held) {
                 int nl = (e->flags & T_NL_PREFIX) != 0, sp = (e->flags & T_SP_PREFIX) != 0;
+                if (out_strs != NULL && !nl && !sp) {
+                    PyObject *str = PyList_GET_ITEM(token_texts, md[slot] * vocab + tok);
+                    if (PyUnicode_Check(str) && PyUnicode_GET_LENGTH(str) == e->nchars)
+                        PyList_SET_ITEM(out_strs, k, Py_NewRef(str));
+                }
                 if (nl && text_append(&text, "\\n", 2) < 0) goto done;
                 if (sp && text_append(&text, " ", 1) < 0) goto done;
                 if (text_append(&text, p, e->nbytes) < 0) goto done;
@@ -493,10 +519,16 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
                 Py_DECREF(r);
                 goto done;
             }
+            if (out_strs != NULL) PyList_SET_ITEM(out_strs, k, Py_NewRef(s));
             Py_DECREF(r);
             chars = c;
             offset = off;
             count_after = cnt;
+        }
+        if (out_strs != NULL && PyList_GET_ITEM(out_strs, k) == NULL) {
+            PyObject *str = PyUnicode_DecodeUTF8(text.data + size_before, text.size - size_before, "strict");
+            if (str == NULL) goto done;
+            PyList_SET_ITEM(out_strs, k, str);
         }
         store_u32(o_len, k, (uint32_t)chars);
         store_u32(o_off, k, (uint32_t)offset);
@@ -517,7 +549,8 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    result = PyTuple_Pack(7, blob, out_lengths, out_offsets, out_ntok, out_nbytes, out_tags, out_kinds);
+    result = out_strs == NULL ? PyTuple_Pack(7, blob, out_lengths, out_offsets, out_ntok, out_nbytes, out_tags, out_kinds)
+                              : PyTuple_Pack(8, blob, out_lengths, out_offsets, out_ntok, out_nbytes, out_tags, out_kinds, out_strs);
     Py_DECREF(blob);
 done:
     for (int i = 0; i < N_BUFS; i++) release(&b[i]);
@@ -528,8 +561,214 @@ done:
     Py_XDECREF(out_nbytes);
     Py_XDECREF(out_tags);
     Py_XDECREF(out_kinds);
+    Py_XDECREF(out_strs);
     return result;
 }
+
+/* ---- PlainOpener: a plain request's set-up ---------------------------------------------------- */
+enum { O_PEND, O_PEND_LEN, O_CHOFF, O_NTOK, O_EXPECT, O_EOS_STOPS, O_MODE, O_TAG, N_OBUFS };
+
+/* PlainOpener(ridmap, (entries, utf8, vocab), (pend, pend_len, choff, ntok, expect, eos_stops, mode, tag), all_ok)
+ * (all_ok: a byte per decode mode, whether every id of it has a byte entry)
+ * holds the table's buffers (taken once: a buffer per call would cost more than the set-up itself;
+ * the table makes a new opener when its columns or entries are replaced) for a plain request's set-up
+ * and end (`finish`, below). open(rid, slot, mode, context, max_context, tag, eos_stops) -> bool: the set-up in
+ * the columns (StreamTable.open's deferred case, see table.py): the bytes of an incomplete character
+ * its prompt tail (the last `max_context` ids of `context`, a list or tuple) leaves held in decode mode
+ * `mode`, the slot's columns and the rid's map entry. False, with nothing changed, where the tail
+ * needs the Python path: no ids, an id without a byte entry in the mode (outside the vocabulary, an
+ * added token with raw content), no bytes at all (a leading space may be pending). */
+typedef struct {
+    PyObject_HEAD
+    RidMap *map;
+    Buf entries, utf8, all_ok, col[N_OBUFS];
+    Py_ssize_t vocab, n_slots, n_modes;
+} PlainOpener;
+
+static void PlainOpener_dealloc(PlainOpener *p) {
+    release(&p->entries);
+    release(&p->utf8);
+    release(&p->all_ok);
+    for (int i = 0; i < N_OBUFS; i++) release(&p->col[i]);
+    Py_XDECREF(p->map);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static PyObject *PlainOpener_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *o_entries, *o_utf8, *o_all_ok, *o[N_OBUFS];
+    RidMap *map;
+    Py_ssize_t vocab;
+    if (!PyArg_ParseTuple(args, "O!(OOn)(OOOOOOOO)O", &RidMapType, &map, &o_entries, &o_utf8, &vocab, &o[O_PEND],
+                          &o[O_PEND_LEN], &o[O_CHOFF], &o[O_NTOK], &o[O_EXPECT], &o[O_EOS_STOPS], &o[O_MODE], &o[O_TAG],
+                          &o_all_ok))
+        return NULL;
+    PlainOpener *p = (PlainOpener *)type->tp_alloc(type, 0);
+    if (p == NULL) return NULL;
+    p->map = (RidMap *)Py_NewRef(map);
+    static const Py_ssize_t itemsize[N_OBUFS] = {1, 1, 8, 8, 8, 1, 8, 4};
+    if (get_buf(o_entries, &p->entries, 0, sizeof(TokenEntry), "entries") < 0 || get_buf(o_utf8, &p->utf8, 0, 1, "utf8") < 0 ||
+        get_buf(o_all_ok, &p->all_ok, 0, 1, "all_ok") < 0)
+        goto fail;
+    for (int i = 0; i < N_OBUFS; i++)
+        if (get_buf(o[i], &p->col[i], 1, itemsize[i], "column") < 0) goto fail;
+    Py_ssize_t n = p->col[O_PEND_LEN].view.len, n_entries = p->entries.view.len / (Py_ssize_t)sizeof(TokenEntry);
+    if (p->col[O_PEND].view.len != MAX_PENDING * n || p->col[O_CHOFF].view.len != 8 * n || p->col[O_NTOK].view.len != 8 * n ||
+        p->col[O_EXPECT].view.len != 8 * n || p->col[O_EOS_STOPS].view.len != n || p->col[O_MODE].view.len != 8 * n ||
+        p->col[O_TAG].view.len != 4 * n || vocab <= 0 || n_entries % vocab || p->all_ok.view.len != n_entries / vocab) {
+        PyErr_SetString(PyExc_ValueError, "table columns do not match");
+        goto fail;
+    }
+    p->vocab = vocab, p->n_slots = n, p->n_modes = n_entries / vocab;
+    return (PyObject *)p;
+fail:
+    Py_DECREF(p);
+    return NULL;
+}
+
+/* the slot's columns and the rid's map entry of an opened plain request holding `held` (True) */
+static PyObject *plain_opened(PlainOpener *p, unsigned long long rid, long long slot, long long mode, unsigned long tag,
+                              int eos_stops, const unsigned char *held, Py_ssize_t n_held) {
+    if (rm_put(p->map, (uint64_t)rid, slot) < 0) return NULL;
+    ((int64_t *)p->col[O_MODE].view.buf)[slot] = mode;
+    ((int64_t *)p->col[O_EXPECT].view.buf)[slot] = 0;
+    ((int64_t *)p->col[O_NTOK].view.buf)[slot] = 0;
+    ((int64_t *)p->col[O_CHOFF].view.buf)[slot] = 0;
+    ((char *)p->col[O_EOS_STOPS].view.buf)[slot] = (char)(eos_stops != 0);
+    ((uint32_t *)p->col[O_TAG].view.buf)[slot] = (uint32_t)tag;
+    ((unsigned char *)p->col[O_PEND_LEN].view.buf)[slot] = (unsigned char)n_held;
+    if (n_held) memcpy((unsigned char *)p->col[O_PEND].view.buf + MAX_PENDING * slot, held, n_held);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *PlainOpener_open(PlainOpener *p, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !(PyList_Check(args[3]) || PyTuple_Check(args[3]))) {
+        PyErr_SetString(PyExc_TypeError, "open(rid, slot, mode, context: list or tuple, max_context, tag, eos_stops)");
+        return NULL;
+    }
+    unsigned long long rid = PyLong_AsUnsignedLongLong(args[0]);
+    long long slot = PyLong_AsLongLong(args[1]), mode = PyLong_AsLongLong(args[2]);
+    Py_ssize_t max_context = PyLong_AsSsize_t(args[4]);
+    unsigned long tag = PyLong_AsUnsignedLong(args[5]);
+    int eos_stops = PyObject_IsTrue(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    if (slot <= 0 || slot >= p->n_slots || mode < 0 || mode >= p->n_modes || max_context < 0 || tag > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "slot, mode, max_context or tag out of range");
+        return NULL;
+    }
+    PyObject *context = args[3], *result = NULL;
+    const TokenEntry *entries = (const TokenEntry *)p->entries.view.buf + mode * p->vocab;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(context), first = n > max_context ? n - max_context : 0;
+    PyObject **items = PySequence_Fast_ITEMS(context);
+    if (n == first) Py_RETURN_FALSE;
+    if (((const char *)p->all_ok.view.buf)[mode]) {
+        /* every id of the mode has a byte entry: a tail whose last id is whole characters holds
+         * nothing, whatever came before it, and needs only a range check (one entry read, not one
+         * per id: the table is megabytes, and each read of it a likely cache miss) */
+        int in_range = 1;
+        for (Py_ssize_t k = first; k < n && in_range; k++) {
+            PyObject *item = items[k];
+            long long id = PyLong_Check(item) ? PyLong_AsLongLong(item) : -1;
+            if (id == -1 && PyErr_Occurred()) PyErr_Clear();
+            in_range = id >= 0 && id < p->vocab;
+        }
+        if (!in_range) Py_RETURN_FALSE;
+        const TokenEntry *e = &entries[PyLong_AsLongLong(items[n - 1])];
+        if ((e->flags & T_WHOLE) && e->nchars > 0) return plain_opened(p, rid, slot, mode, tag, eos_stops, NULL, 0);
+    }
+    /* every id must have a byte entry; the tail's bytes are concatenated as the stream's push would */
+    unsigned char small[256], *data = small;
+    Py_ssize_t size = 0, cap = sizeof(small);
+    const TokenEntry *last = NULL;
+    for (Py_ssize_t k = first; k < n; k++) {
+        PyObject *item = items[k];
+        long long id = PyLong_Check(item) ? PyLong_AsLongLong(item) : -1;
+        if (id == -1 && PyErr_Occurred()) PyErr_Clear(); /* too large: not in the vocabulary */
+        if (id < 0 || id >= p->vocab || !(entries[id].flags & T_BYTE_OK)) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+        last = &entries[id];
+        if (last->nbytes > INLINE && (Py_ssize_t)last->off + last->nbytes > p->utf8.view.len) {
+            PyErr_SetString(PyExc_ValueError, "token entry outside utf8");
+            goto done;
+        }
+        if (size + last->nbytes > cap) {
+            Py_ssize_t new_cap = 2 * (size + last->nbytes);
+            unsigned char *grown = data == small ? PyMem_Malloc(new_cap) : PyMem_Realloc(data, new_cap);
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            if (data == small) memcpy(grown, small, size);
+            data = grown, cap = new_cap;
+        }
+        memcpy(data + size, last->nbytes <= INLINE ? last->inl : (const char *)p->utf8.view.buf + last->off, last->nbytes);
+        size += last->nbytes;
+    }
+    Py_ssize_t used = size;
+    if (size == 0) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    if (!((last->flags & T_WHOLE) && last->nchars > 0) && utf8_replace(NULL, data, size, &used) < 0) goto done;
+    if (size - used > MAX_PENDING - 1) { /* cannot happen: a held prefix is < 4 bytes */
+        PyErr_SetString(PyExc_ValueError, "incomplete UTF-8 tail too long");
+        goto done;
+    }
+    result = plain_opened(p, rid, slot, mode, tag, eos_stops, data + used, size - used);
+done:
+    if (data != small) PyMem_Free(data);
+    return result;
+}
+
+/* finish(rid, slot) -> (text, char_offset, num_tokens): a plain request's end (StreamTable.finish's
+ * deferred case): the text of the bytes it holds (as a final decode: U+FFFD for an incomplete
+ * character), its counters; the slot leaves the plain path and the rid the map. */
+static PyObject *PlainOpener_finish(PlainOpener *p, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "finish(rid, slot)");
+        return NULL;
+    }
+    unsigned long long rid = PyLong_AsUnsignedLongLong(args[0]);
+    long long slot = PyLong_AsLongLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    if (slot <= 0 || slot >= p->n_slots) {
+        PyErr_SetString(PyExc_ValueError, "slot out of range");
+        return NULL;
+    }
+    unsigned char *pend_len = p->col[O_PEND_LEN].view.buf;
+    unsigned char held = pend_len[slot];
+    if (held > MAX_PENDING - 1) {
+        PyErr_SetString(PyExc_ValueError, "held bytes out of range");
+        return NULL;
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)p->col[O_PEND].view.buf + MAX_PENDING * slot, held, "replace");
+    if (text == NULL) return NULL;
+    PyObject *result = Py_BuildValue("(NLL)", text, (long long)((int64_t *)p->col[O_CHOFF].view.buf)[slot],
+                                     (long long)((int64_t *)p->col[O_NTOK].view.buf)[slot]);
+    if (result == NULL) return NULL;
+    ((int64_t *)p->col[O_EXPECT].view.buf)[slot] = -2; /* _NOT_PLAIN */
+    pend_len[slot] = 0;
+    rm_pop(p->map, (uint64_t)rid);
+    return result;
+}
+
+static PyMethodDef PlainOpener_methods[] = {
+    {"open", (PyCFunction)(void (*)(void))PlainOpener_open, METH_FASTCALL,
+     "open(rid, slot, mode, context, max_context, tag, eos_stops) -> bool: a plain request's set-up."},
+    {"finish", (PyCFunction)(void (*)(void))PlainOpener_finish, METH_FASTCALL,
+     "finish(rid, slot) -> (text, char_offset, num_tokens): a plain request's end."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PlainOpenerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.stream._plainstep.PlainOpener",
+    .tp_basicsize = sizeof(PlainOpener),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PlainOpener_new,
+    .tp_dealloc = (destructor)PlainOpener_dealloc,
+    .tp_methods = PlainOpener_methods,
+};
 
 /* split_text(text, lengths) -> list[str]: the per-row texts of a packed step (a frontend's view) */
 static PyObject *split_text(PyObject *self, PyObject *args) {
@@ -706,10 +945,17 @@ typedef struct {
     PyObject *texts;  /* list[str | None], or NULL/None: no shortcut */
     PyObject *pieces; /* list[bytes] of the same ids, or NULL/None: ids of no whole text go to Python */
     PyObject *stops;  /* frozenset of ids that end or must be checked, or NULL */
+    PyObject *deltas; /* list[Delta | None] of the same ids, the tables' (shared by their streams): a
+                       * whole token's Delta is made once, not per step (it is immutable), or NULL */
     Py_ssize_t num_tokens, char_offset;
     char finished, fast;
     unsigned char held[MAX_PENDING]; /* while `fast`: the bytes of an incomplete character held */
     unsigned char held_len;
+    /* DecodeStream's own fields, here so that a new stream starts with them as a plain one has
+     * them (None, 0, False: no store per field) and `_set_plain` sets the rest in one call */
+    PyObject *text, *stop, *pending_error, *stop_kind, *visible, *hidden, *stop_ids;
+    Py_ssize_t vocab, min_tokens;
+    char plain;
 } StreamCore;
 
 static PyObject *delta_type = NULL, *empty_delta = NULL, *str_step_py = NULL;
@@ -718,6 +964,14 @@ static int StreamCore_traverse(StreamCore *c, visitproc visit, void *arg) {
     Py_VISIT(c->texts);
     Py_VISIT(c->pieces);
     Py_VISIT(c->stops);
+    Py_VISIT(c->deltas);
+    Py_VISIT(c->text);
+    Py_VISIT(c->stop);
+    Py_VISIT(c->pending_error);
+    Py_VISIT(c->stop_kind);
+    Py_VISIT(c->visible);
+    Py_VISIT(c->hidden);
+    Py_VISIT(c->stop_ids);
     return 0;
 }
 
@@ -725,6 +979,14 @@ static int StreamCore_clear(StreamCore *c) {
     Py_CLEAR(c->texts);
     Py_CLEAR(c->pieces);
     Py_CLEAR(c->stops);
+    Py_CLEAR(c->deltas);
+    Py_CLEAR(c->text);
+    Py_CLEAR(c->stop);
+    Py_CLEAR(c->pending_error);
+    Py_CLEAR(c->stop_kind);
+    Py_CLEAR(c->visible);
+    Py_CLEAR(c->hidden);
+    Py_CLEAR(c->stop_ids);
     return 0;
 }
 
@@ -808,7 +1070,16 @@ static PyObject *StreamCore_step(StreamCore *c, PyObject *arg) {
                 Py_ssize_t n = PyUnicode_GET_LENGTH(t);
                 if (n == 0) return Py_NewRef(empty_delta);
                 c->char_offset += n;
-                return PyObject_CallOneArg(delta_type, t);
+                if (c->deltas == NULL || !PyList_CheckExact(c->deltas) || i >= PyList_GET_SIZE(c->deltas))
+                    return PyObject_CallOneArg(delta_type, t);
+                PyObject *d = PyList_GET_ITEM(c->deltas, i);
+                if (d == Py_None) {
+                    if ((d = PyObject_CallOneArg(delta_type, t)) == NULL) return NULL;
+                    PyList_SET_ITEM(c->deltas, i, Py_NewRef(d));
+                    Py_DECREF(Py_None); /* the reference the list held */
+                    return d;
+                }
+                return Py_NewRef(d);
             }
             if (!stop && c->pieces != NULL && PyList_CheckExact(c->pieces) && i < PyList_GET_SIZE(c->pieces) &&
                 PyBytes_CheckExact(PyList_GET_ITEM(c->pieces, i)))
@@ -830,6 +1101,17 @@ static PyMemberDef StreamCore_members[] = {
     {"_texts", T_OBJECT, offsetof(StreamCore, texts), 0, "the shortcut's texts per id (or None)"},
     {"_stops", T_OBJECT, offsetof(StreamCore, stops), 0, "ids the shortcut leaves to _step_py"},
     {"_pieces", T_OBJECT, offsetof(StreamCore, pieces), 0, "the shortcut's bytes per id (or None)"},
+    {"_deltas", T_OBJECT, offsetof(StreamCore, deltas), 0, "the shortcut's Delta per whole id, made once (or None)"},
+    {"_text", T_OBJECT, offsetof(StreamCore, text), 0, "the request's text decoder"},
+    {"_stop", T_OBJECT, offsetof(StreamCore, stop), 0, "its stop string matcher (or None)"},
+    {"_pending_error", T_OBJECT, offsetof(StreamCore, pending_error), 0, "a bad prompt tail's error (or None)"},
+    {"stop_kind", T_OBJECT, offsetof(StreamCore, stop_kind), 0, "what stopped the request (or None)"},
+    {"_visible", T_OBJECT, offsetof(StreamCore, visible), 0, "stop ids whose text is kept"},
+    {"_hidden", T_OBJECT, offsetof(StreamCore, hidden), 0, "stop ids whose text is dropped"},
+    {"_stop_ids", T_OBJECT, offsetof(StreamCore, stop_ids), 0, "every stop id"},
+    {"_vocab", T_PYSSIZET, offsetof(StreamCore, vocab), 0, "the tokenizer's vocab_size"},
+    {"_min_tokens", T_PYSSIZET, offsetof(StreamCore, min_tokens), 0, "stop rules wait for this many tokens"},
+    {"_plain", T_BOOL, offsetof(StreamCore, plain), 0, "no stop string and no min_tokens"},
     {"num_tokens", T_PYSSIZET, offsetof(StreamCore, num_tokens), 0, "output tokens consumed"},
     {"char_offset", T_PYSSIZET, offsetof(StreamCore, char_offset), 0, "chars emitted"},
     {"finished", T_BOOL, offsetof(StreamCore, finished), 0, "the request ended"},
@@ -837,8 +1119,56 @@ static PyMemberDef StreamCore_members[] = {
     {NULL},
 };
 
+/* whole_tail(texts, context, n, max_context) -> bool: whether a prompt tail (the last `max_context`
+ * ids of the list or tuple `context`) leaves a byte decoder holding nothing: ids, all in [0, n), the
+ * last one's text (`texts`, str or None per id) non-empty whole characters (byte_text._ends_whole) */
+static PyObject *whole_tail(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !(PyList_Check(args[1]) || PyTuple_Check(args[1]))) {
+        PyErr_SetString(PyExc_TypeError, "whole_tail(texts: list, context: list or tuple, n, max_context)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[2]), max_context = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(args[1]), first = size > max_context ? size - max_context : 0;
+    PyObject **items = PySequence_Fast_ITEMS(args[1]);
+    if (size == first || n > PyList_GET_SIZE(args[0])) Py_RETURN_FALSE;
+    long long id = -1;
+    for (Py_ssize_t k = first; k < size; k++) {
+        id = PyLong_Check(items[k]) ? PyLong_AsLongLong(items[k]) : -1;
+        if (id == -1 && PyErr_Occurred()) PyErr_Clear();
+        if (id < 0 || id >= n) Py_RETURN_FALSE;
+    }
+    PyObject *text = PyList_GET_ITEM(args[0], id);
+    return PyBool_FromLong(PyUnicode_Check(text) && PyUnicode_GET_LENGTH(text) > 0);
+}
+
+/* _set_plain(text, texts, pieces, deltas, stops, no_ids, vocab): a new plain stream's fields in one
+ * call (DecodeStream._init_plain; everything else keeps its zero: None, 0, False) */
+static PyObject *StreamCore_set_plain(StreamCore *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "_set_plain(text, texts, pieces, deltas, stops, no_ids, vocab)");
+        return NULL;
+    }
+    Py_ssize_t vocab = PyLong_AsSsize_t(args[6]);
+    if (vocab == -1 && PyErr_Occurred()) return NULL;
+    Py_XSETREF(c->text, Py_NewRef(args[0]));
+    Py_XSETREF(c->texts, Py_NewRef(args[1]));
+    Py_XSETREF(c->pieces, Py_NewRef(args[2]));
+    Py_XSETREF(c->deltas, Py_NewRef(args[3]));
+    Py_XSETREF(c->stops, Py_NewRef(args[4]));
+    Py_XSETREF(c->hidden, Py_NewRef(args[4]));
+    Py_XSETREF(c->stop_ids, Py_NewRef(args[4]));
+    Py_XSETREF(c->visible, Py_NewRef(args[5]));
+    c->vocab = vocab;
+    c->plain = c->fast = 1;
+    c->held_len = 0;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef StreamCore_methods[] = {
     {"step", (PyCFunction)StreamCore_step, METH_O, "step(token_ids) -> Delta (a list of ids, or one int)."},
+    {"_set_plain", (PyCFunction)(void (*)(void))StreamCore_set_plain, METH_FASTCALL,
+     "_set_plain(text, texts, pieces, deltas, stops, no_ids, vocab): a new plain stream's fields."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -861,6 +1191,8 @@ static PyTypeObject StreamCoreType = {
 static PyMethodDef methods[] = {
     {"configure_stream", configure_stream, METH_VARARGS, "configure_stream(Delta, EMPTY_DELTA): what StreamCore.step returns."},
     {"step_packed", step_packed, METH_VARARGS, "A StreamTable step on packed wire columns (see table.py)."},
+    {"whole_tail", (PyCFunction)(void (*)(void))whole_tail, METH_FASTCALL,
+     "whole_tail(texts, context, n, max_context) -> bool: a prompt tail that leaves nothing held."},
     {"split_text", split_text, METH_VARARGS, "Per-row texts of a packed text and its uint32 char lengths."},
     {"group_rows", group_rows, METH_VARARGS, "A packed step's rows split by tag: [(tag, rids, text, lengths, offsets)]."},
     {"decode_utf8", decode_utf8, METH_O, "(text, bytes used): UTF-8, errors='replace', an incomplete tail kept."},
@@ -870,13 +1202,19 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plainstep", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__plainstep(void) {
-    if (PyType_Ready(&RidMapType) < 0 || PyType_Ready(&StreamCoreType) < 0) return NULL;
+    if (PyType_Ready(&RidMapType) < 0 || PyType_Ready(&StreamCoreType) < 0 || PyType_Ready(&PlainOpenerType) < 0) return NULL;
     if (str_step_py == NULL && (str_step_py = PyUnicode_InternFromString("_step_py")) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&RidMapType);
     if (PyModule_AddObject(m, "RidMap", (PyObject *)&RidMapType) < 0) {
         Py_DECREF(&RidMapType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&PlainOpenerType);
+    if (PyModule_AddObject(m, "PlainOpener", (PyObject *)&PlainOpenerType) < 0) {
+        Py_DECREF(&PlainOpenerType);
         Py_DECREF(m);
         return NULL;
     }

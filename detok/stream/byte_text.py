@@ -29,7 +29,7 @@ class ByteTables:
     text): added-token id -> raw content. An added token right after another added token is emitted
     as that content (vLLM's rule); those ids never take the precomputed path."""
 
-    __slots__ = ("pieces", "texts", "special", "strip_leading_space", "raw_added", "vocab_size")
+    __slots__ = ("pieces", "texts", "deltas", "special", "strip_leading_space", "raw_added", "vocab_size")
 
     def __init__(self, decoding: ByteDecoding, skip_special: bool, raw_added: Mapping[int, str] | None = None) -> None:
         special = decoding.special_ids
@@ -53,6 +53,8 @@ class ByteTables:
                     texts[i] = None  # its text depends on the token before it
         self.pieces = pieces
         self.texts = texts
+        # a whole token's Delta, made at its first step by any stream of these tables (immutable)
+        self.deltas: list[object] = [None] * len(texts)
         self.vocab_size = len(pieces)
 
 
@@ -115,6 +117,18 @@ class ByteTextDecoder:
                 self.push(context_ids)  # the prompt tail's text is discarded; its held bytes carry over
             self._after_added = False  # as vLLM: the prompt never makes the first token raw
             self._fast = not (self._strip or self._pending)
+
+    @classmethod
+    def holding_nothing(cls, tables: ByteTables) -> ByteTextDecoder:
+        """A decoder past a prompt tail that left nothing held and no leading space to strip (what
+        `__init__` gives for such a tail, without looking at it again)."""
+        dec = cls.__new__(cls)
+        dec._t = tables
+        dec._texts = tables.texts
+        dec._pending = b""
+        dec._strip = dec._after_added = False
+        dec._fast = True
+        return dec
 
     @property
     def holding(self) -> bool:

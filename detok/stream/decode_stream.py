@@ -9,7 +9,7 @@ from typing import ClassVar
 from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.stop_strings import StopStringMatcher
-from detok.stream.strategy import Strategy, prepare_decoding
+from detok.stream.strategy import DecodePlan, Strategy, prepare_decoding
 from detok.tokenizer.base import Tokenizer
 
 CONTEXT_TOKENS = 5  # the prompt tail that fixes the first delta's text (leading space, split characters)
@@ -25,7 +25,21 @@ class _PyStreamCore:
     text, or its bytes (`_pieces`) after the held ones (`_held`) through the incremental UTF-8
     decoder; everything else goes to `_step_py`."""
 
-    __slots__ = ("_texts", "_pieces", "_stops", "_held", "num_tokens", "char_offset", "finished", "_fast")
+    __slots__ = ("_texts", "_pieces", "_deltas", "_stops", "_held", "num_tokens", "char_offset", "finished", "_fast",
+                 # DecodeStream's own fields (the compiled class holds them too: see its `_set_plain`)
+                 "_text", "_stop", "_pending_error", "stop_kind", "_visible", "_hidden", "_stop_ids", "_vocab",
+                 "_min_tokens", "_plain")
+
+    def _set_plain(self, text: object, texts: list[str | None], pieces: list[bytes] | None, deltas: list[object],
+                   stops: frozenset[int], no_ids: frozenset[int], vocab: int) -> None:
+        self._text, self._texts, self._pieces, self._deltas, self._vocab = text, texts, pieces, deltas, vocab
+        self._stops = self._hidden = self._stop_ids = stops
+        self._visible = no_ids
+        self._stop = self._pending_error = self.stop_kind = None
+        self.num_tokens = self.char_offset = self._min_tokens = 0
+        self.finished = False
+        self._plain = self._fast = True
+        self._held = b""
 
     def step(self, token_ids: Sequence[int] | int) -> Delta:
         if self.finished:
@@ -33,7 +47,8 @@ class _PyStreamCore:
         i = token_ids[0] if type(token_ids) is list and len(token_ids) == 1 else token_ids
         if self._fast and type(i) is int and 0 <= i < len(self._texts) and i not in self._stops:  # type: ignore[arg-type,operator]
             text = self._texts[i]  # type: ignore[index]
-            if text is None or self._held:
+            whole = text is not None and not self._held  # the id's own text: its Delta is shared
+            if not whole:
                 if self._pieces is None or i >= len(self._pieces):
                     return self._step_py(token_ids)  # type: ignore[attr-defined]
                 data = self._held + self._pieces[i]
@@ -42,18 +57,30 @@ class _PyStreamCore:
             self.num_tokens += 1
             if text:
                 self.char_offset += len(text)
-                return Delta(text)
+                if not whole or self._deltas is None:
+                    return Delta(text)
+                delta = self._deltas[i]
+                if delta is None:
+                    delta = self._deltas[i] = Delta(text)
+                return delta  # type: ignore[return-value]
             return EMPTY_DELTA
         return self._step_py(token_ids)  # type: ignore[attr-defined]
+
+
+def _py_whole_tail(texts: list[str | None], context: Sequence[int], n: int, max_context: int) -> bool:
+    tail = list(context[-max_context:])
+    return bool(tail) and min(tail) >= 0 and max(tail) < n and bool(texts[tail[-1]])
 
 
 try:  # the compiled one-id step (optional extension)
     from detok.stream._plainstep import StreamCore as _StreamCore
     from detok.stream._plainstep import configure_stream as _configure_stream
+    from detok.stream._plainstep import whole_tail as _whole_tail
 
     _configure_stream(Delta, EMPTY_DELTA)
 except ImportError:  # pragma: no cover - depends on the build
     _StreamCore = _PyStreamCore  # type: ignore[misc,assignment]
+    _whole_tail = _py_whole_tail
 
 
 class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
@@ -68,18 +95,7 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
     holds `num_tokens`, `char_offset` and `finished`); everything else is `_step_py`.
     """
 
-    __slots__ = (
-        "_text",
-        "_stop",
-        "_hidden",
-        "_visible",
-        "_stop_ids",
-        "_min_tokens",
-        "_plain",
-        "_vocab",
-        "stop_kind",
-        "_pending_error",
-    )
+    __slots__ = ()  # (its fields are the base class's: `_StreamCore` / `_PyStreamCore`)
     # False for subclasses whose steps must always go through `step` (typed output): the table
     # never puts them on its compiled plain path
     columnar: ClassVar[bool] = True
@@ -95,6 +111,9 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
     ) -> None:
         p = params or _DEFAULT_PARAMS
         plan = prepare_decoding(tokenizer, strategy)
+        if not (p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output):
+            if self._init_plain(plan, p, context_ids, ignore_eos):
+                return
         self._vocab = plan.vocab_size
         self.num_tokens = 0
         self.char_offset = 0
@@ -128,6 +147,7 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
         dec = self._text
         if type(dec) is ByteTextDecoder and self.columnar:  # (typed output steps its own text)
             self._texts = dec._texts
+            self._deltas = dec._t.deltas
             # raw-added mode: an added id's text depends on the id before it (Python's job)
             self._pieces = dec._t.pieces if dec._t.raw_added is None else None
             if self._plain and not dec._strip:  # (`_refresh`, inline: this runs once per request)
@@ -135,8 +155,27 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
                 self._fast = True
                 return
         else:
-            self._texts = self._pieces = None
+            self._texts = self._pieces = self._deltas = None
         self._refresh()
+
+    def _init_plain(self, plan: DecodePlan, p: DecodeParams, context_ids: Sequence[int], ignore_eos: bool) -> bool:
+        """`__init__`'s common case in fewer steps (every request pays it): no stop rule, a byte
+        table, and a prompt tail that leaves nothing held (it ends in whole characters, or is empty
+        with no leading space to strip). False, with nothing set, for anything else."""
+        if plan.strategy != "bytes" or not self.columnar:
+            return False
+        tables = plan.tables(p.skip_special_tokens, p.spaces_between_special_tokens)
+        if tables is None:
+            return False
+        if type(context_ids) not in (list, tuple):
+            context_ids = list(context_ids)
+        if not (_whole_tail(tables.texts, context_ids, tables.vocab_size, CONTEXT_TOKENS) if context_ids
+                else not tables.strip_leading_space):
+            return False
+        self._set_plain(ByteTextDecoder.holding_nothing(tables), tables.texts,
+                        tables.pieces if tables.raw_added is None else None,  # (raw-added: Python's job)
+                        tables.deltas, _NO_IDS if ignore_eos else plan.eos_ids, _NO_IDS, plan.vocab_size)
+        return True
 
     def _refresh(self) -> None:
         """Hand the decoder's state to the compiled one-id step where it can go on from it: a

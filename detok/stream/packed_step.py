@@ -19,9 +19,10 @@ from detok.wire.packing import join_texts, pack_u32, unpack_rids, unpack_u32
 
 try:  # the compiled step (optional extension); the numpy/Python path gives the same results
     from detok.stream._plainstep import RidMap as _RidMap
+    from detok.stream._plainstep import PlainOpener as _PlainOpener
     from detok.stream._plainstep import step_packed as _compiled_step_packed
 except ImportError:  # pragma: no cover - depends on the build
-    _RidMap = _compiled_step_packed = None
+    _PlainOpener = _RidMap = _compiled_step_packed = None
 
 
 def _packed_columns(
@@ -70,9 +71,11 @@ class PackedStepping:
         def _step_numpy(self, rids: Any, starts: Any, counts: Any, tokens: Any) -> StepResult: ...
         def _step_one(self, rid: Hashable, slot: int, start: int, ids_a: np.ndarray) -> tuple[str, int, int, Finish | None]: ...
 
-    def step_packed(self, rids: bytes, starts: bytes, counts: bytes, tokens: bytes) -> PackedStep:
+    def step_packed(self, rids: bytes, starts: bytes, counts: bytes, tokens: bytes, row_texts: bool = False) -> PackedStep:
         """One scheduler batch in wire form (`DetokBatch`'s packed columns: uint64 rids, uint32
-        starts, counts - empty for one id per row - and ids) -> the frontend's packed columns.
+        starts, counts - empty for one id per row - and ids) -> the frontend's packed columns, and
+        with `row_texts` each row's text as a str too (`PackedStep.texts`: for an in-process
+        caller; a row of one whole token is that token's own str, made once per vocabulary).
         ValueError, before any state changes, if the columns do not fit together."""
         if not self.compiled:
             rid_a = unpack_rids(rids)
@@ -87,27 +90,34 @@ class PackedStepping:
             finished = [(k, rid_a[k], f) for k, f in enumerate(result.finishes) if f is not None]
             byte_lengths = pack_u32(map(len, map(str.encode, result.texts)))
             return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), byte_lengths, tags, finished,
-                              kinds=kinds)
+                              kinds=kinds, texts=result.texts if row_texts else None)
         c_args = self._c_args
         if c_args is None or c_args[0] is not self._tables.entries:
             c_args = self._c_args = self._compiled_args()
         self._cur_tokens, self._cur_finished = tokens, []
         self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
         # (the tags come back without kind bits, the kinds as their own column: detok.stream.typed_fast)
-        *out, kinds = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], self._slow_row)  # type: ignore[misc]
+        if row_texts:
+            *out, kinds, texts = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2],
+                                                       self._slow_row, self._tables.texts)
+        else:
+            *out, kinds = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], self._slow_row)
+            texts = None
         unknown_rows, unknown_rids = self._cur_unknown_rows, self._cur_unknown_rids
         self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
         if not unknown_rows:
-            return PackedStep(*out, self._cur_finished, kinds=kinds)
+            return PackedStep(*out, self._cur_finished, kinds=kinds, texts=texts)
         return PackedStep(*out, self._cur_finished, np.frombuffer(unknown_rows, dtype=np.int64),
-                          np.frombuffer(unknown_rids, dtype=np.uint64), kinds)
+                          np.frombuffer(unknown_rids, dtype=np.uint64), kinds, texts)
 
-    def _compiled_args(self) -> tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...]]:
-        """The compiled step's table and slot arguments (rebuilt when a mode is added or the
-        columns grow)."""
+    def _compiled_args(self) -> tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...], Any]:
+        """The compiled step's table and slot arguments, and the plain requests' opener over the
+        same buffers (rebuilt when a mode is added or the columns grow)."""
         tables = self._tables
         slots = (self._pend, self._pend_len, self._choff, self._ntok, self._expect, self._eos_stops, self._mode, self._tag)
-        return tables.entries, (tables.entries, tables.utf8, self._vocab), slots
+        table_args = (tables.entries, tables.utf8, self._vocab)
+        all_ok = tables.byte_ok.reshape(-1, self._vocab).all(axis=1)  # per mode: every id has a byte entry
+        return tables.entries, table_args, slots, _PlainOpener(self._rid_map, table_args, slots, all_ok)
 
     def _slow_row(self, k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
         """A row the compiled step hands back (called by it, in row order): its own stream steps."""
@@ -129,5 +139,5 @@ class PackedStepping:
         if self.compiled:
             packed = _packed_columns(rids, starts, counts, tokens)
             if packed is not None:
-                return self.step_packed(*packed).unpacked()
+                return self.step_packed(*packed, row_texts=True).unpacked()
         return self._step_numpy(rids, starts, counts, tokens)

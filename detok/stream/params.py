@@ -25,6 +25,8 @@ class DecodeParams(msgspec.Struct, frozen=True, array_like=True, gc=False, omit_
         # Validated where it is made (the frontend turns this into a 400), never downstream.
         if self.min_tokens < 0:
             raise ValueError("min_tokens must be >= 0")
+        if not (self.stop or self.stop_token_ids or self.visible_stop_token_ids):
+            return  # (every registration decodes one of these: the plain case costs three tests)
         if any(not isinstance(s, str) or s == "" for s in self.stop):
             raise ValueError("stop strings must be non-empty strings")
         for i in (*self.stop_token_ids, *self.visible_stop_token_ids):

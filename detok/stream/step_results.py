@@ -49,9 +49,11 @@ class PackedStep(NamedTuple):
     # uint8 per row when typed requests' rows came off the compiled path (1 reasoning, 2 content,
     # 3 arguments of the request's last call; 0 plain text), else empty (detok.stream.typed_fast)
     kinds: bytes = b""
+    # each row's text as a str, when the step was asked for them (`step_packed(row_texts=True)`)
+    texts: list[str] | None = None
 
     def unpacked(self) -> StepResult:
-        texts = split_text(self.text, self.lengths)
+        texts = self.texts if self.texts is not None else split_text(self.text, self.lengths)
         finishes: list[Finish | None] = [None] * len(texts)
         for row, _, finish in self.finished:
             finishes[row] = finish

@@ -61,12 +61,16 @@ class DecodePlan:
         self.vocab_size = tokenizer.vocab_size
         self._kinds: dict[tuple[bool, bool], str | None] = {}
         self._tables: dict[str, ByteTables] = {}
+        self._ready: dict[tuple[bool, bool], ByteTables] = {}  # decode mode -> its tables, once built
 
     def tables(self, skip_special: bool, spaces_between_special: bool) -> ByteTables | None:
         """The byte table of a decode mode (shared by every mode that gives the same text), or
         None where that mode decodes by window."""
-        assert self.decoding is not None
         mode = (skip_special, spaces_between_special)
+        ready = self._ready.get(mode)
+        if ready is not None:  # (every request asks: one lookup)
+            return ready
+        assert self.decoding is not None
         if mode not in self._kinds:
             self._kinds[mode] = _table_kind(self.tokenizer, self.decoding, *mode)
         kind = self._kinds[mode]
@@ -75,6 +79,7 @@ class DecodePlan:
         tables = self._tables.get(kind)
         if tables is None:
             tables = self._tables[kind] = _build_tables(self.tokenizer, self.decoding, kind)
+        self._ready[mode] = tables
         return tables
 
     def text_decoder(

@@ -13,7 +13,8 @@ kind of text in the tag's top bits, which `step_packed` returns as the `kinds` c
 (`PackedStep`), done by the compiled loop in `_plainstep.c` when it is built. `step` takes and
 returns Python sequences (same results); without the extension both run on numpy gathers. Those
 entries are `detok.stream.packed_step`'s, the numpy step `numpy_step`'s, typed output's
-`typed_fast`'s: this module opens, loads, finishes and closes requests.
+`typed_fast`'s, a plain request's compiled set-up and end `plain_opening`'s: this module opens,
+loads, finishes and closes requests.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import codecs
 from array import array
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from detok.wire.to_frontends import TypedRow
 
 from detok.stream.packed_step import PackedStepping, _RidMap, _compiled_step_packed
+from detok.stream.plain_opening import PlainOpening
 
 
 utf8_decode = codecs.utf_8_decode  # (text, bytes consumed)
@@ -57,7 +59,7 @@ class DuplicateRequest(KeyError):
     pass
 
 
-class StreamTable(PackedStepping, NumpyStepping, TypedFastPath):
+class StreamTable(PlainOpening, PackedStepping, NumpyStepping, TypedFastPath):
     """Requests whose parameters and prompt tail leave them plain (no stop strings, stop ids or
     min_tokens; a byte-table decode mode; a prompt tail in the vocabulary) are opened in the
     columns only: no DecodeStream exists for them until a row of theirs needs one (`_stream_at`)
@@ -92,7 +94,7 @@ class StreamTable(PackedStepping, NumpyStepping, TypedFastPath):
         self._choff = np.zeros(capacity, dtype=np.int64)
         # Unsigned 64-bit rids (the wire's) are also in a C hash map, for the compiled step's lookups.
         self._rid_map = _RidMap() if _RidMap is not None else None
-        self._c_args: tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...]] | None = None
+        self._c_args: tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...], Any] | None = None
         self._cur_tokens = b""  # the step in progress (for `_slow_row`)
         self._cur_finished: list[tuple[int, Hashable, Finish]] = []
         self._cur_unknown_rows: array[int] = array("q")  # rows of unknown rids in the step in progress
@@ -154,6 +156,8 @@ class StreamTable(PackedStepping, NumpyStepping, TypedFastPath):
         if rid in self._slot_of:
             raise DuplicateRequest(rid)
         p = params or _DEFAULT_PARAMS
+        if parser is None and self._open_compiled(rid, context_ids, p, ignore_eos, tag):
+            return None
         held = None
         if parser is not None:
             from detok.stream.typed_stream import TypedStream
@@ -163,10 +167,7 @@ class StreamTable(PackedStepping, NumpyStepping, TypedFastPath):
                                                emit=emit, ignore_eos=ignore_eos, strategy=self._strategy)
         else:
             if not (p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output):
-                key = (p.skip_special_tokens, p.spaces_between_special_tokens)
-                plain_mode = self._plain_modes.get(key, False)
-                if plain_mode is False:
-                    plain_mode = self._plain_modes[key] = self._plain_mode(*key)
+                plain_mode = self._plain_mode_of(p)
                 if plain_mode is not None:
                     held = context_held(plain_mode[1], (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:])
             if held is None:
@@ -195,6 +196,14 @@ class StreamTable(PackedStepping, NumpyStepping, TypedFastPath):
         if held:
             self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
         return None
+
+    def _plain_mode_of(self, p: DecodeParams) -> tuple[int, ByteTables] | None:
+        """(mode, tables) of the decode mode a plain request of these parameters defers in, or None."""
+        key = (p.skip_special_tokens, p.spaces_between_special_tokens)
+        plain_mode = self._plain_modes.get(key, False)
+        if plain_mode is False:
+            plain_mode = self._plain_modes[key] = self._plain_mode(*key)
+        return plain_mode
 
     def _plain_mode(self, skip_special: bool, spaces: bool) -> tuple[int, ByteTables] | None:
         if self._strategy == "window" or self.plan.strategy != "bytes":
@@ -229,6 +238,7 @@ class StreamTable(PackedStepping, NumpyStepping, TypedFastPath):
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.pop(int(rid))  # type: ignore[arg-type]
         self._v_expect[slot] = _NOT_PLAIN
+        self._v_pend_len[slot] = 0
         self._free.append(slot)
 
     def _grow(self) -> None:
@@ -312,6 +322,9 @@ class StreamTable(PackedStepping, NumpyStepping, TypedFastPath):
         if slot is None:
             return "", 0, 0, None
         if rid in self._deferred:  # no stream: what its `finish` would give, from the columns
+            if self.compiled and type(rid) is int and 0 <= rid < 2**64:  # (then it is in the rid map)
+                text, offset, num_tokens = self._finish_compiled(rid, slot)
+                return text, offset, num_tokens, Finish(reason, None, message)  # type: ignore[arg-type]
             n = self._v_pend_len[slot]
             text = utf8_decode(self._pend[slot, :n].tobytes(), "replace", True)[0] if n else ""
             offset, num_tokens = self._v_choff[slot], self._v_ntok[slot]

@@ -137,8 +137,10 @@ class WorkerCore(BatchStepping):
     def _apply(self, batch: DetokBatch, new: list[Registration], now: float | None) -> Outputs:
         now = time.monotonic() if now is None else now
         check_batch(batch)
-        for reg in new:
-            self._register(reg, now)
+        if new:
+            admitted: dict[str, tuple[str | None, FrontendColumns | None]] = {}  # a frontend's, once per batch
+            for reg in new:
+                self._register(reg, now, admitted)
         if batch.rids:
             self._step(batch)
         for end in batch.ends:
@@ -184,39 +186,48 @@ class WorkerCore(BatchStepping):
         return self._take_outputs(0.0)
 
     # ---- registration ---------------------------------------------------------------------------
-    def _register(self, reg: Registration, now: float) -> None:
+    def _register(self, reg: Registration, now: float, admitted: dict[str, tuple[str | None, FrontendColumns | None]] | None = None) -> None:
+        """`admitted`: the batch's frontends, whether they can be served and their columns, filled
+        as they come (a batch's registrations mostly share one)."""
         self.counts.registrations += 1
-        current = self.live.get(reg.rid)
+        rid = reg.rid
+        current = self.live.get(rid)
         if current is not None:
             self.counts.duplicate_registrations += 1
             if current.registration == reg:
                 return  # a replayed registration: the request goes on
-            log.warning("worker %d: conflicting registration of live rid %d", self.worker, reg.rid)
-            self._finish_live(reg.rid, Finish("error", None, "conflicting duplicate registration of this rid"), notify=True)
+            log.warning("worker %d: conflicting registration of live rid %d", self.worker, rid)
+            self._finish_live(rid, Finish("error", None, "conflicting duplicate registration of this rid"), notify=True)
             return
-        self._recently_finished.pop(reg.rid)
-        refused = self.admit_reply_to(reg.reply_to) if self.admit_reply_to is not None else None
-        if refused is not None:
-            log.warning("worker %d: cannot serve rid %d: %s", self.worker, reg.rid, refused)
-            self._remember_finished(reg.rid, reg.gen)
-            self._notify(reg.rid, Finish("error", None, refused), reg.gen)
+        if rid in self._recently_finished:
+            self._recently_finished.pop(rid)
+        frontend = admitted.get(reg.reply_to) if admitted is not None else None
+        if frontend is None:
+            refused = self.admit_reply_to(reg.reply_to) if self.admit_reply_to is not None else None
+            frontend = (refused, self._columns_for(reg.reply_to) if refused is None else None)
+            if admitted is not None:
+                admitted[reg.reply_to] = frontend
+        refused, out = frontend
+        if out is None:
+            log.warning("worker %d: cannot serve rid %d: %s", self.worker, rid, refused)
+            self._remember_finished(rid, reg.gen)
+            self._notify(rid, Finish("error", None, refused), reg.gen)
             return
-        out = self._columns_for(reg.reply_to)
         try:
-            parser = request_parser(reg.parsing, reg.rid, self._token_id)
-            stream = self.table.open(reg.rid, reg.context, reg.params, ignore_eos=reg.ignore_eos, tag=out.tag,  # type: ignore[arg-type]
-                                     parser=parser, emit=out.add_typed if parser is not None else None)
+            parser = request_parser(reg.parsing, rid, self._token_id) if reg.parsing is not None else None
+            stream = self.table.open(rid, reg.context, reg.params, reg.ignore_eos, out.tag,  # type: ignore[arg-type]
+                                     parser, out.add_typed if parser is not None else None)
         except Exception as e:  # noqa: BLE001 - a bad registration is that request's error, never the worker's
-            log.warning("worker %d: cannot start rid %d: %s", self.worker, reg.rid, e)
+            log.warning("worker %d: cannot start rid %d: %s", self.worker, rid, e)
             finish = Finish("error", None, f"cannot start decoding: {e}")
-            self._remember_finished(reg.rid, reg.gen)
-            self._emit_finish(out, reg.rid, finish, 0, reg.gen)
-            self._notify(reg.rid, finish, reg.gen)
+            self._remember_finished(rid, reg.gen)
+            self._emit_finish(out, rid, finish, 0, reg.gen)
+            self._notify(rid, finish, reg.gen)
             return
-        self.live[reg.rid] = _Live(stream, reg, out, now)
+        self.live[rid] = _Live(stream, reg, out, now)
         out.live += 1
         if reg.logprobs is not None and reg.logprobs >= 0:
-            self._logprobs_wanted[reg.rid] = reg.logprobs
+            self._logprobs_wanted[rid] = reg.logprobs
 
     # ---- ending ---------------------------------------------------------------------------------
     def _end(self, rid: int, reason: str, matched: int | None, message: str | None = None) -> None:
@@ -227,13 +238,16 @@ class WorkerCore(BatchStepping):
             return
         text, offset, num_tokens, finish = self.table.finish(rid, reason)  # type: ignore[arg-type]
         gen = entry.registration.gen
+        out = entry.out
         self._forget(rid, entry, closed=True)
-        self._remember_finished(rid, gen)
+        self._recently_finished.remember(rid, gen)
         if text:
-            entry.out.add(rid, text, offset, num_tokens)
+            out.add(rid, text, offset, num_tokens)
         if message is None and finish is not None:
             message = finish.message
-        self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens, gen, _calls(entry.stream))  # type: ignore[arg-type]
+        stream = entry.stream
+        self._emit_finish(out, rid, Finish(reason, matched, message), num_tokens, gen,  # type: ignore[arg-type]
+                          _calls(stream) if stream is not None else 0)
 
     def _finish_live(self, rid: int, finish: Finish, *, notify: bool) -> None:
         """End a live request for a reason of the worker's own (idle, shutdown, conflict)."""

@@ -7,7 +7,7 @@ import codecs
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import tests.helpers.stream_roster as stream_roster
@@ -111,3 +111,34 @@ def test_group_rows_compiled_and_numpy_agree_and_keep_row_order(rows: list[tuple
         assert packing.unpack_rids(rids).tolist() == [r for _, _, r, _ in mine]
         assert packing.split_text(text, lengths) == [x for _, x, _, _ in mine]
         assert packing.unpack_u32(offsets).tolist() == [o for _, _, _, o in mine]
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 60)), max_size=12), min_size=1, max_size=8))
+def test_row_texts_are_the_blob_cut_per_row_and_a_whole_token_is_its_own_str(batches: list[list[tuple[int, int]]]) -> None:
+    """`step_packed(row_texts=True)`: each row's str is the row's cut of the packed text (held
+    bytes, partial characters, special tokens, unknown rids alike), and a row of one whole token
+    with nothing held is the vocabulary's own str object (no str made per row)."""
+    from detok.wire.packing import pack_rids, pack_u32, split_text
+
+    tok = stream_roster.get("qwen2")
+    pool = [i for i in _pool_of_ids() if i < tok.vocab_size]
+    table = StreamTable(tok, capacity=4)
+    for rid in range(5):  # rid 5 is never registered
+        table.open(rid, [], DecodeParams(skip_special_tokens=rid % 2 == 0), ignore_eos=True)
+    sent = dict.fromkeys(range(6), 0)
+    shared = 0
+    for batch in batches:
+        rows = list({rid: pick for rid, pick in batch}.items())  # one row per rid
+        ids = [pool[pick % len(pool)] for _, pick in rows]
+        held = {rid: table._pend_len[table._slot_of[rid]] if rid in table._slot_of else 0 for rid, _ in rows}
+        out = table.step_packed(pack_rids([r for r, _ in rows]), pack_u32([sent[r] for r, _ in rows]), b"", pack_u32(ids),
+                                row_texts=True)
+        assert out.texts == split_text(out.text, out.lengths)
+        for (rid, _), i, text in zip(rows, ids, out.texts):
+            sent[rid] += 1
+            mode_text = table._tables.texts[table._mode[table._slot_of[rid]] * table._vocab + i] if rid in table._slot_of else None
+            if mode_text and not held[rid] and text == mode_text:
+                assert text is mode_text
+                shared += 1
+    assume(shared > 0)

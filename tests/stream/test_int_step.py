@@ -66,6 +66,15 @@ class _OldPath(DecodeStream):  # type: ignore[misc,valid-type]
         return self._step_py(list(token_ids) if not isinstance(token_ids, int) else [token_ids])
 
 
+class _GeneralInit(DecodeStream):  # type: ignore[misc,valid-type]
+    """Set up through `__init__`'s general path (no `_init_plain` shortcut)."""
+
+    __slots__ = ()
+
+    def _init_plain(self, *args: Any) -> bool:
+        return False
+
+
 _POOLS: dict[str, list[int]] = {}
 
 
@@ -108,17 +117,67 @@ def test_int_step_is_the_list_step_and_the_python_path(name: str, data: st.DataO
     ignore_eos = data.draw(st.booleans())
     context = data.draw(st.lists(st.sampled_from(valid), max_size=7))
     ids = data.draw(st.lists(st.sampled_from(pool), max_size=40))
-    streams = [cls(tok, context, params, ignore_eos=ignore_eos) for cls in (DecodeStream, DecodeStream, _PyDecodeStream, _OldPath)]
+    classes = (DecodeStream, DecodeStream, _PyDecodeStream, _OldPath, _GeneralInit)
+    streams = [cls(tok, context, params, ignore_eos=ignore_eos) for cls in classes]
+    n = len(streams) - 1
     for i in ids:
-        deltas = [streams[0].step(i), streams[1].step([i]), streams[2].step(i), streams[3].step(i)]
-        assert deltas[1:] == deltas[:1] * 3, i
-        assert [_state(s) for s in streams[1:]] == [_state(streams[0])] * 3
+        deltas = [streams[0].step(i), streams[1].step([i]), *(s.step(i) for s in streams[2:])]
+        assert deltas[1:] == deltas[:1] * n, i
+        assert [_state(s) for s in streams[1:]] == [_state(streams[0])] * n
     reason = data.draw(st.sampled_from(["length", "abort"]))
     ends = [s.finish(reason) for s in streams]
-    assert ends[1:] == ends[:1] * 3
-    assert [_state(s) for s in streams[1:]] == [_state(streams[0])] * 3
-    assert [s.finish("length") for s in streams] == [streams[0].finish("length")] * 4
+    assert ends[1:] == ends[:1] * n
+    assert [_state(s) for s in streams[1:]] == [_state(streams[0])] * n
+    assert [s.finish("length") for s in streams] == [streams[0].finish("length")] * (n + 1)
     assert len({s.stop_kind for s in streams}) == 1
+
+
+_FIELDS = ("_vocab", "num_tokens", "char_offset", "finished", "stop_kind", "_visible", "_hidden", "_stop_ids", "_stops",
+           "_min_tokens", "_stop", "_plain", "_pending_error", "_texts", "_pieces", "_deltas", "_fast", "_held")
+
+
+def _fields(stream: Any) -> list[Any]:
+    """The stream's fields, an error by its text (a slot the Python class never set: "unset")."""
+    values = [getattr(stream, f, "unset") for f in _FIELDS]
+    return [repr(v) if isinstance(v, Exception) else v for v in values]
+
+
+@pytest.mark.parametrize("cls", [DecodeStream, _PyDecodeStream], ids=["compiled", "python"])
+@pytest.mark.parametrize("name", TOKENIZERS)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_the_plain_set_up_is_the_general_one(cls: type, name: str, data: st.DataObject) -> None:
+    """A stream `_init_plain` sets up has every field the general path gives it (and a decoder in
+    the same state), for any prompt tail and plain parameters; the shortcut is taken where the tail
+    leaves nothing held."""
+    tok = stream_roster.get(name)
+    params = data.draw(st.sampled_from(_params(_pool(name))[:3]))
+    context = data.draw(st.lists(st.sampled_from(_pool(name)), max_size=7))
+    ignore_eos = data.draw(st.booleans())
+    general = type("General", (cls,), {"__slots__": (), "_init_plain": lambda self, *a: False})
+    a, b = cls(tok, context, params, ignore_eos=ignore_eos), general(tok, context, params, ignore_eos=ignore_eos)
+    assert _fields(a) == _fields(b)
+    for dec_a, dec_b in ((a._text, b._text),):
+        assert type(dec_a) is type(dec_b)
+        if isinstance(dec_a, ByteTextDecoder):
+            assert (dec_a._t, dec_a._pending, dec_a._strip, dec_a._after_added, dec_a._fast) == (
+                dec_b._t, dec_b._pending, dec_b._strip, dec_b._after_added, dec_b._fast)
+
+
+def test_a_whole_tokens_delta_is_made_once_and_never_stands_for_held_bytes() -> None:
+    """The one-id step hands out one Delta per whole token of a decode mode (it is immutable);
+    a stream holding part of a character gets its own text for that id, on both classes."""
+    tok = stream_roster.get("qwen2")
+    word = tok.encode(" hello")[0]
+    lead = prepare_decoding(tok).tables(True, True).pieces.index(b"\xe4")  # a 3-byte character's first byte
+    for cls in (DecodeStream, _PyDecodeStream):
+        a, b = cls(tok, [], None), cls(tok, [], None)
+        first = a.step(word)
+        assert first.text == tok.decode([word]) and b.step(word) is first
+        assert b.step(lead).text == ""
+        replaced = b.step(word)
+        assert replaced.text == "\ufffd" + first.text and replaced is not first
+        assert a.step(word) is first
 
 
 def test_int_step_hostile_values() -> None:

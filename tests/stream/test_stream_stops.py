@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +16,9 @@ from tests.helpers.stream_helpers import MULTILINGUAL, run_stream
 EXAMPLES = int(os.environ.get("DETOK_EXAMPLES", "40"))
 # the property tests must reach their interesting cases: the share of examples where a stop string
 # ended the request / where text was held back at some step, at least (measured over 4 seeds x 4
-# tokenizers, 40 examples each: 27-72% and 50-82%)
+# tokenizers, 40 examples each: 27-72% and 50-82%). The share is counted on a second, derandomized
+# run of the same property: a run's first examples are hypothesis's simplest, and one seed in a
+# full suite gave 8 of 40 (the share over 300 examples is about 50%); the first run explores.
 MIN_STOP_STRING_SHARE = 0.10
 MIN_HELD_SHARE = 0.25
 NAMES = ["qwen2", "mistral-spm-v1", "gguf-bert-bge", "python-user"]
@@ -78,13 +81,20 @@ def reference(tok, ctx, gen, p: DecodeParams) -> tuple[str, Finish]:
     return text, Finish("length")
 
 
+def _explore_then_count(check: Any, seen: dict[str, int]) -> None:
+    """The property on this run's seed, then on a fixed one whose examples `seen` counts."""
+    base = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings(base)(given(data=st.data())(check))()
+    for key in seen:
+        seen[key] = 0
+    settings(base, derandomize=True, database=None)(given(data=st.data())(check))()
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_stop_rules_match_reference(name: str) -> None:
     tok = stream_roster.get(name)
     seen = {"examples": 0, "stop_string": 0}
 
-    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(data=st.data())
     def check(data: st.DataObject) -> None:
         text = data.draw(st.sampled_from(MULTILINGUAL))
         ids = tok.encode(text)[:24]
@@ -114,7 +124,7 @@ def test_stop_rules_match_reference(name: str) -> None:
         seen["examples"] += 1
         seen["stop_string"] += isinstance(finish.matched, str)
 
-    check()
+    _explore_then_count(check, seen)
     print(f"stop strings ended {seen['stop_string']} of {seen['examples']} examples")
     assert seen["stop_string"] >= MIN_STOP_STRING_SHARE * seen["examples"], seen
 
@@ -126,8 +136,6 @@ def test_jail_holds_only_a_real_prefix(name: str) -> None:
     tok = stream_roster.get(name)
     seen = {"examples": 0, "held": 0}
 
-    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(data=st.data())
     def check(data: st.DataObject) -> None:
         text = data.draw(st.sampled_from(MULTILINGUAL))
         decoded = tok.decode(tok.encode(text))
@@ -148,7 +156,7 @@ def test_jail_holds_only_a_real_prefix(name: str) -> None:
         seen["examples"] += 1
         seen["held"] += held_any
 
-    check()
+    _explore_then_count(check, seen)
     print(f"text held back in {seen['held']} of {seen['examples']} examples")
     assert seen["held"] >= MIN_HELD_SHARE * seen["examples"], seen
 

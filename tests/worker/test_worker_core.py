@@ -291,3 +291,26 @@ def test_finish_all_on_shutdown(tok) -> None:
     got.take(core.finish_all("detok worker 0 shut down (SIGTERM)"))
     assert len(got.finish) == 5 and all(f.reason == "error" for f in got.finish.values())
     assert sorted(got.notices[0].rids) == list(range(5))
+
+
+def test_a_batch_asks_once_per_frontend_and_a_refused_one_fails_only_its_requests(tok) -> None:
+    """Registrations are admitted per frontend once per batch (a batch's registrations mostly
+    share one): every request of a refused frontend fails with its reason, told to the scheduler
+    only, and the other frontend's requests stream; a later batch asks again."""
+    asked: list[str] = []
+
+    def admit(endpoint: str) -> str | None:
+        asked.append(endpoint)
+        return "frontend unreachable" if endpoint == FE2 else None
+
+    core, got = WorkerCore(tok, admit_reply_to=admit), Collector()
+    ids = tok.encode(" one two")
+    regs = [Registration(r, FE if r % 2 else FE2, [], DecodeParams()) for r in range(1, 7)]
+    got.take(core.handle_batch(batch([1, 3, 5], [0, 0, 0], [ids[0]] * 3, new=regs)))
+    assert sorted(asked) == [FE, FE2]
+    assert sorted(core.live) == [1, 3, 5] and got.text == {1: " one", 3: " one", 5: " one"}
+    (notice,) = got.notices
+    assert sorted(notice.rids) == [2, 4, 6] and {f.message for f in notice.finishes} == {"frontend unreachable"}
+    assert got.finish == {}  # (a refused frontend is not sent anything)
+    got.take(core.handle_batch(batch([], [], [], new=[Registration(8, FE2, [], DecodeParams())])))
+    assert asked.count(FE2) == 2 and 8 not in core.live

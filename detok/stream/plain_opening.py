@@ -1,0 +1,64 @@
+"""`StreamTable`'s plain requests set up and ended in one compiled call each (`_plainstep.c`'s
+`PlainOpener`, over the table's own columns): the prompt tail's held bytes, the slot's columns and
+the rid map entry at `open`; the held bytes' text, the counters and the map entry's removal at
+`finish`. A mixin: `open` and `finish` try it first, and do the same in Python where it declines
+(a rid that is not a wire rid, a prompt tail it leaves to Python, the numpy path)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from detok.stream.decode_stream import CONTEXT_TOKENS
+from detok.stream.params import DecodeParams
+
+
+class PlainOpening:
+    if TYPE_CHECKING:  # the table's state this mixin reads and writes
+        compiled: bool
+        _c_args: Any
+        _tables: Any
+        _free: list[int]
+        _eos: frozenset[int]
+        _slot_of: dict[Any, int]
+        _deferred: dict[Any, tuple[DecodeParams, bool]]
+
+        def _grow(self) -> None: ...
+        def _plain_mode_of(self, p: DecodeParams) -> Any: ...
+        def _compiled_args(self) -> Any: ...
+
+    def _opener(self) -> Any:
+        """The compiled opener over the table's current columns and entries."""
+        c_args = self._c_args
+        if c_args is None or c_args[0] is not self._tables.entries:
+            c_args = self._c_args = self._compiled_args()
+        return c_args[3]
+
+    def _open_compiled(self, rid: Hashable, context_ids: Sequence[int], p: DecodeParams, ignore_eos: bool, tag: int) -> bool:
+        """The deferred case of `open` in one compiled call (prompt tail, columns, rid map), for a
+        wire rid and a list or tuple prompt tail; False, with nothing changed, where `open` must see to it."""
+        if (
+            not self.compiled or type(rid) is not int or not 0 <= rid < 2**64 or type(context_ids) not in (list, tuple)
+            or p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output
+        ):
+            return False
+        plain_mode = self._plain_mode_of(p)
+        if plain_mode is None:
+            return False
+        if not self._free:
+            self._grow()
+        slot = self._free.pop()
+        if not self._opener().open(rid, slot, plain_mode[0], context_ids, CONTEXT_TOKENS, tag, not ignore_eos and bool(self._eos)):
+            self._free.append(slot)
+            return False
+        self._slot_of[rid] = slot
+        self._deferred[rid] = (p, ignore_eos)
+        return True
+
+    def _finish_compiled(self, rid: int, slot: int) -> tuple[str, int, int]:
+        """A deferred request's end (its rid in the rid map): text of the held bytes, char offset,
+        tokens; the slot is free again."""
+        text, offset, num_tokens = self._opener().finish(rid, slot)
+        del self._slot_of[rid], self._deferred[rid]
+        self._free.append(slot)
+        return text, offset, num_tokens
