@@ -332,10 +332,10 @@ typedef struct {
 enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4, T_NEXT = 8, T_PREV = 16, T_NL_PREFIX = 32, T_SHIFT2 = 64, T_SP_PREFIX = 128 };
 #define MAX_PENDING 4 /* held bytes of an incomplete character: at most 3 */
 
-enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_PEND, B_PEND_LEN, B_CHOFF, B_NTOK, B_EXPECT,
-       B_EOS_STOPS, B_MODE, B_TAG, N_BUFS };
+enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_MARKS, B_PEND, B_PEND_LEN, B_CHOFF, B_NTOK,
+       B_EXPECT, B_EOS_STOPS, B_MODE, B_TAG, N_BUFS };
 
-/* step_packed(ridmap, rids, starts, counts, tokens, (entries, utf8, vocab),
+/* step_packed(ridmap, rids, starts, counts, tokens, (entries, utf8, vocab, stop_marks),
  *             (pend, pend_len, choff, ntok, expect, eos_stops, mode, tag), slow_row[, token_texts])
  *   -> (text, lengths, offsets, num_tokens, byte_lengths, tags, kinds[, texts]): bytes; all but
  *      `text` and `kinds` packed uint32, one per row (`tags`: the row's slot's tag, 0 for an
@@ -346,16 +346,18 @@ enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_PEND, B_PEND_L
  * rids: uint64, starts/counts/tokens: uint32, little-endian; `counts` empty means one id per row.
  * entries[mode * vocab + id] (TokenEntry, 16 bytes) holds a token's bytes in that decode mode:
  * T_WHOLE if they are whole characters, T_BYTE_OK unless it is a spaced special token, T_EOS for
- * end-of-sequence ids. pend[slot] (4 bytes) holds the slot's pend_len[slot] bytes of an incomplete
+ * end-of-sequence ids; stop_marks[id] (uint32) is non-zero for an id some live request stops on
+ * besides those. pend[slot] (4 bytes) holds the slot's pend_len[slot] bytes of an incomplete
  * character, the per-slot columns its expected start, tokens, chars, mode (an id flagged T_NEXT /
- * T_PREV moves it along its chain) and whether it stops on end-of-sequence ids.
+ * T_PREV moves it along its chain) and whether it stops on ids (then an end-of-sequence or marked
+ * id is its stream's to step: a mark of another request's costs a slow row, never a wrong one).
  * slow_row(row, rid, slot, start, first, count) -> (text, offset, num_tokens) steps any other row. */
 static PyObject *step_packed(PyObject *self, PyObject *args) {
     PyObject *o[N_BUFS], *slow_row, *token_texts = Py_None;
     RidMap *map;
     Py_ssize_t vocab;
-    if (!PyArg_ParseTuple(args, "O!OOOO(OOn)(OOOOOOOO)O|O", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
-                          &o[B_TOKENS], &o[B_ENTRIES], &o[B_UTF8], &vocab, &o[B_PEND], &o[B_PEND_LEN], &o[B_CHOFF],
+    if (!PyArg_ParseTuple(args, "O!OOOO(OOnO)(OOOOOOOO)O|O", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
+                          &o[B_TOKENS], &o[B_ENTRIES], &o[B_UTF8], &vocab, &o[B_MARKS], &o[B_PEND], &o[B_PEND_LEN], &o[B_CHOFF],
                           &o[B_NTOK], &o[B_EXPECT], &o[B_EOS_STOPS], &o[B_MODE], &o[B_TAG], &slow_row, &token_texts))
         return NULL;
     static const struct {
@@ -364,7 +366,8 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
         const char *name;
     } spec[N_BUFS] = {
         {1, 0, "rids"}, {1, 0, "starts"}, {1, 0, "counts"}, {1, 0, "tokens"}, {sizeof(TokenEntry), 0, "entries"},
-        {1, 0, "utf8"}, {1, 1, "pend"}, {1, 1, "pend_len"}, {8, 1, "choff"}, {8, 1, "ntok"}, {8, 1, "expect"},
+        {1, 0, "utf8"}, {4, 0, "stop_marks"}, {1, 1, "pend"}, {1, 1, "pend_len"}, {8, 1, "choff"}, {8, 1, "ntok"},
+        {8, 1, "expect"},
         {1, 0, "eos_stops"}, {8, 1, "mode"}, {4, 0, "tag"},
     };
     Buf b[N_BUFS];
@@ -388,7 +391,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     Py_ssize_t n_utf8 = b[B_UTF8].view.len;
     if (b[B_CHOFF].view.len != 8 * n_slots || b[B_NTOK].view.len != 8 * n_slots || b[B_EXPECT].view.len != 8 * n_slots ||
         b[B_EOS_STOPS].view.len != n_slots || b[B_MODE].view.len != 8 * n_slots || b[B_TAG].view.len != 4 * n_slots ||
-        b[B_PEND].view.len != MAX_PENDING * n_slots || vocab <= 0 || n_entries % vocab) {
+        b[B_PEND].view.len != MAX_PENDING * n_slots || vocab <= 0 || n_entries % vocab || b[B_MARKS].view.len != 4 * vocab) {
         PyErr_SetString(PyExc_ValueError, "table columns do not match");
         goto done;
     }
@@ -398,6 +401,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     int64_t *md = b[B_MODE].view.buf;
     const uint32_t *tag = b[B_TAG].view.buf;
     const char *es = b[B_EOS_STOPS].view.buf;
+    const uint32_t *marks = b[B_MARKS].view.buf;
     unsigned char *pend = b[B_PEND].view.buf, *pend_len = b[B_PEND_LEN].view.buf;
     int64_t *co = b[B_CHOFF].view.buf, *nt = b[B_NTOK].view.buf, *ex = b[B_EXPECT].view.buf;
     if (has_counts) { /* checked before anything is stepped */
@@ -449,7 +453,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             int64_t idx = md[slot] * vocab + tok;
             if (idx >= 0 && idx < n_entries) {
                 e = &entries[idx];
-                if (!(e->flags & T_BYTE_OK) || ((e->flags & T_EOS) && es[slot])) e = NULL;
+                if (!(e->flags & T_BYTE_OK) || (es[slot] && ((e->flags & T_EOS) || marks[tok]))) e = NULL;
             }
         }
         int64_t offset, chars, count_after;

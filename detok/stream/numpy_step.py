@@ -34,6 +34,8 @@ class NumpyStepping:
         _eos: frozenset[int]
         _eos_mask: np.ndarray
         _eos_stops: np.ndarray
+        _stop_marks: np.ndarray
+        _stop_marked: dict[Any, list[int]]
         _tables: Any
         _mode: np.ndarray
         _row_of: np.ndarray
@@ -75,8 +77,9 @@ class NumpyStepping:
         if len(tok1) and (tok1.min() < 0 or tok1.max() >= self._vocab):
             elig &= (tok1 >= 0) & (tok1 < self._vocab)
             tok1 = np.where(elig, tok1, 0)
-        if self._eos:
-            elig &= ~(self._eos_mask[tok1] & self._eos_stops[slots])
+        if self._eos or self._stop_marked:
+            stops = self._eos_mask[tok1] | (self._stop_marks[tok1] != 0) if self._stop_marked else self._eos_mask[tok1]
+            elig &= ~(stops & self._eos_stops[slots])
         tables = self._tables
         gi = tok1 if len(tables.index) <= 1 else self._mode[slots] * tables.vocab + tok1
         if tables.restricted:

@@ -64,6 +64,7 @@ class PackedStepping:
         _ntok: np.ndarray
         _expect: np.ndarray
         _eos_stops: np.ndarray
+        _stop_marks: np.ndarray
         _mode: np.ndarray
         _vocab: int
 
@@ -117,7 +118,7 @@ class PackedStepping:
         slots = (self._pend, self._pend_len, self._choff, self._ntok, self._expect, self._eos_stops, self._mode, self._tag)
         table_args = (tables.entries, tables.utf8, self._vocab)
         all_ok = tables.byte_ok.reshape(-1, self._vocab).all(axis=1)  # per mode: every id has a byte entry
-        return tables.entries, table_args, slots, _PlainOpener(self._rid_map, table_args, slots, all_ok)
+        return tables.entries, (*table_args, self._stop_marks), slots, _PlainOpener(self._rid_map, table_args, slots, all_ok)
 
     def _slow_row(self, k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
         """A row the compiled step hands back (called by it, in row order): its own stream steps."""

@@ -22,9 +22,12 @@ class PlainOpening:
         _eos: frozenset[int]
         _slot_of: dict[Any, int]
         _deferred: dict[Any, tuple[DecodeParams, bool]]
+        _stop_marked: dict[Any, list[int]]
 
         def _grow(self) -> None: ...
         def _plain_mode_of(self, p: DecodeParams) -> Any: ...
+        def _mark_stops(self, rid: Any, p: DecodeParams, ignore_eos: bool) -> bool: ...
+        def _unmark_stops(self, rid: Any) -> None: ...
         def _compiled_args(self) -> Any: ...
 
     def _opener(self) -> Any:
@@ -39,20 +42,24 @@ class PlainOpening:
         wire rid and a list or tuple prompt tail; False, with nothing changed, where `open` must see to it."""
         if (
             not self.compiled or type(rid) is not int or not 0 <= rid < 2**64 or type(context_ids) not in (list, tuple)
-            or p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output
+            or p.stop
         ):
             return False
+        stop_ids = bool(p.stop_token_ids or p.visible_stop_token_ids)  # (marked: detok.stream.stop_marks)
         plain_mode = self._plain_mode_of(p)
         if plain_mode is None:
             return False
         if not self._free:
             self._grow()
         slot = self._free.pop()
-        if not self._opener().open(rid, slot, plain_mode[0], context_ids, CONTEXT_TOKENS, tag, not ignore_eos and bool(self._eos)):
+        eos_stops = stop_ids or (not ignore_eos and bool(self._eos))
+        if not self._opener().open(rid, slot, plain_mode[0], context_ids, CONTEXT_TOKENS, tag, eos_stops):
             self._free.append(slot)
             return False
         self._slot_of[rid] = slot
         self._deferred[rid] = (p, ignore_eos)
+        if stop_ids:
+            self._mark_stops(rid, p, ignore_eos)
         return True
 
     def _finish_compiled(self, rid: int, slot: int) -> tuple[str, int, int]:
@@ -60,5 +67,7 @@ class PlainOpening:
         tokens; the slot is free again."""
         text, offset, num_tokens = self._opener().finish(rid, slot)
         del self._slot_of[rid], self._deferred[rid]
+        if self._stop_marked:
+            self._unmark_stops(rid)
         self._free.append(slot)
         return text, offset, num_tokens

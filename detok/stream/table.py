@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 from detok.stream.packed_step import PackedStepping, _RidMap, _compiled_step_packed
 from detok.stream.plain_opening import PlainOpening
+from detok.stream.stop_marks import StopMarks
 
 
 utf8_decode = codecs.utf_8_decode  # (text, bytes consumed)
@@ -59,12 +60,14 @@ class DuplicateRequest(KeyError):
     pass
 
 
-class StreamTable(PlainOpening, PackedStepping, NumpyStepping, TypedFastPath):
-    """Requests whose parameters and prompt tail leave them plain (no stop strings, stop ids or
-    min_tokens; a byte-table decode mode; a prompt tail in the vocabulary) are opened in the
-    columns only: no DecodeStream exists for them until a row of theirs needs one (`_stream_at`)
-    or they end (`finish`, which releases their held bytes from the columns). A request's set-up
-    and end are then a few column stores, the same state the stream would have had."""
+class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedFastPath):
+    """Requests whose parameters and prompt tail leave them plain (no stop strings; a byte-table
+    decode mode; a prompt tail in the vocabulary) are opened in the columns only: no DecodeStream
+    exists for them until a row of theirs needs one (`_stream_at`: a stop id's row - their stop
+    ids are marked, `detok.stream.stop_marks`, and `min_tokens` only matters there - several ids
+    in one row, a replay) or they end (`finish`, which releases their held bytes from the
+    columns). A request's set-up and end are then a few column stores, the same state the stream
+    would have had."""
 
     def __init__(self, tokenizer: Tokenizer, strategy: Strategy | None = None, capacity: int = 1024) -> None:
         self.tokenizer = tokenizer
@@ -106,6 +109,7 @@ class StreamTable(PlainOpening, PackedStepping, NumpyStepping, TypedFastPath):
         for i in self._eos:
             if 0 <= i < self._vocab:
                 self._eos_mask[i] = True
+        self._init_stop_marks()
         self._tables = ModeTables(self._vocab, self._eos_mask)
         self._typed = TypedModes(self._tables)
         self.typed_fast = True  # False: typed requests always step their own stream (tests, benchmarks)
@@ -166,7 +170,7 @@ class StreamTable(PlainOpening, PackedStepping, NumpyStepping, TypedFastPath):
             stream: DecodeStream = TypedStream(self.tokenizer, context_ids, params, parser=parser, rid=rid,  # type: ignore[arg-type]
                                                emit=emit, ignore_eos=ignore_eos, strategy=self._strategy)
         else:
-            if not (p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output):
+            if not p.stop:  # (stop ids: marked, see StopMarks; min_tokens only matters at a stop id's row)
                 plain_mode = self._plain_mode_of(p)
                 if plain_mode is not None:
                     held = context_held(plain_mode[1], (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:])
@@ -181,6 +185,7 @@ class StreamTable(PlainOpening, PackedStepping, NumpyStepping, TypedFastPath):
             self._rid_map.put(int(rid), slot)  # type: ignore[arg-type]
         if held is None:
             self._streams[rid] = stream
+            self._mark_stops(rid, p, ignore_eos)
             dec = stream._text
             self._v_mode[slot] = self._tables.mode_of(dec._t) if isinstance(dec, ByteTextDecoder) else 0
             self._sync(slot, stream)
@@ -191,7 +196,7 @@ class StreamTable(PlainOpening, PackedStepping, NumpyStepping, TypedFastPath):
         self._deferred[rid] = (p, ignore_eos)
         self._v_mode[slot] = plain_mode[0]  # type: ignore[index]
         self._v_expect[slot] = self._v_ntok[slot] = self._v_choff[slot] = 0
-        self._v_eos_stops[slot] = not ignore_eos and bool(self._eos)
+        self._v_eos_stops[slot] = self._mark_stops(rid, p, ignore_eos)
         self._v_pend_len[slot] = len(held)
         if held:
             self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
@@ -237,6 +242,8 @@ class StreamTable(PlainOpening, PackedStepping, NumpyStepping, TypedFastPath):
             self._v_tag[slot] &= TAG_MASK
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.pop(int(rid))  # type: ignore[arg-type]
+        if self._stop_marked:
+            self._unmark_stops(rid)
         self._v_expect[slot] = _NOT_PLAIN
         self._v_pend_len[slot] = 0
         self._free.append(slot)
@@ -259,7 +266,7 @@ class StreamTable(PlainOpening, PackedStepping, NumpyStepping, TypedFastPath):
             stream.columnar
             and stream._plain
             and not stream.finished
-            and stream._stop_ids <= self._eos  # the vectorized path checks end-of-sequence ids only
+            and self._stops_marked(stream._stop_ids)  # the vectorized path checks end-of-sequence and marked ids
             and isinstance(dec, ByteTextDecoder)
             and not dec._strip
             and not dec._after_added
