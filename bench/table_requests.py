@@ -6,7 +6,8 @@ and `finish`, in this process's CPU time.
 `--requests` requests of `--tokens` corpus ids each (a 5-id prompt tail) are opened, stepped one
 id per request per `step_packed` call and finished, as a worker does; the best of `--repeats`
 rounds is kept per figure. Parameter sets: none; a stop id that is an end-of-sequence id; a stop
-id the text holds (`.`: each request stops at its first); `min_tokens`; two stop strings.
+id the text holds (`.`: each request stops at its first); `min_tokens`; two stop strings whose
+first characters the text holds often (a newline, `U`); a stop string whose first one it rarely does.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def parameter_sets(tok: Any) -> dict[str, detok.DecodeParams]:
         "stop id (in the text)": detok.DecodeParams(stop_token_ids=(dot,)),
         "min_tokens=4": detok.DecodeParams(min_tokens=4),
         "two stop strings": detok.DecodeParams(stop=["\n\n", "User:"]),
+        "stop string ###": detok.DecodeParams(stop=["###"]),
     }
 
 

@@ -333,10 +333,26 @@ enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4, T_NEXT = 8, T_PREV = 16, T_NL_PREF
 #define MAX_PENDING 4 /* held bytes of an incomplete character: at most 3 */
 
 enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_MARKS, B_PEND, B_PEND_LEN, B_CHOFF, B_NTOK,
-       B_EXPECT, B_EOS_STOPS, B_MODE, B_TAG, N_BUFS };
+       B_EXPECT, B_EOS_STOPS, B_MODE, B_TAG, B_FIRSTS, B_FIRSTS_LEN, N_BUFS };
+#define FIRSTS_BYTES 32 /* a slot's stop strings' first characters, UTF-8 back to back */
+
+/* Whether any of the UTF-8 characters in firsts[0:n] occurs in p[0:len] (UTF-8 is
+ * self-synchronizing: a character's bytes found in valid UTF-8 are that character) */
+static int has_any_char(const char *p, Py_ssize_t len, const unsigned char *firsts, int n) {
+    for (int i = 0; i < n;) {
+        unsigned char b = firsts[i];
+        int w = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+        if (i + w > n) return 1; /* (malformed: take it as a match, the row's stream decides) */
+        for (Py_ssize_t j = 0; j + w <= len; j++)
+            if (memcmp(p + j, firsts + i, w) == 0) return 1;
+        i += w;
+    }
+    return 0;
+}
 
 /* step_packed(ridmap, rids, starts, counts, tokens, (entries, utf8, vocab, stop_marks),
- *             (pend, pend_len, choff, ntok, expect, eos_stops, mode, tag), slow_row[, token_texts])
+ *             (pend, pend_len, choff, ntok, expect, eos_stops, mode, tag), (stop_firsts, stop_firsts_len),
+ *             slow_row[, token_texts])
  *   -> (text, lengths, offsets, num_tokens, byte_lengths, tags, kinds[, texts]): bytes; all but
  *      `text` and `kinds` packed uint32, one per row (`tags`: the row's slot's tag, 0 for an
  *      unknown rid; `kinds`: a byte per row, empty if all are 0). With `token_texts` (a list of
@@ -351,14 +367,18 @@ enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_MARKS, B_PEND,
  * character, the per-slot columns its expected start, tokens, chars, mode (an id flagged T_NEXT /
  * T_PREV moves it along its chain) and whether it stops on ids (then an end-of-sequence or marked
  * id is its stream's to step: a mark of another request's costs a slow row, never a wrong one).
+ * stop_firsts[slot] (FIRSTS_BYTES) holds the first characters of the slot's stop strings, UTF-8,
+ * stop_firsts_len[slot] bytes of it (0: none); such a slot's row is plain only for an id of whole
+ * characters none of which begins a stop string, with nothing held (its matcher then stays idle).
  * slow_row(row, rid, slot, start, first, count) -> (text, offset, num_tokens) steps any other row. */
 static PyObject *step_packed(PyObject *self, PyObject *args) {
     PyObject *o[N_BUFS], *slow_row, *token_texts = Py_None;
     RidMap *map;
     Py_ssize_t vocab;
-    if (!PyArg_ParseTuple(args, "O!OOOO(OOnO)(OOOOOOOO)O|O", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
+    if (!PyArg_ParseTuple(args, "O!OOOO(OOnO)(OOOOOOOO)(OO)O|O", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
                           &o[B_TOKENS], &o[B_ENTRIES], &o[B_UTF8], &vocab, &o[B_MARKS], &o[B_PEND], &o[B_PEND_LEN], &o[B_CHOFF],
-                          &o[B_NTOK], &o[B_EXPECT], &o[B_EOS_STOPS], &o[B_MODE], &o[B_TAG], &slow_row, &token_texts))
+                          &o[B_NTOK], &o[B_EXPECT], &o[B_EOS_STOPS], &o[B_MODE], &o[B_TAG], &o[B_FIRSTS], &o[B_FIRSTS_LEN],
+                          &slow_row, &token_texts))
         return NULL;
     static const struct {
         Py_ssize_t itemsize;
@@ -368,7 +388,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
         {1, 0, "rids"}, {1, 0, "starts"}, {1, 0, "counts"}, {1, 0, "tokens"}, {sizeof(TokenEntry), 0, "entries"},
         {1, 0, "utf8"}, {4, 0, "stop_marks"}, {1, 1, "pend"}, {1, 1, "pend_len"}, {8, 1, "choff"}, {8, 1, "ntok"},
         {8, 1, "expect"},
-        {1, 0, "eos_stops"}, {8, 1, "mode"}, {4, 0, "tag"},
+        {1, 0, "eos_stops"}, {8, 1, "mode"}, {4, 0, "tag"}, {1, 0, "stop_firsts"}, {1, 0, "stop_firsts_len"},
     };
     Buf b[N_BUFS];
     for (int i = 0; i < N_BUFS; i++) b[i].held = 0;
@@ -391,7 +411,8 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     Py_ssize_t n_utf8 = b[B_UTF8].view.len;
     if (b[B_CHOFF].view.len != 8 * n_slots || b[B_NTOK].view.len != 8 * n_slots || b[B_EXPECT].view.len != 8 * n_slots ||
         b[B_EOS_STOPS].view.len != n_slots || b[B_MODE].view.len != 8 * n_slots || b[B_TAG].view.len != 4 * n_slots ||
-        b[B_PEND].view.len != MAX_PENDING * n_slots || vocab <= 0 || n_entries % vocab || b[B_MARKS].view.len != 4 * vocab) {
+        b[B_PEND].view.len != MAX_PENDING * n_slots || vocab <= 0 || n_entries % vocab || b[B_MARKS].view.len != 4 * vocab ||
+        b[B_FIRSTS].view.len != FIRSTS_BYTES * n_slots || b[B_FIRSTS_LEN].view.len != n_slots) {
         PyErr_SetString(PyExc_ValueError, "table columns do not match");
         goto done;
     }
@@ -402,6 +423,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     const uint32_t *tag = b[B_TAG].view.buf;
     const char *es = b[B_EOS_STOPS].view.buf;
     const uint32_t *marks = b[B_MARKS].view.buf;
+    const unsigned char *firsts = b[B_FIRSTS].view.buf, *firsts_len = b[B_FIRSTS_LEN].view.buf;
     unsigned char *pend = b[B_PEND].view.buf, *pend_len = b[B_PEND_LEN].view.buf;
     int64_t *co = b[B_CHOFF].view.buf, *nt = b[B_NTOK].view.buf, *ex = b[B_EXPECT].view.buf;
     if (has_counts) { /* checked before anything is stepped */
@@ -454,6 +476,14 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             if (idx >= 0 && idx < n_entries) {
                 e = &entries[idx];
                 if (!(e->flags & T_BYTE_OK) || (es[slot] && ((e->flags & T_EOS) || marks[tok]))) e = NULL;
+                else if (firsts_len[slot]) { /* stop strings: only whole text that cannot begin one */
+                    int fl = firsts_len[slot] < FIRSTS_BYTES ? firsts_len[slot] : FIRSTS_BYTES;
+                    if (!(e->flags & T_WHOLE) || pend_len[slot] || (e->flags & (T_NL_PREFIX | T_SP_PREFIX)) ||
+                        (e->nbytes > INLINE && (Py_ssize_t)e->off + e->nbytes > b[B_UTF8].view.len) ||
+                        has_any_char(e->nbytes <= INLINE ? e->inl : (const char *)b[B_UTF8].view.buf + e->off, e->nbytes,
+                                     firsts + FIRSTS_BYTES * slot, fl))
+                        e = NULL;
+                }
             }
         }
         int64_t offset, chars, count_after;

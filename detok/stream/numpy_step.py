@@ -36,6 +36,7 @@ class NumpyStepping:
         _eos_stops: np.ndarray
         _stop_marks: np.ndarray
         _stop_marked: dict[Any, list[int]]
+        _stop_firsts_len: np.ndarray
         _tables: Any
         _mode: np.ndarray
         _row_of: np.ndarray
@@ -80,6 +81,7 @@ class NumpyStepping:
         if self._eos or self._stop_marked:
             stops = self._eos_mask[tok1] | (self._stop_marks[tok1] != 0) if self._stop_marked else self._eos_mask[tok1]
             elig &= ~(stops & self._eos_stops[slots])
+        elig &= self._stop_firsts_len[slots] == 0  # stop strings: each row through its stream here
         tables = self._tables
         gi = tok1 if len(tables.index) <= 1 else self._mode[slots] * tables.vocab + tok1
         if tables.restricted:

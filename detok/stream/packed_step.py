@@ -65,6 +65,8 @@ class PackedStepping:
         _expect: np.ndarray
         _eos_stops: np.ndarray
         _stop_marks: np.ndarray
+        _stop_firsts: np.ndarray
+        _stop_firsts_len: np.ndarray
         _mode: np.ndarray
         _vocab: int
 
@@ -100,9 +102,10 @@ class PackedStepping:
         # (the tags come back without kind bits, the kinds as their own column: detok.stream.typed_fast)
         if row_texts:
             *out, kinds, texts = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2],
-                                                       self._slow_row, self._tables.texts)
+                                                       c_args[4], self._slow_row, self._tables.texts)
         else:
-            *out, kinds = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], self._slow_row)
+            *out, kinds = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], c_args[4],
+                                                self._slow_row)
             texts = None
         unknown_rows, unknown_rids = self._cur_unknown_rows, self._cur_unknown_rids
         self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
@@ -111,14 +114,15 @@ class PackedStepping:
         return PackedStep(*out, self._cur_finished, np.frombuffer(unknown_rows, dtype=np.int64),
                           np.frombuffer(unknown_rids, dtype=np.uint64), kinds, texts)
 
-    def _compiled_args(self) -> tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...], Any]:
+    def _compiled_args(self) -> tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...], Any, tuple[np.ndarray, ...]]:
         """The compiled step's table and slot arguments, and the plain requests' opener over the
         same buffers (rebuilt when a mode is added or the columns grow)."""
         tables = self._tables
         slots = (self._pend, self._pend_len, self._choff, self._ntok, self._expect, self._eos_stops, self._mode, self._tag)
         table_args = (tables.entries, tables.utf8, self._vocab)
         all_ok = tables.byte_ok.reshape(-1, self._vocab).all(axis=1)  # per mode: every id has a byte entry
-        return tables.entries, (*table_args, self._stop_marks), slots, _PlainOpener(self._rid_map, table_args, slots, all_ok)
+        return (tables.entries, (*table_args, self._stop_marks), slots, _PlainOpener(self._rid_map, table_args, slots, all_ok),
+                (self._stop_firsts, self._stop_firsts_len))
 
     def _slow_row(self, k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
         """A row the compiled step hands back (called by it, in row order): its own stream steps."""

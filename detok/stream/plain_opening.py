@@ -1,4 +1,5 @@
-"""`StreamTable`'s plain requests set up and ended in one compiled call each (`_plainstep.c`'s
+"""`StreamTable`'s plain requests: the decode mode they defer in (`_plain_mode_of`), and their
+set-up and end in one compiled call each (`_plainstep.c`'s
 `PlainOpener`, over the table's own columns): the prompt tail's held bytes, the slot's columns and
 the rid map entry at `open`; the held bytes' text, the counters and the map entry's removal at
 `finish`. A mixin: `open` and `finish` try it first, and do the same in Python where it declines
@@ -10,6 +11,7 @@ from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from detok.stream.decode_stream import CONTEXT_TOKENS
+from detok.stream.byte_text import ByteTables
 from detok.stream.params import DecodeParams
 
 
@@ -23,12 +25,33 @@ class PlainOpening:
         _slot_of: dict[Any, int]
         _deferred: dict[Any, tuple[DecodeParams, bool]]
         _stop_marked: dict[Any, list[int]]
+        _plain_modes: dict[tuple[bool, bool], tuple[int, ByteTables] | None]
+        _strategy: Any
+        plan: Any
 
         def _grow(self) -> None: ...
-        def _plain_mode_of(self, p: DecodeParams) -> Any: ...
         def _mark_stops(self, rid: Any, p: DecodeParams, ignore_eos: bool) -> bool: ...
         def _unmark_stops(self, rid: Any) -> None: ...
+        def _set_firsts(self, slot: int, stops: Any) -> bool: ...
+        def _firsts_of(self, stops: Any) -> bytes | None: ...
+        _v_firsts_len: memoryview
         def _compiled_args(self) -> Any: ...
+
+    def _plain_mode_of(self, p: DecodeParams) -> tuple[int, ByteTables] | None:
+        """(mode, tables) of the decode mode a plain request of these parameters defers in, or None."""
+        key = (p.skip_special_tokens, p.spaces_between_special_tokens)
+        plain_mode = self._plain_modes.get(key, False)
+        if plain_mode is False:
+            plain_mode = self._plain_modes[key] = self._plain_mode(*key)
+        return plain_mode
+
+    def _plain_mode(self, skip_special: bool, spaces: bool) -> tuple[int, ByteTables] | None:
+        if self._strategy == "window" or self.plan.strategy != "bytes":
+            return None
+        tables = self.plan.tables(skip_special, spaces)
+        if tables is None:
+            return None
+        return self._tables.mode_of(tables), tables
 
     def _opener(self) -> Any:
         """The compiled opener over the table's current columns and entries."""
@@ -42,7 +65,7 @@ class PlainOpening:
         wire rid and a list or tuple prompt tail; False, with nothing changed, where `open` must see to it."""
         if (
             not self.compiled or type(rid) is not int or not 0 <= rid < 2**64 or type(context_ids) not in (list, tuple)
-            or p.stop
+            or (p.stop and self._firsts_of(p.stop) is None)
         ):
             return False
         stop_ids = bool(p.stop_token_ids or p.visible_stop_token_ids)  # (marked: detok.stream.stop_marks)
@@ -60,6 +83,8 @@ class PlainOpening:
         self._deferred[rid] = (p, ignore_eos)
         if stop_ids:
             self._mark_stops(rid, p, ignore_eos)
+        if p.stop:
+            self._set_firsts(slot, p.stop)
         return True
 
     def _finish_compiled(self, rid: int, slot: int) -> tuple[str, int, int]:
@@ -69,5 +94,6 @@ class PlainOpening:
         del self._slot_of[rid], self._deferred[rid]
         if self._stop_marked:
             self._unmark_stops(rid)
+        self._v_firsts_len[slot] = 0
         self._free.append(slot)
         return text, offset, num_tokens

@@ -1,4 +1,5 @@
-"""`StreamTable`'s stop ids other than end-of-sequence ones, marked per id for the compiled step.
+"""`StreamTable`'s stop rules on the compiled step: stop ids other than end-of-sequence ones,
+marked per id, and the first characters of stop strings, per slot.
 
 A request that stops on ids (`stop_token_ids`, `visible_stop_token_ids`) need not leave the plain
 path: only a row carrying one of its stop ids must go to its stream, which applies the stop. So
@@ -6,24 +7,80 @@ the table counts, per token id, the live requests that stop on it besides the en
 (`_stop_marks`, uint32 per id, read by the compiled and the numpy step), and a row of a slot that
 stops on ids goes to its stream when its id is end-of-sequence or marked. A mark of another
 request's costs that row a slow step, never a wrong text. Marks are taken at `open` and given back
-when the request closes. A mixin over the table's state."""
+when the request closes.
+
+A request with stop strings keeps their first characters in its slot (`_stop_firsts`, UTF-8, at
+most FIRSTS_BYTES): while its matcher is idle (nothing partly matched), a row whose id is whole
+characters with none of them cannot begin a stop string, and is plain; any other row goes to the
+request's stream, whose matcher is then exactly as if it had seen the plain rows' text. A mixin
+over the table's state."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from collections.abc import Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from detok.stream.params import DecodeParams
 
 
+FIRSTS_BYTES = 32  # a slot's stop strings' first characters, UTF-8 (the compiled step's column width)
+_FIRSTS_CACHE = 1024  # stop lists whose first characters are remembered (then forgotten all at once)
+
+
+def firsts_bytes(firsts: Iterable[str]) -> bytes | None:
+    """Stop strings' first characters as a slot holds them, or None if they do not fit."""
+    data = "".join(sorted(set(firsts))).encode()
+    return data if len(data) <= FIRSTS_BYTES else None
+
+
 class StopMarks:
     if TYPE_CHECKING:  # the table's state this mixin reads and writes
         _vocab: int
         _eos: frozenset[int]
+        _v_firsts: memoryview
+        _v_firsts_len: memoryview
+
+        def _stops_marked(self, stop_ids: frozenset[int]) -> bool: ...
+
+    def _firsts_of(self, stops: Sequence[str] | frozenset[str]) -> bytes | None:
+        """`firsts_bytes` of a stop list's first characters (or of a set of first characters),
+        remembered per list: requests mostly share a few."""
+        key = stops if isinstance(stops, (tuple, frozenset)) else tuple(stops)
+        data = self._firsts_cache.get(key, False)
+        if data is False:
+            if len(self._firsts_cache) >= _FIRSTS_CACHE:
+                self._firsts_cache.clear()
+            data = self._firsts_cache[key] = firsts_bytes(key if isinstance(key, frozenset) else (s[0] for s in key if s))
+        return data
+
+    def _set_firsts(self, slot: int, stops: Sequence[str] | frozenset[str]) -> bool:
+        """A slot's stop strings' first characters (none: no stop strings); False if they do not
+        fit (its rows then all go to its stream)."""
+        data = self._firsts_of(stops) if stops else b""
+        if data is None:
+            self._v_firsts_len[slot] = 0
+            return False
+        self._v_firsts_len[slot] = n = len(data)
+        if n:
+            self._v_firsts[FIRSTS_BYTES * slot : FIRSTS_BYTES * slot + n] = data
+        return True
+
+    def _stop_rules_plain(self, slot: int, stream: Any) -> bool:
+        """Whether a stream's stop rules let its slot's rows be plain now (its stop ids marked or
+        end-of-sequence ones; its stop strings' matcher idle, their first characters in the slot)."""
+        stop = stream._stop
+        if stop is None:
+            self._v_firsts_len[slot] = 0
+            return bool(stream._plain) and self._stops_marked(stream._stop_ids)
+        if not stop.idle or stream._pending_error is not None or not self._set_firsts(slot, stop.firsts):
+            self._v_firsts_len[slot] = 0
+            return False
+        return self._stops_marked(stream._stop_ids)
 
     def _init_stop_marks(self) -> None:
+        self._firsts_cache: dict[tuple[str, ...] | frozenset[str], bytes | None] = {}
         self._stop_marks = np.zeros(self._vocab, dtype=np.uint32)
         self._v_marks = memoryview(self._stop_marks)  # (a scalar store through it: tens of ns, not numpy's ~100)
         self._stop_marked: dict[Hashable, list[int]] = {}  # rid -> the ids it marked

@@ -114,6 +114,16 @@ class StopStringMatcher:
         self._include = include_in_output
         self.held = ""
 
+    @property
+    def idle(self) -> bool:
+        """No stop string is partly matched (nothing held): text with none of `firsts` leaves it so."""
+        return not any(self._states)
+
+    @property
+    def firsts(self) -> frozenset[str]:
+        """The first characters of the stop strings."""
+        return self._set.firsts  # type: ignore[no-any-return]
+
     def feed(self, text: str, allow_match: bool = True) -> tuple[str, str | None]:
         """(text to emit, matched stop string or None). After a match, the matcher is done."""
         if not text:

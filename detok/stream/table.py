@@ -42,12 +42,12 @@ if TYPE_CHECKING:
 
 from detok.stream.packed_step import PackedStepping, _RidMap, _compiled_step_packed
 from detok.stream.plain_opening import PlainOpening
-from detok.stream.stop_marks import StopMarks
+from detok.stream.stop_marks import FIRSTS_BYTES, StopMarks
 
 
 utf8_decode = codecs.utf_8_decode  # (text, bytes consumed)
 _DEFAULT_PARAMS = DecodeParams()
-_COLUMNS = ("_pend", "_pend_len", "_tag", "_eos_stops", "_mode", "_ntok", "_choff")
+_COLUMNS = ("_pend", "_pend_len", "_tag", "_eos_stops", "_mode", "_ntok", "_choff", "_stop_firsts", "_stop_firsts_len")
 
 
 def _indexable(rid: Hashable) -> bool:
@@ -95,6 +95,8 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         self._mode = np.zeros(capacity, dtype=np.int64)
         self._ntok = np.zeros(capacity, dtype=np.int64)
         self._choff = np.zeros(capacity, dtype=np.int64)
+        self._stop_firsts = np.zeros((capacity, FIRSTS_BYTES), dtype=np.uint8)  # (detok.stream.stop_marks)
+        self._stop_firsts_len = np.zeros(capacity, dtype=np.uint8)
         # Unsigned 64-bit rids (the wire's) are also in a C hash map, for the compiled step's lookups.
         self._rid_map = _RidMap() if _RidMap is not None else None
         self._c_args: tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...], Any] | None = None
@@ -125,6 +127,8 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         self._v_tag = memoryview(self._tag)
         self._v_mode = memoryview(self._mode)
         self._v_eos_stops = memoryview(self._eos_stops)
+        self._v_firsts_len = memoryview(self._stop_firsts_len)
+        self._v_firsts = memoryview(self._stop_firsts).cast("B")  # (flat: slot k's at FIRSTS_BYTES * k)
 
     # ---- registration -----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -170,7 +174,9 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
             stream: DecodeStream = TypedStream(self.tokenizer, context_ids, params, parser=parser, rid=rid,  # type: ignore[arg-type]
                                                emit=emit, ignore_eos=ignore_eos, strategy=self._strategy)
         else:
-            if not p.stop:  # (stop ids: marked, see StopMarks; min_tokens only matters at a stop id's row)
+            # (stop ids: marked; stop strings: their first characters; see StopMarks. min_tokens only
+            # matters at a stop's row)
+            if not p.stop or self._firsts_of(p.stop) is not None:
                 plain_mode = self._plain_mode_of(p)
                 if plain_mode is not None:
                     held = context_held(plain_mode[1], (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:])
@@ -197,26 +203,11 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         self._v_mode[slot] = plain_mode[0]  # type: ignore[index]
         self._v_expect[slot] = self._v_ntok[slot] = self._v_choff[slot] = 0
         self._v_eos_stops[slot] = self._mark_stops(rid, p, ignore_eos)
+        self._set_firsts(slot, p.stop)
         self._v_pend_len[slot] = len(held)
         if held:
             self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
         return None
-
-    def _plain_mode_of(self, p: DecodeParams) -> tuple[int, ByteTables] | None:
-        """(mode, tables) of the decode mode a plain request of these parameters defers in, or None."""
-        key = (p.skip_special_tokens, p.spaces_between_special_tokens)
-        plain_mode = self._plain_modes.get(key, False)
-        if plain_mode is False:
-            plain_mode = self._plain_modes[key] = self._plain_mode(*key)
-        return plain_mode
-
-    def _plain_mode(self, skip_special: bool, spaces: bool) -> tuple[int, ByteTables] | None:
-        if self._strategy == "window" or self.plan.strategy != "bytes":
-            return None
-        tables = self.plan.tables(skip_special, spaces)
-        if tables is None:
-            return None
-        return self._tables.mode_of(tables), tables
 
     def _stream_at(self, rid: Hashable, slot: int) -> DecodeStream:
         """A live request's stream; a deferred one's is made now (its state is in the columns,
@@ -245,7 +236,7 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         if self._stop_marked:
             self._unmark_stops(rid)
         self._v_expect[slot] = _NOT_PLAIN
-        self._v_pend_len[slot] = 0
+        self._v_pend_len[slot] = self._v_firsts_len[slot] = 0
         self._free.append(slot)
 
     def _grow(self) -> None:
@@ -264,9 +255,8 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         dec = stream._text
         plain = (
             stream.columnar
-            and stream._plain
             and not stream.finished
-            and self._stops_marked(stream._stop_ids)  # the vectorized path checks end-of-sequence and marked ids
+            and self._stop_rules_plain(slot, stream)  # (its stop ids marked, its stop strings' matcher idle)
             and isinstance(dec, ByteTextDecoder)
             and not dec._strip
             and not dec._after_added
@@ -328,7 +318,9 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         slot = self._slot_of.get(rid)
         if slot is None:
             return "", 0, 0, None
-        if rid in self._deferred:  # no stream: what its `finish` would give, from the columns
+        if rid in self._deferred and not (self._v_firsts_len[slot] and self._v_pend_len[slot]):
+            # no stream: what its `finish` would give, from the columns (held bytes with stop
+            # strings: the stream's, whose matcher sees their replacement character)
             if self.compiled and type(rid) is int and 0 <= rid < 2**64:  # (then it is in the rid map)
                 text, offset, num_tokens = self._finish_compiled(rid, slot)
                 return text, offset, num_tokens, Finish(reason, None, message)  # type: ignore[arg-type]
@@ -337,7 +329,7 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
             offset, num_tokens = self._v_choff[slot], self._v_ntok[slot]
             self.close(rid)
             return text, offset, num_tokens, Finish(reason, None, message)  # type: ignore[arg-type]
-        stream = self._streams[rid]
+        stream = self._stream_at(rid, slot)
         self._load(slot, stream)
         delta = stream.finish(reason, message)  # type: ignore[arg-type]
         self.close(rid)

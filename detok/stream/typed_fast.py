@@ -10,7 +10,8 @@ marker id, an id whose bytes hold a trigger character, and (inside a JSON string
 whole printable characters or holds a quote or backslash that is not a complete escape - is never a
 plain row: such an id goes to the request's `TypedStream` as before, which first takes back what
 the compiled path decoded (`TypedStream.absorb_fast`). Stop strings and
-`min_tokens` keep a request off this path (its `_plain` is False), as for plain requests.
+`min_tokens` keep a typed request off this path (its `_plain` is False; plain requests with them
+have their own way onto the compiled step, `detok.stream.stop_marks`).
 
 A JSON string's escapes are often cut by the vocabulary (`\\` then `n`, `)\\` then `"`): such a
 string has two modes (`ModeTables.restricted_chain`). An id ending in an escape's backslash is a

@@ -274,5 +274,5 @@ def test_table_requests_bench_smoke() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     assert [r["params"] for r in records] == ["none", "stop id (end-of-sequence)", "stop id (in the text)", "min_tokens=4",
-                                             "two stop strings"]
+                                             "two stop strings", "stop string ###"]
     assert all(r["bench"] == "table-requests" and r["open_ns"] > 0 and r["finish_ns"] > 0 for r in records)

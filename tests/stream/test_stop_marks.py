@@ -1,6 +1,7 @@
-"""Stop ids on the compiled path (`detok.stream.stop_marks`): requests with stop ids, visible stop
-ids, `min_tokens` or `include_stop_str_in_output` are set up in the columns like plain ones, and
-only a row carrying a marked or end-of-sequence id goes to a stream. Random requests and batches
+"""Stop rules on the compiled path (`detok.stream.stop_marks`): requests with stop ids, visible stop
+ids, `min_tokens`, `include_stop_str_in_output` or stop strings are set up in the columns like
+plain ones, and only a row carrying a marked or end-of-sequence id, or text that may begin one of
+its stop strings (or any row while one is partly matched), goes to a stream. Random requests and batches
 give the same rows and finishes as a table that makes every stream at `open` (the Python path),
 on the compiled step and on the numpy one; a mark of another request's only costs a slow row; the
 marks come back to zero when the requests end."""
@@ -21,12 +22,19 @@ from detok.stream.table import StreamTable
 
 _TEXT = " one two three. four, five! six 北京 🫨 seven; eight"
 
+_piece = st.integers(0, len(_TEXT) - 1).flatmap(lambda i: st.integers(1, 4).map(lambda n: _TEXT[i : i + n]))
+_stops = st.one_of(
+    st.just([]),
+    st.lists(st.one_of(_piece, st.text(min_size=1, max_size=3)), min_size=1, max_size=3),  # mostly pieces of the text
+    st.just([chr(0x4E00 + k) + "x" for k in range(12)]),  # first characters past FIRSTS_BYTES: the stream's path
+)
 _request = st.tuples(
     st.lists(st.integers(0, 11), max_size=2),  # stop ids: pool indexes (10, 11: end-of-sequence ids)
     st.lists(st.integers(0, 11), max_size=1),  # visible stop ids
     st.integers(0, 4),  # min_tokens
     st.booleans(),  # include_stop_str_in_output
     st.booleans(),  # ignore_eos
+    _stops,
 )
 
 
@@ -35,9 +43,11 @@ def _pool(tok: Any) -> list[int]:
     return ids[:10] + sorted(tok.eos_token_ids)[:2] + ids[10:]
 
 
-def _params(pool: list[int], stop: list[int], visible: list[int], min_tokens: int, include: bool) -> DecodeParams:
+def _params(pool: list[int], stop: list[int], visible: list[int], min_tokens: int, include: bool,
+            strings: list[str]) -> DecodeParams:
     return DecodeParams(stop_token_ids=tuple(pool[i] for i in stop), visible_stop_token_ids=tuple(
-        pool[i] for i in visible if i not in stop), min_tokens=min_tokens, include_stop_str_in_output=include)
+        pool[i] for i in visible if i not in stop), min_tokens=min_tokens, include_stop_str_in_output=include,
+        stop=tuple(strings))
 
 
 @pytest.mark.parametrize("name", ["qwen2", "mistral-spm-v1"])
@@ -53,9 +63,10 @@ def test_requests_with_stop_ids_step_as_streams_made_at_open(name: str, requests
     if table_module._compiled_step_packed is None:
         compiled.compiled = False
     for t in (compiled, numpy_path, eager):
-        for rid, (stop, visible, min_tokens, include, ignore_eos) in enumerate(requests):
-            t.open(rid, [pool[rid]], _params(pool, stop, visible, min_tokens, include), ignore_eos=ignore_eos)
-    assert not eager._deferred and len(compiled._deferred) == len(requests)
+        for rid, (stop, visible, min_tokens, include, ignore_eos, strings) in enumerate(requests):
+            t.open(rid, [pool[rid]], _params(pool, stop, visible, min_tokens, include, strings), ignore_eos=ignore_eos)
+    wide = sum(len(strings) == 12 for *_, strings in requests)  # (their first characters do not fit a slot)
+    assert not eager._deferred and len(compiled._deferred) == len(requests) - wide
     sent = [0] * len(requests)
     for picks in steps:
         rids = [r for r in range(len(requests)) if r in compiled]
