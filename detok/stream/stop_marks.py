@@ -26,7 +26,10 @@ from detok.stream.params import DecodeParams
 
 
 FIRSTS_BYTES = 32  # a slot's stop strings' first characters, UTF-8 (the compiled step's column width)
-_FIRSTS_CACHE = 1024  # stop lists whose first characters are remembered (then forgotten all at once)
+# stop lists whose first characters are remembered (then forgotten all at once), each of at most
+# _FIRSTS_CACHED_CHARS chars (a longer one is not kept): at most ~4 MB of keys
+_FIRSTS_CACHE = 1024
+_FIRSTS_CACHED_CHARS = 1024
 
 
 def firsts_bytes(firsts: Iterable[str]) -> bytes | None:
@@ -50,9 +53,11 @@ class StopMarks:
         key = stops if isinstance(stops, (tuple, frozenset)) else tuple(stops)
         data = self._firsts_cache.get(key, False)
         if data is False:
-            if len(self._firsts_cache) >= _FIRSTS_CACHE:
-                self._firsts_cache.clear()
-            data = self._firsts_cache[key] = firsts_bytes(key if isinstance(key, frozenset) else (s[0] for s in key if s))
+            data = firsts_bytes(key if isinstance(key, frozenset) else (s[0] for s in key if s))
+            if sum(map(len, key)) <= _FIRSTS_CACHED_CHARS:
+                if len(self._firsts_cache) >= _FIRSTS_CACHE:
+                    self._firsts_cache.clear()
+                self._firsts_cache[key] = data
         return data
 
     def _set_firsts(self, slot: int, stops: Sequence[str] | frozenset[str]) -> bool:

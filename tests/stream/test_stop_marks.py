@@ -114,3 +114,18 @@ def test_stop_ids_outside_the_vocabulary_are_not_marked() -> None:
     assert 1 in table._deferred and not table._stop_marked and table._eos_stops[table._slot_of[1]]
     table.close(1)
     assert not table._stop_marks.any()
+
+
+def test_remembered_first_characters_are_bounded() -> None:
+    """Stop lists' first characters are remembered for at most _FIRSTS_CACHE lists, none longer
+    than _FIRSTS_CACHED_CHARS: a sender of endless distinct or huge stop lists holds no memory."""
+    from detok.stream import stop_marks
+
+    table = StreamTable(stream_roster.get("qwen2"))
+    for k in range(stop_marks._FIRSTS_CACHE + 10):
+        table.open(k, [], DecodeParams(stop=(f"s{k}",)))
+        table.close(k)
+        assert len(table._firsts_cache) <= stop_marks._FIRSTS_CACHE
+    huge = ("x" * (stop_marks._FIRSTS_CACHED_CHARS + 1),)
+    table.open(-1, [], DecodeParams(stop=huge))
+    assert huge not in table._firsts_cache and -1 in table._deferred
