@@ -1,13 +1,14 @@
 """What one request costs a worker's `StreamTable`, by its parameters: `open`, the step per token
 and `finish`, in this process's CPU time.
 
-    python bench/table_requests.py [--tokenizer SOURCE] [--requests 300] [--tokens 16] [--repeats 5] [--json]
+    python bench/table_requests.py [--tokenizer SOURCE] [--requests 300] [--tokens 16] [--repeats 5] [--streams] [--json]
 
 `--requests` requests of `--tokens` corpus ids each (a 5-id prompt tail) are opened, stepped one
 id per request per `step_packed` call and finished, as a worker does; the best of `--repeats`
 rounds is kept per figure. Parameter sets: none; a stop id that is an end-of-sequence id; a stop
 id the text holds (`.`: each request stops at its first); `min_tokens`; two stop strings whose
 first characters the text holds often (a newline, `U`); a stop string whose first one it rarely does.
+With `--streams`, the same requests as `detok.DecodeStream`s (the per-stream API) instead.
 """
 
 from __future__ import annotations
@@ -68,12 +69,38 @@ def measure(tok: Any, params: detok.DecodeParams, streams: Sequence[Any], repeat
     return {"open_ns": round(best[0]), "step_ns_per_token": round(best[1], 1), "finish_ns": round(best[2])}
 
 
+def measure_streams(tok: Any, params: detok.DecodeParams, streams: Sequence[Any], repeats: int) -> dict[str, float]:
+    """The same requests as `detok.DecodeStream`s (an embedder's per-stream API): created,
+    stepped one int id at a time interleaved, finished."""
+    length = len(streams[0].ids)
+    ids = [s.ids for s in streams]
+    detok.DecodeStream(tok, [], params).finish()  # the decode mode's tables built before any clock
+    best = [float("inf")] * 3
+    clock = time.process_time_ns
+    for _ in range(repeats):
+        t0 = clock()
+        live = [detok.DecodeStream(tok, s.context, params) for s in streams]
+        t1 = clock()
+        for i in range(length):
+            for stream, own in zip(live, ids):
+                stream.step(own[i])
+        t2 = clock()
+        for stream in live:
+            stream.finish("length")
+        t3 = clock()
+        n = len(streams)
+        best = [min(best[0], (t1 - t0) / n), min(best[1], (t2 - t1) / (n * length)), min(best[2], (t3 - t2) / n)]
+    return {"open_ns": round(best[0]), "step_ns_per_token": round(best[1], 1), "finish_ns": round(best[2])}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     _common.add_common_args(p)
     p.add_argument("--requests", type=int, default=300)
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--streams", action="store_true",
+                   help="measure detok.DecodeStream per request instead (created, step(id) per token, finished)")
     args = p.parse_args(argv)
     source = args.tokenizer[0] if args.tokenizer else _common.default_tokenizer_sources()[0][1]
     tok = detok.load_tokenizer(source)
@@ -81,8 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sets = parameter_sets(tok)
     bar = _common.progress(len(sets), "table requests", args.no_progress)
     for name, params in sets.items():
-        row = {"bench": "table-requests", "params": name, "requests": args.requests, "tokens": args.tokens,
-               **measure(tok, params, streams, args.repeats)}
+        run = measure_streams if args.streams else measure
+        row = {"bench": "stream-requests" if args.streams else "table-requests", "params": name,
+               "requests": args.requests, "tokens": args.tokens, **run(tok, params, streams, args.repeats)}
         bar.update(1)
         if args.json:
             _common.emit(row)

@@ -988,6 +988,8 @@ typedef struct {
     /* DecodeStream's own fields, here so that a new stream starts with them as a plain one has
      * them (None, 0, False: no store per field) and `_set_plain` sets the rest in one call */
     PyObject *text, *stop, *pending_error, *stop_kind, *visible, *hidden, *stop_ids;
+    PyObject *firsts; /* str: the first characters of its stop strings (NULL/None: none); while `fast`,
+                       * an id's text with none of them is the shortcut's, any other goes to Python */
     Py_ssize_t vocab, min_tokens;
     char plain;
 } StreamCore;
@@ -1006,6 +1008,7 @@ static int StreamCore_traverse(StreamCore *c, visitproc visit, void *arg) {
     Py_VISIT(c->visible);
     Py_VISIT(c->hidden);
     Py_VISIT(c->stop_ids);
+    Py_VISIT(c->firsts);
     return 0;
 }
 
@@ -1021,6 +1024,7 @@ static int StreamCore_clear(StreamCore *c) {
     Py_CLEAR(c->visible);
     Py_CLEAR(c->hidden);
     Py_CLEAR(c->stop_ids);
+    Py_CLEAR(c->firsts);
     return 0;
 }
 
@@ -1099,6 +1103,15 @@ static PyObject *StreamCore_step(StreamCore *c, PyObject *arg) {
                 stop = PySet_Contains(c->stops, arg);
                 if (stop < 0) return NULL;
             }
+            PyObject *firsts = c->firsts;
+            if (firsts != NULL && firsts != Py_None) { /* stop strings: whole text none of whose chars begins one */
+                if (stop || t == Py_None || c->held_len || !PyUnicode_CheckExact(t) || !PyUnicode_Check(firsts))
+                    return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
+                Py_ssize_t tn = PyUnicode_GET_LENGTH(t), fn = PyUnicode_GET_LENGTH(firsts);
+                for (Py_ssize_t f = 0; f < fn; f++)
+                    if (PyUnicode_FindChar(t, PyUnicode_READ_CHAR(firsts, f), 0, tn, 1) != -1)
+                        return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
+            }
             if (!stop && t != Py_None && c->held_len == 0 && PyUnicode_CheckExact(t)) {
                 c->num_tokens++;
                 Py_ssize_t n = PyUnicode_GET_LENGTH(t);
@@ -1146,6 +1159,7 @@ static PyMemberDef StreamCore_members[] = {
     {"_vocab", T_PYSSIZET, offsetof(StreamCore, vocab), 0, "the tokenizer's vocab_size"},
     {"_min_tokens", T_PYSSIZET, offsetof(StreamCore, min_tokens), 0, "stop rules wait for this many tokens"},
     {"_plain", T_BOOL, offsetof(StreamCore, plain), 0, "no stop string and no min_tokens"},
+    {"_firsts", T_OBJECT, offsetof(StreamCore, firsts), 0, "its stop strings' first characters (or None)"},
     {"num_tokens", T_PYSSIZET, offsetof(StreamCore, num_tokens), 0, "output tokens consumed"},
     {"char_offset", T_PYSSIZET, offsetof(StreamCore, char_offset), 0, "chars emitted"},
     {"finished", T_BOOL, offsetof(StreamCore, finished), 0, "the request ended"},

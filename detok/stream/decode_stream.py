@@ -28,14 +28,14 @@ class _PyStreamCore:
     __slots__ = ("_texts", "_pieces", "_deltas", "_stops", "_held", "num_tokens", "char_offset", "finished", "_fast",
                  # DecodeStream's own fields (the compiled class holds them too: see its `_set_plain`)
                  "_text", "_stop", "_pending_error", "stop_kind", "_visible", "_hidden", "_stop_ids", "_vocab",
-                 "_min_tokens", "_plain")
+                 "_min_tokens", "_plain", "_firsts")
 
     def _set_plain(self, text: object, texts: list[str | None], pieces: list[bytes] | None, deltas: list[object],
                    stops: frozenset[int], no_ids: frozenset[int], vocab: int) -> None:
         self._text, self._texts, self._pieces, self._deltas, self._vocab = text, texts, pieces, deltas, vocab
         self._stops = self._hidden = self._stop_ids = stops
         self._visible = no_ids
-        self._stop = self._pending_error = self.stop_kind = None
+        self._stop = self._pending_error = self.stop_kind = self._firsts = None
         self.num_tokens = self.char_offset = self._min_tokens = 0
         self.finished = False
         self._plain = self._fast = True
@@ -48,6 +48,8 @@ class _PyStreamCore:
         if self._fast and type(i) is int and 0 <= i < len(self._texts) and i not in self._stops:  # type: ignore[arg-type,operator]
             text = self._texts[i]  # type: ignore[index]
             whole = text is not None and not self._held  # the id's own text: its Delta is shared
+            if self._firsts is not None and not (whole and not any(c in text for c in self._firsts)):  # type: ignore[attr-defined]
+                return self._step_py(token_ids)  # type: ignore[attr-defined]  # (may begin a stop string)
             if not whole:
                 if self._pieces is None or i >= len(self._pieces):
                     return self._step_py(token_ids)  # type: ignore[attr-defined]
@@ -133,6 +135,8 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
             self._hidden = self._stop_ids = _NO_IDS if ignore_eos else plan.eos_ids
         self._min_tokens = p.min_tokens
         self._stop = StopStringMatcher(p.stop, p.include_stop_str_in_output) if p.stop else None
+        # (the one-id shortcut takes text that cannot begin a stop string while none is partly matched)
+        self._firsts = self._stop.firsts_text if self._stop is not None else None
         self._plain = self._stop is None and p.min_tokens == 0
         self._pending_error: OutOfVocabulary | None = None
         ctx = (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:]
@@ -182,7 +186,10 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
         plain stream whose byte decoder has no leading space to strip and is not after an added
         token. Its held bytes then live in `_held` (`_to_python` gives them back)."""
         dec = self._text
-        if self._plain and not self.finished and self._texts is not None and not dec._strip and not dec._after_added:  # type: ignore[union-attr]
+        stop = self._stop
+        # (stop strings: while none is partly matched, the shortcut takes text that cannot begin one)
+        steady = self._plain or (stop is not None and self._pending_error is None and stop.idle)
+        if steady and not self.finished and self._texts is not None and not dec._strip and not dec._after_added:  # type: ignore[union-attr]
             self._held = dec._pending  # type: ignore[union-attr]
             self._fast = True
         else:

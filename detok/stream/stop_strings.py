@@ -61,11 +61,12 @@ class _Stop:
 class _StopSet:
     """The compiled stop strings of one stop list, shared by the requests that use it."""
 
-    __slots__ = ("__weakref__", "firsts", "stops")
+    __slots__ = ("__weakref__", "firsts", "firsts_text", "stops")
 
     def __init__(self, stops: tuple[str, ...]) -> None:
         self.stops = tuple(_Stop(s) for s in stops)
         self.firsts = frozenset(s.first for s in self.stops)
+        self.firsts_text = "".join(sorted(self.firsts))
 
 
 # Live stop lists by value: requests with identical lists share their tables; an entry goes away
@@ -123,6 +124,11 @@ class StopStringMatcher:
     def firsts(self) -> frozenset[str]:
         """The first characters of the stop strings."""
         return self._set.firsts  # type: ignore[no-any-return]
+
+    @property
+    def firsts_text(self) -> str:
+        """The same, as one str (sorted)."""
+        return self._set.firsts_text  # type: ignore[no-any-return]
 
     def feed(self, text: str, allow_match: bool = True) -> tuple[str, str | None]:
         """(text to emit, matched stop string or None). After a match, the matcher is done."""

@@ -266,13 +266,16 @@ def test_decode_bench_per_request_smoke() -> None:
             assert r["x_vs_hf"] == 1.0
 
 
-def test_table_requests_bench_smoke() -> None:
-    """bench/table_requests.py: one JSON line per parameter set, every figure measured."""
+@pytest.mark.parametrize("mode", ["table", "streams"])
+def test_table_requests_bench_smoke(mode: str) -> None:
+    """bench/table_requests.py (and its --streams form): one JSON line per parameter set, every
+    figure measured."""
     cmd = [sys.executable, "bench/table_requests.py", "--requests", "5", "--tokens", "4", "--repeats", "1", "--json",
-           "--no-progress", "--tokenizer", "tests/fixtures/hf/qwen2"]
+           "--no-progress", "--tokenizer", "tests/fixtures/hf/qwen2", *(["--streams"] if mode == "streams" else [])]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     assert [r["params"] for r in records] == ["none", "stop id (end-of-sequence)", "stop id (in the text)", "min_tokens=4",
                                              "two stop strings", "stop string ###"]
-    assert all(r["bench"] == "table-requests" and r["open_ns"] > 0 and r["finish_ns"] > 0 for r in records)
+    bench = "stream-requests" if mode == "streams" else "table-requests"
+    assert all(r["bench"] == bench and r["open_ns"] > 0 and r["finish_ns"] > 0 for r in records)
