@@ -132,7 +132,7 @@ class SchedulerClient(ClientNotices):
         rid = reg.rid
         worker = shard_of(rid, self._n) if self._n > 1 else 0
         book = self._book
-        known = rid in book.live or rid in book.ended
+        known = rid in book
         if known:
             self._reuse(worker, rid)
         self._gen += 1

@@ -68,7 +68,7 @@ class Tracked:
 class ReplayBook:
     def __init__(self, workers: int) -> None:
         self.live: dict[int, Tracked] = {}
-        self.ended: dict[int, Tracked] = {}  # ended, still kept
+        self._ended: dict[int, Tracked] = {}  # ended, still kept
         # (batch seq, request) waiting for the worker's acknowledgement; then (when, request)
         self._unacked: list[collections.deque[tuple[int, Tracked]]] = [collections.deque() for _ in range(workers)]
         self._acked: list[collections.deque[tuple[float, Tracked]]] = [collections.deque() for _ in range(workers)]
@@ -90,7 +90,7 @@ class ReplayBook:
         tracked = self.live.pop(end.rid, None)
         if tracked is not None:
             tracked.end = end
-            self.ended[end.rid] = tracked
+            self._ended[end.rid] = tracked
         return tracked
 
     def stopped(self, rid: int, gen: int, last_seq: int, notice_seq: int = 0) -> Tracked | None:
@@ -102,7 +102,7 @@ class ReplayBook:
         if tracked is None or not self.is_current(tracked, gen, notice_seq):
             return None
         del self.live[rid]
-        self.ended[rid] = tracked
+        self._ended[rid] = tracked
         self._unacked[tracked.worker].append((last_seq, tracked))
         return tracked
 
@@ -115,7 +115,7 @@ class ReplayBook:
 
     def forget(self, rid: int) -> Tracked | None:
         """The request is not replayed any more."""
-        tracked = self.ended.pop(rid, None) or self.live.pop(rid, None)
+        tracked = self._ended.pop(rid, None) or self.live.pop(rid, None)
         if tracked is not None:
             self._journals[tracked.worker].release(tracked.first)
         return tracked
@@ -123,7 +123,7 @@ class ReplayBook:
     def _forget_tracked(self, tracked: Tracked) -> None:
         """Forget this request if the book still holds it (not a later one with its rid)."""
         rid = tracked.registration.rid
-        if self.ended.get(rid) is tracked or self.live.get(rid) is tracked:
+        if self._ended.get(rid) is tracked or self.live.get(rid) is tracked:
             self.forget(rid)
 
     # ---- steps and acknowledgements -------------------------------------------------------------
@@ -139,7 +139,7 @@ class ReplayBook:
         journal.trim(self._keeps, self._kept_lists[w])
 
     def _keeps(self, first: int, rid: int) -> bool:
-        tracked = self.live.get(rid) or self.ended.get(rid)
+        tracked = self.live.get(rid) or self._ended.get(rid)
         return tracked is not None and tracked.first == first
 
     def acknowledged(self, w: int, seq: int, now: float) -> None:
@@ -170,7 +170,7 @@ class ReplayBook:
         """What worker `w`'s shard needs rebuilt: the kept requests' registrations, every step
         column they were sent (one row per request), and the scheduler's ends among them."""
         kept = {r: t for r, t in self.live.items() if t.worker == w}
-        kept.update((r, t) for r, t in self.ended.items() if t.worker == w)
+        kept.update((r, t) for r, t in self._ended.items() if t.worker == w)
         columns = self._journals[w].columns({r: t.first for r, t in kept.items()}) if kept else None
         ends = [t.end for t in kept.values() if t.end is not None]
         return [t.registration for t in kept.values()], columns, ends
@@ -179,23 +179,23 @@ class ReplayBook:
         """Ends sent (again, in a replay) in batch `seq` wait for that batch's acknowledgement."""
         unacked = self._unacked[w]
         for end in ends:
-            tracked = self.ended.get(end.rid)
+            tracked = self._ended.get(end.rid)
             if tracked is not None:
                 unacked.append((seq, tracked))
 
     # ---- what the book holds --------------------------------------------------------------------
     def __contains__(self, rid: object) -> bool:
-        return rid in self.live or rid in self.ended
+        return rid in self.live or rid in self._ended
 
     def __len__(self) -> int:
-        return len(self.live) + len(self.ended)
+        return len(self.live) + len(self._ended)
 
     def _kept_firsts(self, w: int) -> dict[int, int]:
         return {r: t.first for r, t in self._all() if t.worker == w}
 
     def _all(self) -> Iterator[tuple[int, Tracked]]:
         yield from self.live.items()
-        yield from self.ended.items()
+        yield from self._ended.items()
 
     def journal_bytes(self) -> int:
         return sum(j.nbytes for j in self._journals)

@@ -74,9 +74,14 @@ def _ends_whole(tables: ByteTables, ids: Sequence[int]) -> bool:
     """Whether pushing these ids would leave nothing held: all in the vocabulary and the last
     one's bytes non-empty whole characters (valid UTF-8 never begins with a continuation byte,
     so whatever came before is decoded or replaced before them). Spares a prompt tail's decode."""
-    if min(ids) < 0 or max(ids) >= tables.vocab_size:
+    return ends_whole(tables.texts, ids, tables.vocab_size)
+
+
+def ends_whole(texts: Sequence[str | None], ids: Sequence[int], n: int) -> bool:
+    """`_ends_whole` over a mode's texts and its n ids (what `_plainstep.whole_tail` compiles)."""
+    if min(ids) < 0 or max(ids) >= n:
         return False
-    return bool(tables.texts[ids[-1]])
+    return bool(texts[ids[-1]])
 
 
 def context_held(tables: ByteTables, context_ids: Sequence[int]) -> bytes | None:

@@ -6,7 +6,7 @@ import codecs
 from collections.abc import Sequence
 from typing import ClassVar
 
-from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary
+from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary, ends_whole
 from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.stop_strings import StopStringMatcher
 from detok.stream.strategy import DecodePlan, Strategy, prepare_decoding
@@ -70,8 +70,8 @@ class _PyStreamCore:
 
 
 def _py_whole_tail(texts: list[str | None], context: Sequence[int], n: int, max_context: int) -> bool:
-    tail = list(context[-max_context:])
-    return bool(tail) and min(tail) >= 0 and max(tail) < n and bool(texts[tail[-1]])
+    tail = context[-max_context:]
+    return bool(tail) and ends_whole(texts, tail, n)
 
 
 try:  # the compiled one-id step (optional extension)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Hashable, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -44,6 +44,14 @@ def _packed_columns(
         b"" if one_each else count_a.astype("<u4", copy=False).tobytes(),
         token_a.astype("<u4", copy=False).tobytes(),
     )
+
+class CompiledArgs(NamedTuple):
+    entries: np.ndarray  # the token entries they were built over (a new mode replaces them)
+    table: tuple[object, ...]  # (entries, utf8, vocab, stop_marks)
+    slots: tuple[np.ndarray, ...]  # the per-slot columns
+    opener: Any  # `_plainstep.PlainOpener` over the same buffers
+    stop_firsts: tuple[np.ndarray, np.ndarray]  # the stop strings' first characters per slot
+
 
 class PackedStepping:
     if TYPE_CHECKING:  # the table's state this mixin reads and writes
@@ -94,18 +102,16 @@ class PackedStepping:
             byte_lengths = pack_u32(map(len, map(str.encode, result.texts)))
             return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), byte_lengths, tags, finished,
                               kinds=kinds, texts=result.texts if row_texts else None)
-        c_args = self._c_args
-        if c_args is None or c_args[0] is not self._tables.entries:
-            c_args = self._c_args = self._compiled_args()
+        c_args = self._current_args()
         self._cur_tokens, self._cur_finished = tokens, []
         self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
         # (the tags come back without kind bits, the kinds as their own column: detok.stream.typed_fast)
         if row_texts:
-            *out, kinds, texts = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2],
-                                                       c_args[4], self._slow_row, self._tables.texts)
+            *out, kinds, texts = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args.table, c_args.slots,
+                                                       c_args.stop_firsts, self._slow_row, self._tables.texts)
         else:
-            *out, kinds = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args[1], c_args[2], c_args[4],
-                                                self._slow_row)
+            *out, kinds = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args.table, c_args.slots,
+                                                c_args.stop_firsts, self._slow_row)
             texts = None
         unknown_rows, unknown_rids = self._cur_unknown_rows, self._cur_unknown_rids
         self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
@@ -114,15 +120,19 @@ class PackedStepping:
         return PackedStep(*out, self._cur_finished, np.frombuffer(unknown_rows, dtype=np.int64),
                           np.frombuffer(unknown_rids, dtype=np.uint64), kinds, texts)
 
-    def _compiled_args(self) -> tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...], Any, tuple[np.ndarray, ...]]:
-        """The compiled step's table and slot arguments, and the plain requests' opener over the
-        same buffers (rebuilt when a mode is added or the columns grow)."""
-        tables = self._tables
-        slots = (self._pend, self._pend_len, self._choff, self._ntok, self._expect, self._eos_stops, self._mode, self._tag)
-        table_args = (tables.entries, tables.utf8, self._vocab)
-        all_ok = tables.byte_ok.reshape(-1, self._vocab).all(axis=1)  # per mode: every id has a byte entry
-        return (tables.entries, (*table_args, self._stop_marks), slots, _PlainOpener(self._rid_map, table_args, slots, all_ok),
-                (self._stop_firsts, self._stop_firsts_len))
+    def _current_args(self) -> CompiledArgs:
+        """The compiled step's and the plain opener's arguments over the table's current columns
+        and entries (rebuilt when a mode is added or the columns grow)."""
+        c_args = self._c_args
+        if c_args is None or c_args.entries is not self._tables.entries:
+            tables = self._tables
+            slots = (self._pend, self._pend_len, self._choff, self._ntok, self._expect, self._eos_stops, self._mode, self._tag)
+            table_args = (tables.entries, tables.utf8, self._vocab)
+            all_ok = tables.byte_ok.reshape(-1, self._vocab).all(axis=1)  # per mode: every id has a byte entry
+            c_args = self._c_args = CompiledArgs(tables.entries, (*table_args, self._stop_marks), slots,
+                                                 _PlainOpener(self._rid_map, table_args, slots, all_ok),
+                                                 (self._stop_firsts, self._stop_firsts_len))
+        return c_args
 
     def _slow_row(self, k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
         """A row the compiled step hands back (called by it, in row order): its own stream steps."""

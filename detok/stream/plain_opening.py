@@ -35,7 +35,7 @@ class PlainOpening:
         def _set_firsts(self, slot: int, stops: Any) -> bool: ...
         def _firsts_of(self, stops: Any) -> bytes | None: ...
         _v_firsts_len: memoryview
-        def _compiled_args(self) -> Any: ...
+        def _current_args(self) -> Any: ...
 
     def _plain_mode_of(self, p: DecodeParams) -> tuple[int, ByteTables] | None:
         """(mode, tables) of the decode mode a plain request of these parameters defers in, or None."""
@@ -53,13 +53,6 @@ class PlainOpening:
             return None
         return self._tables.mode_of(tables), tables
 
-    def _opener(self) -> Any:
-        """The compiled opener over the table's current columns and entries."""
-        c_args = self._c_args
-        if c_args is None or c_args[0] is not self._tables.entries:
-            c_args = self._c_args = self._compiled_args()
-        return c_args[3]
-
     def _open_compiled(self, rid: Hashable, context_ids: Sequence[int], p: DecodeParams, ignore_eos: bool, tag: int) -> bool:
         """The deferred case of `open` in one compiled call (prompt tail, columns, rid map), for a
         wire rid and a list or tuple prompt tail; False, with nothing changed, where `open` must see to it."""
@@ -68,21 +61,19 @@ class PlainOpening:
             or (p.stop and self._firsts_of(p.stop) is None)
         ):
             return False
-        stop_ids = bool(p.stop_token_ids or p.visible_stop_token_ids)  # (marked: detok.stream.stop_marks)
         plain_mode = self._plain_mode_of(p)
         if plain_mode is None:
             return False
         if not self._free:
             self._grow()
         slot = self._free.pop()
-        eos_stops = stop_ids or (not ignore_eos and bool(self._eos))
-        if not self._opener().open(rid, slot, plain_mode[0], context_ids, CONTEXT_TOKENS, tag, eos_stops):
+        eos_stops = self._mark_stops(rid, p, ignore_eos)  # (its stop ids marked: detok.stream.stop_marks)
+        if not self._current_args().opener.open(rid, slot, plain_mode[0], context_ids, CONTEXT_TOKENS, tag, eos_stops):
+            self._unmark_stops(rid)
             self._free.append(slot)
             return False
         self._slot_of[rid] = slot
         self._deferred[rid] = (p, ignore_eos)
-        if stop_ids:
-            self._mark_stops(rid, p, ignore_eos)
         if p.stop:
             self._set_firsts(slot, p.stop)
         return True
@@ -90,7 +81,7 @@ class PlainOpening:
     def _finish_compiled(self, rid: int, slot: int) -> tuple[str, int, int]:
         """A deferred request's end (its rid in the rid map): text of the held bytes, char offset,
         tokens; the slot is free again."""
-        text, offset, num_tokens = self._opener().finish(rid, slot)
+        text, offset, num_tokens = self._current_args().opener.finish(rid, slot)
         del self._slot_of[rid], self._deferred[rid]
         if self._stop_marked:
             self._unmark_stops(rid)

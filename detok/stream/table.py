@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from detok.parsing.output import OutputParser
     from detok.wire.to_frontends import TypedRow
 
-from detok.stream.packed_step import PackedStepping, _RidMap, _compiled_step_packed
+from detok.stream.packed_step import CompiledArgs, PackedStepping, _RidMap, _compiled_step_packed
 from detok.stream.plain_opening import PlainOpening
 from detok.stream.stop_marks import FIRSTS_BYTES, StopMarks
 
@@ -99,7 +99,7 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         self._stop_firsts_len = np.zeros(capacity, dtype=np.uint8)
         # Unsigned 64-bit rids (the wire's) are also in a C hash map, for the compiled step's lookups.
         self._rid_map = _RidMap() if _RidMap is not None else None
-        self._c_args: tuple[np.ndarray, tuple[object, ...], tuple[np.ndarray, ...], Any] | None = None
+        self._c_args: CompiledArgs | None = None  # (detok.stream.packed_step)
         self._cur_tokens = b""  # the step in progress (for `_slow_row`)
         self._cur_finished: list[tuple[int, Hashable, Finish]] = []
         self._cur_unknown_rows: array[int] = array("q")  # rows of unknown rids in the step in progress

@@ -199,8 +199,7 @@ class WorkerCore(BatchStepping):
             log.warning("worker %d: conflicting registration of live rid %d", self.worker, rid)
             self._finish_live(rid, Finish("error", None, "conflicting duplicate registration of this rid"), notify=True)
             return
-        if rid in self._recently_finished:
-            self._recently_finished.pop(rid)
+        self._recently_finished.pop(rid)
         frontend = admitted.get(reg.reply_to) if admitted is not None else None
         if frontend is None:
             refused = self.admit_reply_to(reg.reply_to) if self.admit_reply_to is not None else None
@@ -238,16 +237,13 @@ class WorkerCore(BatchStepping):
             return
         text, offset, num_tokens, finish = self.table.finish(rid, reason)  # type: ignore[arg-type]
         gen = entry.registration.gen
-        out = entry.out
         self._forget(rid, entry, closed=True)
-        self._recently_finished.remember(rid, gen)
+        self._remember_finished(rid, gen)
         if text:
-            out.add(rid, text, offset, num_tokens)
+            entry.out.add(rid, text, offset, num_tokens)
         if message is None and finish is not None:
             message = finish.message
-        stream = entry.stream
-        self._emit_finish(out, rid, Finish(reason, matched, message), num_tokens, gen,  # type: ignore[arg-type]
-                          _calls(stream) if stream is not None else 0)
+        self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens, gen, _calls(entry.stream))  # type: ignore[arg-type]
 
     def _finish_live(self, rid: int, finish: Finish, *, notify: bool) -> None:
         """End a live request for a reason of the worker's own (idle, shutdown, conflict)."""

@@ -120,7 +120,7 @@ def test_a_rid_the_map_cannot_hold_and_an_iterator_tail_take_the_python_path() -
 def test_the_opener_refuses_out_of_range_arguments() -> None:
     compiled, _ = _pair("qwen2")
     compiled.open(1, [9707], DecodeParams())
-    opener = compiled._c_args[3]  # type: ignore[index]
+    opener = compiled._current_args().opener
     with pytest.raises(ValueError):
         opener.open(2, 10**6, 0, [9707], 5, 0, True)  # slot past the columns
     with pytest.raises(ValueError):
