@@ -135,7 +135,9 @@ class _DetokBatchRunner(_Runner):
     per-row lengths and offsets). With `split`, each step's blob is also cut into per-row Python
     strings on the clock (what a consumer wanting one str per stream per step would pay); without,
     that happens after the clock stops, for the mismatch check only. With `strs`, the step returns
-    one str per row itself (`step_packed(row_texts=True)`: an in-process caller's form)."""
+    one str per row itself (`step_packed(row_texts=True)`: an in-process caller's form). The
+    requests are set up and ended with `open_many` / `finish_many` (one call for the batch's new or
+    ending requests, as an engine admits and ends them per step) where the table has them."""
 
     def __init__(self, tok: Any, params: Any, table_cls: type, split: bool = False, strs: bool = False) -> None:
         self._tok, self._params, self._table_cls, self._split, self._strs = tok, params, table_cls, split, strs
@@ -150,11 +152,16 @@ class _DetokBatchRunner(_Runner):
         n = len(streams)
         # Columns as the worker gets them off the wire: packed little-endian rids, starts, ids.
         self._rids = np.arange(n, dtype="<u8").tobytes()
+        self._rid_list = list(range(n))
+        self._many = hasattr(self._table, "open_many")  # (a tree from before the batched set-up: one by one)
         self._columns = [np.array(col, dtype="<u4").tobytes() for col in zip(*(s.ids for s in streams))]
         self._starts = [np.full(n, t, dtype="<u4").tobytes() for t in range(len(self._columns))]
         self._out: list[Any] = []
 
     def open(self, streams: Sequence[TokenStream]) -> None:
+        if self._many:  # a step's new requests set up together, as an engine admits them
+            self._table.open_many(self._rid_list, [s.context for s in streams], self._params, ignore_eos=True)
+            return
         for rid, s in enumerate(streams):
             self._table.open(rid, s.context, self._params, ignore_eos=True)
 
@@ -166,6 +173,8 @@ class _DetokBatchRunner(_Runner):
         self._out.append(split_text(out.text, out.lengths) if self._split else out)
 
     def finish(self) -> list[Any]:
+        if self._many:
+            return [end[0] for end in self._table.finish_many(self._rid_list, "length")]
         return [self._table.finish(rid, "length")[0] for rid in range(len(self._parts))]
 
     def collect(self, tails: list[Any]) -> list[str]:

@@ -350,6 +350,26 @@ static int has_any_char(const char *p, Py_ssize_t len, const unsigned char *firs
     return 0;
 }
 
+#define PREFETCH_MIN 32  /* rows: below this the table's lines are likely cached anyway */
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD 16 /* rows between a row's entry (and list item) prefetch and its use */
+#endif
+#ifndef PREFETCH_STR_AHEAD
+#define PREFETCH_STR_AHEAD 8 /* rows between a row's str prefetch (its list item there by then) and its use */
+#endif
+
+/* Row j's index in `entries` (and `token_texts`) as its slot's mode stands now, -1 for none: for a
+ * prefetch only (the prefetch is written at the call: a void helper that only prefetches is "pure"
+ * to GCC, and its calls are dropped). */
+static inline int64_t row_entry_index(const int64_t *pre_slot, Py_ssize_t j, Py_ssize_t n, const char *tokens,
+                                      const int64_t *md, Py_ssize_t n_slots, Py_ssize_t vocab, Py_ssize_t n_entries) {
+    if (j >= n) return -1;
+    int64_t s = pre_slot[j], tok = load_u32(tokens, j);
+    if (s <= 0 || s >= n_slots || tok >= vocab) return -1;
+    int64_t idx = md[s] * vocab + tok;
+    return idx < n_entries ? idx : -1;
+}
+
 /* step_packed(ridmap, rids, starts, counts, tokens, (entries, utf8, vocab, stop_marks),
  *             (pend, pend_len, choff, ntok, expect, eos_stops, mode, tag), (stop_firsts, stop_firsts_len),
  *             slow_row[, token_texts])
@@ -394,6 +414,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     for (int i = 0; i < N_BUFS; i++) b[i].held = 0;
     PyObject *out_lengths = NULL, *out_offsets = NULL, *out_ntok = NULL, *out_nbytes = NULL, *out_tags = NULL;
     PyObject *out_kinds = NULL, *out_strs = NULL;
+    int64_t *pre_slot = NULL;
     int any_kind = 0;
     PyObject *result = NULL;
     Text text = {NULL, 0, 0};
@@ -458,11 +479,30 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
         goto done;
     }
 
+    /* One id per row: each row's slot looked up first, so the main loop can prefetch a later row's
+     * token entry and str (random reads in MBs of table: cache misses the loop would otherwise wait
+     * on one by one). Those slots are used until a row goes to its stream: its call-back may close
+     * a request (a later row of it would be refused with the old slot too; the map is looked up
+     * again all the same). */
+    if (!has_counts && n >= PREFETCH_MIN && (pre_slot = PyMem_Malloc(n * sizeof(int64_t))) != NULL)
+        for (Py_ssize_t k = 0; k < n; k++) pre_slot[k] = rm_get(map, load_u64(rids, k));
+    PyObject **texts_items = out_strs != NULL ? ((PyListObject *)token_texts)->ob_item : NULL;
+    int map_changed = 0;
     Py_ssize_t first = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         uint64_t rid = load_u64(rids, k);
         int64_t start = load_u32(starts, k), count = has_counts ? load_u32(counts, k) : 1;
-        int64_t slot = rm_get(map, rid);
+        int64_t slot = pre_slot != NULL && !map_changed ? pre_slot[k] : rm_get(map, rid);
+        if (pre_slot != NULL) { /* a later row's token entry (and list item), a nearer row's str */
+            int64_t ahead = row_entry_index(pre_slot, k + PREFETCH_AHEAD, n, tokens, md, n_slots, vocab, n_entries);
+            if (ahead >= 0) {
+                __builtin_prefetch(&entries[ahead]);
+                if (texts_items != NULL) __builtin_prefetch(&texts_items[ahead]);
+            }
+            int64_t near = texts_items == NULL ? -1
+                           : row_entry_index(pre_slot, k + PREFETCH_STR_AHEAD, n, tokens, md, n_slots, vocab, n_entries);
+            if (near >= 0) __builtin_prefetch(texts_items[near], 1); /* its refcount is written */
+        }
         if (slot < 0 || slot >= n_slots) {
             PyErr_SetString(PyExc_IndexError, "slot out of range");
             goto done;
@@ -543,6 +583,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
                 md[slot] = m;
             }
         } else {
+            map_changed = 1;
             PyObject *r = PyObject_CallFunction(slow_row, "nKLLnL", k, (unsigned long long)rid, (long long)slot,
                                                 (long long)start, first, (long long)count);
             if (r == NULL) goto done;
@@ -589,6 +630,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
 done:
     for (int i = 0; i < N_BUFS; i++) release(&b[i]);
     PyMem_Free(text.data);
+    PyMem_Free(pre_slot);
     Py_XDECREF(out_lengths);
     Py_XDECREF(out_offsets);
     Py_XDECREF(out_ntok);
@@ -598,6 +640,10 @@ done:
     Py_XDECREF(out_strs);
     return result;
 }
+
+#ifndef PROMPT_AHEAD
+#define PROMPT_AHEAD 4 /* requests between the prefetch of a prompt's tail and its set-up (its list: 3x) */
+#endif
 
 /* ---- PlainOpener: a plain request's set-up ---------------------------------------------------- */
 enum { O_PEND, O_PEND_LEN, O_CHOFF, O_NTOK, O_EXPECT, O_EOS_STOPS, O_MODE, O_TAG, N_OBUFS };
@@ -659,10 +705,10 @@ fail:
     return NULL;
 }
 
-/* the slot's columns and the rid's map entry of an opened plain request holding `held` (True) */
-static PyObject *plain_opened(PlainOpener *p, unsigned long long rid, long long slot, long long mode, unsigned long tag,
-                              int eos_stops, const unsigned char *held, Py_ssize_t n_held) {
-    if (rm_put(p->map, (uint64_t)rid, slot) < 0) return NULL;
+/* the slot's columns and the rid's map entry of an opened plain request holding `held`: 1, or -1 */
+static int plain_opened(PlainOpener *p, unsigned long long rid, long long slot, long long mode, unsigned long tag,
+                        int eos_stops, const unsigned char *held, Py_ssize_t n_held) {
+    if (rm_put(p->map, (uint64_t)rid, slot) < 0) return -1;
     ((int64_t *)p->col[O_MODE].view.buf)[slot] = mode;
     ((int64_t *)p->col[O_EXPECT].view.buf)[slot] = 0;
     ((int64_t *)p->col[O_NTOK].view.buf)[slot] = 0;
@@ -671,29 +717,17 @@ static PyObject *plain_opened(PlainOpener *p, unsigned long long rid, long long 
     ((uint32_t *)p->col[O_TAG].view.buf)[slot] = (uint32_t)tag;
     ((unsigned char *)p->col[O_PEND_LEN].view.buf)[slot] = (unsigned char)n_held;
     if (n_held) memcpy((unsigned char *)p->col[O_PEND].view.buf + MAX_PENDING * slot, held, n_held);
-    Py_RETURN_TRUE;
+    return 1;
 }
 
-static PyObject *PlainOpener_open(PlainOpener *p, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 || !(PyList_Check(args[3]) || PyTuple_Check(args[3]))) {
-        PyErr_SetString(PyExc_TypeError, "open(rid, slot, mode, context: list or tuple, max_context, tag, eos_stops)");
-        return NULL;
-    }
-    unsigned long long rid = PyLong_AsUnsignedLongLong(args[0]);
-    long long slot = PyLong_AsLongLong(args[1]), mode = PyLong_AsLongLong(args[2]);
-    Py_ssize_t max_context = PyLong_AsSsize_t(args[4]);
-    unsigned long tag = PyLong_AsUnsignedLong(args[5]);
-    int eos_stops = PyObject_IsTrue(args[6]);
-    if (PyErr_Occurred()) return NULL;
-    if (slot <= 0 || slot >= p->n_slots || mode < 0 || mode >= p->n_modes || max_context < 0 || tag > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "slot, mode, max_context or tag out of range");
-        return NULL;
-    }
-    PyObject *context = args[3], *result = NULL;
+/* One plain request's set-up (see `open` below): 1 opened, 0 declined (nothing changed), -1 error. */
+static int plain_open_one(PlainOpener *p, unsigned long long rid, long long slot, long long mode, PyObject *context,
+                          Py_ssize_t max_context, unsigned long tag, int eos_stops) {
+    int result = -1;
     const TokenEntry *entries = (const TokenEntry *)p->entries.view.buf + mode * p->vocab;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(context), first = n > max_context ? n - max_context : 0;
     PyObject **items = PySequence_Fast_ITEMS(context);
-    if (n == first) Py_RETURN_FALSE;
+    if (n == first) return 0;
     if (((const char *)p->all_ok.view.buf)[mode]) {
         /* every id of the mode has a byte entry: a tail whose last id is whole characters holds
          * nothing, whatever came before it, and needs only a range check (one entry read, not one
@@ -705,7 +739,7 @@ static PyObject *PlainOpener_open(PlainOpener *p, PyObject *const *args, Py_ssiz
             if (id == -1 && PyErr_Occurred()) PyErr_Clear();
             in_range = id >= 0 && id < p->vocab;
         }
-        if (!in_range) Py_RETURN_FALSE;
+        if (!in_range) return 0;
         const TokenEntry *e = &entries[PyLong_AsLongLong(items[n - 1])];
         if ((e->flags & T_WHOLE) && e->nchars > 0) return plain_opened(p, rid, slot, mode, tag, eos_stops, NULL, 0);
     }
@@ -718,7 +752,7 @@ static PyObject *PlainOpener_open(PlainOpener *p, PyObject *const *args, Py_ssiz
         long long id = PyLong_Check(item) ? PyLong_AsLongLong(item) : -1;
         if (id == -1 && PyErr_Occurred()) PyErr_Clear(); /* too large: not in the vocabulary */
         if (id < 0 || id >= p->vocab || !(entries[id].flags & T_BYTE_OK)) {
-            result = Py_NewRef(Py_False);
+            result = 0;
             goto done;
         }
         last = &entries[id];
@@ -741,7 +775,7 @@ static PyObject *PlainOpener_open(PlainOpener *p, PyObject *const *args, Py_ssiz
     }
     Py_ssize_t used = size;
     if (size == 0) {
-        result = Py_NewRef(Py_False);
+        result = 0;
         goto done;
     }
     if (!((last->flags & T_WHOLE) && last->nchars > 0) && utf8_replace(NULL, data, size, &used) < 0) goto done;
@@ -752,6 +786,121 @@ static PyObject *PlainOpener_open(PlainOpener *p, PyObject *const *args, Py_ssiz
     result = plain_opened(p, rid, slot, mode, tag, eos_stops, data + used, size - used);
 done:
     if (data != small) PyMem_Free(data);
+    return result;
+}
+
+static PyObject *PlainOpener_open(PlainOpener *p, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !(PyList_Check(args[3]) || PyTuple_Check(args[3]))) {
+        PyErr_SetString(PyExc_TypeError, "open(rid, slot, mode, context: list or tuple, max_context, tag, eos_stops)");
+        return NULL;
+    }
+    unsigned long long rid = PyLong_AsUnsignedLongLong(args[0]);
+    long long slot = PyLong_AsLongLong(args[1]), mode = PyLong_AsLongLong(args[2]);
+    Py_ssize_t max_context = PyLong_AsSsize_t(args[4]);
+    unsigned long tag = PyLong_AsUnsignedLong(args[5]);
+    int eos_stops = PyObject_IsTrue(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    if (slot <= 0 || slot >= p->n_slots || mode < 0 || mode >= p->n_modes || max_context < 0 || tag > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "slot, mode, max_context or tag out of range");
+        return NULL;
+    }
+    int r = plain_open_one(p, rid, slot, mode, args[3], max_context, tag, eos_stops);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+/* Prefetches for the prompts of later requests of open_many, one step of the chain each: a
+ * prompt's list, its item array, its tail's int objects. The caller made them long before: their
+ * reads, waited on one by one, are most of a request's set-up (perf annotate: 60% on the first
+ * read of a tail's int). */
+static inline void prefetch_prompt(PyObject **ctx_items, Py_ssize_t i, Py_ssize_t n, Py_ssize_t max_context) {
+    if (i + 3 * PROMPT_AHEAD < n) __builtin_prefetch(ctx_items[i + 3 * PROMPT_AHEAD]);
+    if (i + 2 * PROMPT_AHEAD < n && PyList_CheckExact(ctx_items[i + 2 * PROMPT_AHEAD]))
+        __builtin_prefetch(((PyListObject *)ctx_items[i + 2 * PROMPT_AHEAD])->ob_item + Py_SIZE(ctx_items[i + 2 * PROMPT_AHEAD]) - 1);
+    if (i + PROMPT_AHEAD < n && PyList_CheckExact(ctx_items[i + PROMPT_AHEAD])) {
+        PyListObject *c = (PyListObject *)ctx_items[i + PROMPT_AHEAD];
+        Py_ssize_t len = Py_SIZE(c), k = len > max_context ? len - max_context : 0;
+        for (; k < len; k++) __builtin_prefetch(c->ob_item[k]);
+    }
+}
+
+/* open_many(rids, contexts, start, mode, max_context, tag, eos_stops, free, slot_of, deferred, value) -> int:
+ * `open` for rids[start:] in order (rids and contexts: lists or tuples of the same length), each
+ * slot popped from the end of the `free` list, each opened rid entered in `slot_of` (-> its slot)
+ * and `deferred` (-> `value`) as StreamTable.open does: the set-up of a batch of plain requests
+ * with no Python call per request. Returns the index of the first request it did not open (the
+ * caller opens that one itself): a rid that is not a wire rid or already in `slot_of`, a context
+ * that is not a list or tuple, no free slot, a prompt tail `open` declines; len(rids) when done. */
+static PyObject *PlainOpener_open_many(PlainOpener *p, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11 || !(PyList_Check(args[0]) || PyTuple_Check(args[0])) || !(PyList_Check(args[1]) || PyTuple_Check(args[1])) ||
+        !PyList_Check(args[7]) || !PyDict_Check(args[8]) || !PyDict_Check(args[9])) {
+        PyErr_SetString(PyExc_TypeError, "open_many(rids, contexts, start, mode, max_context, tag, eos_stops, free: list, "
+                                         "slot_of: dict, deferred: dict, value)");
+        return NULL;
+    }
+    PyObject *rids = args[0], *contexts = args[1], *free = args[7], *slot_of = args[8], *deferred = args[9], *value = args[10];
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(rids), start = PyLong_AsSsize_t(args[2]);
+    long long mode = PyLong_AsLongLong(args[3]);
+    Py_ssize_t max_context = PyLong_AsSsize_t(args[4]);
+    unsigned long tag = PyLong_AsUnsignedLong(args[5]);
+    int eos_stops = PyObject_IsTrue(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    if (PySequence_Fast_GET_SIZE(contexts) != n || start < 0 || mode < 0 || mode >= p->n_modes || max_context < 0 ||
+        tag > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "rids and contexts differ in length, or start, mode, max_context or tag out of range");
+        return NULL;
+    }
+    PyObject **rid_items = PySequence_Fast_ITEMS(rids), **ctx_items = PySequence_Fast_ITEMS(contexts);
+    Py_ssize_t i = start;
+    for (; i < n; i++) {
+        PyObject *rid_obj = rid_items[i], *context = ctx_items[i];
+        prefetch_prompt(ctx_items, i, n, max_context);
+        Py_ssize_t n_free = PyList_GET_SIZE(free);
+        if (!PyLong_CheckExact(rid_obj) || !(PyList_Check(context) || PyTuple_Check(context)) || n_free == 0) break;
+        unsigned long long rid = PyLong_AsUnsignedLongLong(rid_obj);
+        if (rid == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            break;
+        }
+        int known = PyDict_Contains(slot_of, rid_obj);
+        if (known < 0) return NULL;
+        if (known) break;
+        PyObject *slot_obj = PyList_GET_ITEM(free, n_free - 1);
+        long long slot = PyLong_AsLongLong(slot_obj);
+        if (slot == -1 && PyErr_Occurred()) return NULL;
+        if (slot <= 0 || slot >= p->n_slots) {
+            PyErr_SetString(PyExc_ValueError, "a free slot out of range");
+            return NULL;
+        }
+        int r = plain_open_one(p, rid, slot, mode, context, max_context, tag, eos_stops);
+        if (r < 0) return NULL;
+        if (r == 0) break;
+        Py_INCREF(slot_obj); /* the list's reference goes with the pop */
+        int failed = PyDict_SetItem(slot_of, rid_obj, slot_obj) < 0 || PyDict_SetItem(deferred, rid_obj, value) < 0 ||
+                     PyList_SetSlice(free, n_free - 1, n_free, NULL) < 0;
+        Py_DECREF(slot_obj);
+        if (failed) return NULL;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
+/* A plain request's end in the columns: (text of its held bytes, char offset, tokens[, finish]);
+ * the slot leaves the plain path and the rid the map. NULL (nothing changed) on an error. */
+static PyObject *plain_end(PlainOpener *p, unsigned long long rid, long long slot, PyObject *finish) {
+    unsigned char *pend_len = p->col[O_PEND_LEN].view.buf;
+    unsigned char held = pend_len[slot];
+    if (held > MAX_PENDING - 1) {
+        PyErr_SetString(PyExc_ValueError, "held bytes out of range");
+        return NULL;
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)p->col[O_PEND].view.buf + MAX_PENDING * slot, held, "replace");
+    if (text == NULL) return NULL;
+    long long offset = ((int64_t *)p->col[O_CHOFF].view.buf)[slot], ntok = ((int64_t *)p->col[O_NTOK].view.buf)[slot];
+    PyObject *result = finish == NULL ? Py_BuildValue("(NLL)", text, offset, ntok) : Py_BuildValue("(NLLO)", text, offset, ntok, finish);
+    if (result == NULL) return NULL;
+    ((int64_t *)p->col[O_EXPECT].view.buf)[slot] = -2; /* _NOT_PLAIN */
+    pend_len[slot] = 0;
+    rm_pop(p->map, (uint64_t)rid);
     return result;
 }
 
@@ -770,21 +919,74 @@ static PyObject *PlainOpener_finish(PlainOpener *p, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_ValueError, "slot out of range");
         return NULL;
     }
-    unsigned char *pend_len = p->col[O_PEND_LEN].view.buf;
-    unsigned char held = pend_len[slot];
-    if (held > MAX_PENDING - 1) {
-        PyErr_SetString(PyExc_ValueError, "held bytes out of range");
+    return plain_end(p, rid, slot, NULL);
+}
+
+/* finish_many(rids, start, out, slot_of, deferred, stop_marked, free, firsts_len, finish) -> int: `finish`
+ * for rids[start:] in order, as StreamTable.finish does for a plain request, each result
+ * (text, char_offset, num_tokens, `finish`) appended to the list `out`: the rid leaves `slot_of`,
+ * `deferred` and the map, its slot goes back to `free`; a rid `slot_of` does not hold gives
+ * ("", 0, 0, None). Returns the index of the first rid it did not finish (the caller finishes
+ * that one itself): one with a stream (not in `deferred`), stop ids marked (in `stop_marked`) or
+ * stop strings and held bytes, or not a wire rid; len(rids) when done. */
+static PyObject *PlainOpener_finish_many(PlainOpener *p, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !(PyList_Check(args[0]) || PyTuple_Check(args[0])) || !PyList_Check(args[2]) || !PyDict_Check(args[3]) ||
+        !PyDict_Check(args[4]) || !PyDict_Check(args[5]) || !PyList_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "finish_many(rids, start, out: list, slot_of: dict, deferred: dict, "
+                                         "stop_marked: dict, free: list, firsts_len, finish)");
         return NULL;
     }
-    PyObject *text = PyUnicode_DecodeUTF8((const char *)p->col[O_PEND].view.buf + MAX_PENDING * slot, held, "replace");
-    if (text == NULL) return NULL;
-    PyObject *result = Py_BuildValue("(NLL)", text, (long long)((int64_t *)p->col[O_CHOFF].view.buf)[slot],
-                                     (long long)((int64_t *)p->col[O_NTOK].view.buf)[slot]);
-    if (result == NULL) return NULL;
-    ((int64_t *)p->col[O_EXPECT].view.buf)[slot] = -2; /* _NOT_PLAIN */
-    pend_len[slot] = 0;
-    rm_pop(p->map, (uint64_t)rid);
-    return result;
+    PyObject *rids = args[0], *out = args[2], *slot_of = args[3], *deferred = args[4], *stop_marked = args[5];
+    PyObject *free = args[6], *finish = args[8];
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(rids), i = PyLong_AsSsize_t(args[1]);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    Buf firsts = {.held = 0};
+    if (get_buf(args[7], &firsts, 1, 1, "firsts_len") < 0) return NULL;
+    if (firsts.view.len != p->n_slots || i < 0) {
+        PyErr_SetString(PyExc_ValueError, "firsts_len does not match the table, or start out of range");
+        release(&firsts);
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(rids);
+    unsigned char *pend_len = p->col[O_PEND_LEN].view.buf, *firsts_len = firsts.view.buf;
+    for (; i < n; i++) {
+        PyObject *rid_obj = items[i], *item;
+        if (!PyLong_CheckExact(rid_obj)) break;
+        PyObject *slot_obj = PyDict_GetItemWithError(slot_of, rid_obj); /* borrowed */
+        if (slot_obj == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            if ((item = Py_BuildValue("(siiO)", "", 0, 0, Py_None)) == NULL) goto fail;
+        } else {
+            unsigned long long rid = PyLong_AsUnsignedLongLong(rid_obj);
+            if (rid == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                break;
+            }
+            long long slot = PyLong_AsLongLong(slot_obj);
+            if (slot == -1 && PyErr_Occurred()) goto fail;
+            int is_deferred = PyDict_Contains(deferred, rid_obj), marked = PyDict_Contains(stop_marked, rid_obj);
+            if (is_deferred < 0 || marked < 0) goto fail;
+            if (slot <= 0 || slot >= p->n_slots || !is_deferred || marked || (firsts_len[slot] && pend_len[slot])) break;
+            if ((item = plain_end(p, rid, slot, finish)) == NULL) goto fail;
+            firsts_len[slot] = 0;
+            Py_INCREF(slot_obj); /* slot_of's reference goes with the deletion */
+            int failed = PyList_Append(free, slot_obj) < 0 || PyDict_DelItem(slot_of, rid_obj) < 0 ||
+                         PyDict_DelItem(deferred, rid_obj) < 0;
+            Py_DECREF(slot_obj);
+            if (failed) {
+                Py_DECREF(item);
+                goto fail;
+            }
+        }
+        int failed = PyList_Append(out, item) < 0;
+        Py_DECREF(item);
+        if (failed) goto fail;
+    }
+    release(&firsts);
+    return PyLong_FromSsize_t(i);
+fail:
+    release(&firsts);
+    return NULL;
 }
 
 static PyMethodDef PlainOpener_methods[] = {
@@ -792,6 +994,10 @@ static PyMethodDef PlainOpener_methods[] = {
      "open(rid, slot, mode, context, max_context, tag, eos_stops) -> bool: a plain request's set-up."},
     {"finish", (PyCFunction)(void (*)(void))PlainOpener_finish, METH_FASTCALL,
      "finish(rid, slot) -> (text, char_offset, num_tokens): a plain request's end."},
+    {"open_many", (PyCFunction)(void (*)(void))PlainOpener_open_many, METH_FASTCALL,
+     "open_many(rids, contexts, start, mode, max_context, tag, eos_stops, free, slot_of, deferred, value) -> int."},
+    {"finish_many", (PyCFunction)(void (*)(void))PlainOpener_finish_many, METH_FASTCALL,
+     "finish_many(rids, start, out, slot_of, deferred, stop_marked, free, firsts_len, finish) -> int."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from detok.stream.params import Finish
+
 from detok.stream.decode_stream import CONTEXT_TOKENS
 from detok.stream.byte_text import ByteTables
 from detok.stream.params import DecodeParams
@@ -36,6 +38,10 @@ class PlainOpening:
         def _firsts_of(self, stops: Any) -> bytes | None: ...
         _v_firsts_len: memoryview
         def _current_args(self) -> Any: ...
+        def open(self, rid: Any, context_ids: Sequence[int] = (), params: DecodeParams | None = None,
+                 ignore_eos: bool = False, tag: int = 0) -> Any: ...
+        def finish(self, rid: Any, reason: str, message: str | None = None) -> tuple[str, int, int, Finish | None]: ...
+        _stop_firsts_len: Any
 
     def _plain_mode_of(self, p: DecodeParams) -> tuple[int, ByteTables] | None:
         """(mode, tables) of the decode mode a plain request of these parameters defers in, or None."""
@@ -88,3 +94,50 @@ class PlainOpening:
         self._v_firsts_len[slot] = 0
         self._free.append(slot)
         return text, offset, num_tokens
+
+    # ---- a batch of requests: one compiled call for the plain ones -------------------------------
+    def open_many(self, rids: Sequence[int], contexts: Sequence[Sequence[int]], params: DecodeParams | None = None,
+                  ignore_eos: bool = False, tag: int = 0) -> list[Any]:
+        """`open` for each (rid, prompt) with the same parameters and tag, in order: what `open`
+        returns, per request (None for a deferred one). Plain requests (no stop ids or strings,
+        wire rids, list or tuple prompts) are set up in one compiled call for the whole batch; any
+        other request, and one the compiled call leaves (a prompt tail it declines, a duplicate:
+        `open` raises DuplicateRequest, the requests before it stay open), through `open`."""
+        if len(rids) != len(contexts):
+            raise ValueError(f"{len(rids)} rids but {len(contexts)} prompts")
+        p = params if params is not None else DecodeParams()
+        out: list[Any] = [None] * len(rids)
+        plain_mode = None
+        if rids and self.compiled and not (p.stop or p.stop_token_ids or p.visible_stop_token_ids):
+            plain_mode = self._plain_mode_of(p)
+        if plain_mode is None:
+            for i, (rid, context) in enumerate(zip(rids, contexts)):
+                out[i] = self.open(rid, context, p, ignore_eos, tag)
+            return out
+        rids = rids if type(rids) in (list, tuple) else list(rids)
+        contexts = contexts if type(contexts) in (list, tuple) else list(contexts)
+        eos_stops, value, i = bool(self._eos) and not ignore_eos, (p, ignore_eos), 0
+        while i < len(rids):
+            # (the opener is the current columns': `open` below may have grown them)
+            i = self._current_args().opener.open_many(rids, contexts, i, plain_mode[0], CONTEXT_TOKENS, tag, eos_stops,
+                                                      self._free, self._slot_of, self._deferred, value)
+            if i < len(rids):
+                out[i] = self.open(rids[i], contexts[i], p, ignore_eos, tag)
+                i += 1
+        return out
+
+    def finish_many(self, rids: Sequence[int], reason: str) -> list[tuple[str, int, int, Finish | None]]:
+        """`finish(rid, reason)` for each rid, in order, and what it returns: plain requests' ends
+        in one compiled call for the batch (they share one Finish), any other through `finish`."""
+        out: list[tuple[str, int, int, Finish | None]] = []
+        if not self.compiled:
+            return [self.finish(rid, reason) for rid in rids]
+        rids = rids if type(rids) in (list, tuple) else list(rids)
+        finish, i = Finish(reason), 0  # type: ignore[arg-type]
+        while i < len(rids):
+            i = self._current_args().opener.finish_many(rids, i, out, self._slot_of, self._deferred, self._stop_marked,
+                                                        self._free, self._stop_firsts_len, finish)
+            if i < len(rids):
+                out.append(self.finish(rids[i], reason))
+                i += 1
+        return out

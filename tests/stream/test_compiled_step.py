@@ -142,3 +142,35 @@ def test_row_texts_are_the_blob_cut_per_row_and_a_whole_token_is_its_own_str(bat
                 assert text is mode_text
                 shared += 1
     assume(shared > 0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(batches=st.lists(st.lists(st.tuples(st.integers(0, 13), st.integers(0, 10_000)), min_size=32, max_size=90),
+                        min_size=1, max_size=4))
+def test_batches_of_one_id_per_row_agree_where_the_step_prefetches(batches: list[list[tuple[int, int]]]) -> None:
+    """One id per row and at least PREFETCH_MIN rows: the compiled step looks every row's slot up
+    first (and prefetches from it), then goes on with those slots only until a row goes to its
+    stream (which may end a request: a stop id, a stop string). Repeated rids in a batch, requests
+    that end mid-batch and unknown rids give the numpy path's results."""
+    tok = stream_roster.get("qwen2")
+    pool = _pool_of_ids()
+    eos = sorted(tok.eos_token_ids)
+    params = [DecodeParams(), DecodeParams(stop_token_ids=pool[3:4]), DecodeParams(stop=["stop"]),
+              DecodeParams(skip_special_tokens=False)]
+    tables = [StreamTable(tok, capacity=4), StreamTable(tok, capacity=4)]
+    tables[1].compiled = False
+    for t in tables:
+        for rid in range(12):  # rids 12 and 13 are never registered
+            t.open(rid, pool[rid : rid + 2], params[rid % 4])
+    sent = dict.fromkeys(range(14), 0)
+    for batch in batches:
+        starts = []
+        for rid, _ in batch:
+            starts.append(sent[rid])
+            sent[rid] += 1
+        columns = (np.array([rid for rid, _ in batch], "<u8").tobytes(), np.array(starts, "<u4").tobytes(), b"",
+                   np.array([pool[p % len(pool)] if p % 40 else eos[p % len(eos)] for _, p in batch], "<u4").tobytes())
+        a, b = (t.step_packed(*columns).unpacked() for t in tables)
+        assert a == b
+    for rid in range(14):
+        assert tables[0].finish(rid, "length") == tables[1].finish(rid, "length")
