@@ -153,6 +153,7 @@ class _DetokBatchRunner(_Runner):
         # Columns as the worker gets them off the wire: packed little-endian rids, starts, ids.
         self._rids = np.arange(n, dtype="<u8").tobytes()
         self._rid_list = list(range(n))
+        self._prompts = [s.context for s in streams]  # (the engine's list of the step's prompts)
         self._many = hasattr(self._table, "open_many")  # (a tree from before the batched set-up: one by one)
         self._columns = [np.array(col, dtype="<u4").tobytes() for col in zip(*(s.ids for s in streams))]
         self._starts = [np.full(n, t, dtype="<u4").tobytes() for t in range(len(self._columns))]
@@ -160,7 +161,7 @@ class _DetokBatchRunner(_Runner):
 
     def open(self, streams: Sequence[TokenStream]) -> None:
         if self._many:  # a step's new requests set up together, as an engine admits them
-            self._table.open_many(self._rid_list, [s.context for s in streams], self._params, ignore_eos=True)
+            self._table.open_many(self._rid_list, self._prompts, self._params, ignore_eos=True)
             return
         for rid, s in enumerate(streams):
             self._table.open(rid, s.context, self._params, ignore_eos=True)
