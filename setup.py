@@ -1,6 +1,6 @@
 """The optional C extensions (everything else is in pyproject.toml).
 
-Both are optional: without a C compiler the install still succeeds and detok uses its numpy/Python
+All are optional: without a C compiler the install still succeeds and detok uses its numpy/Python
 paths (same results, slower). Declared here because setuptools' pyproject form for extension
 modules is still experimental and warns on every install.
 """
@@ -13,5 +13,7 @@ setup(
         Extension("detok.stream._plainstep", ["detok/stream/_plainstep.c"], optional=True),
         # the workers' gather of logprob token strings
         Extension("detok.worker._tokenstrings", ["detok/worker/_tokenstrings.c"], optional=True),
+        # the frontend's chat logprobs JSON, written per chunk
+        Extension("detok.frontend._chatlogprobs", ["detok/frontend/_chatlogprobs.c"], optional=True),
     ]
 )

@@ -1,5 +1,7 @@
 """Frontend CPU per token for logprobs: detok (the workers made the token strings; the frontend
-receives the packed entries, formats OpenAI's chat `logprobs` and encodes the JSON) against the
+receives the packed entries and writes OpenAI's chat `logprobs` JSON: `chat_logprobs_json`), the
+same entries through per-token Structs encoded by msgspec (`detok-structs`: the frontend's way
+before the direct writer), against the
 vLLM / SGLang way (the frontend decodes every sampled and top-k id on its own - K+1 `tokenizers`
 decode calls per token, a lower bound of vLLM's `convert_ids_list_to_tokens` - then formats the
 same), and against no logprobs at all.
@@ -37,6 +39,7 @@ from bench.worker import encode_workload
 
 import detok
 from detok import wire
+from detok.frontend.chat_logprobs_json import chat_logprobs_json
 from detok.frontend.logprobs_format import chat_logprobs
 from detok.receiver.receiver import DeltaReceiver
 from detok.receiver.token_logprobs import TokenLogprobs
@@ -68,17 +71,19 @@ def without_strings(messages: list[bytes]) -> list[bytes]:
     return out
 
 
-def run_once(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = None) -> float:
+def run_once(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = None, render: Any = None) -> float:
     """CPU seconds for a frontend to handle every message: dispatch, take per request, format, encode."""
-    return handle(messages, rids, k, decode_ids)[0]
+    return handle(messages, rids, k, decode_ids, render)[0]
 
 
-def handle(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = None) -> tuple[float, int]:
+def handle(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = None,
+           render: Any = None) -> tuple[float, int]:
     """`run_once`'s work: its CPU seconds and how many logprob payloads it formatted (for tests)."""
     rx = DeltaReceiver()
     streams = {rid: rx.open(rid) for rid in rids}
     decoder = wire.frontend_inbound_decoder()
     encode = msgspec.json.Encoder().encode
+    render = render or chat_logprobs_json
     formatted = 0
     t0 = time.process_time()  # CPU time: the 2 cores are shared, wall time counts other processes' turns
     for raw in messages:
@@ -93,7 +98,7 @@ def handle(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = Non
             if decode_ids is not None:  # the frontend makes the strings: one decode per id
                 lp = TokenLogprobs(lp.first, lp.token_ids, [decode_ids([i]) for i in lp.token_ids], lp.logprobs,
                                    lp.top_counts, lp.top_ids, [decode_ids([i]) for i in lp.top_ids], lp.top_logprobs)
-            encode(chat_logprobs(lp, k))
+            encode(render(lp, k))
             formatted += 1
     seconds = time.process_time() - t0
     rx.close()
@@ -118,10 +123,11 @@ def main() -> int:
     workload = Workload([list(s.context) for s in streams], outputs, 1)
     table = LogprobTable.make(outputs, args.logprobs, tok.vocab_size, args.seed)
     with_strings = frontend_messages(tok, workload, table)
-    configs = {
-        "no-logprobs": (frontend_messages(tok, workload, None), None),
-        "detok": (with_strings, None),
-        "decode-in-frontend": (without_strings(with_strings), decode_ids),
+    configs = {  # name: (messages, ids decoded in the frontend by, logprobs object made by)
+        "no-logprobs": (frontend_messages(tok, workload, None), None, None),
+        "detok": (with_strings, None, chat_logprobs_json),
+        "detok-structs": (with_strings, None, chat_logprobs),
+        "decode-in-frontend": (without_strings(with_strings), decode_ids, chat_logprobs),
     }
     rids = list(range(workload.requests))
     tokens = workload.requests * workload.tokens
@@ -131,8 +137,8 @@ def main() -> int:
     gc.freeze()
     bar = _common.progress(args.repeats * len(configs), "frontend logprobs", args.no_progress)
     for _ in range(args.repeats):
-        for name, (messages, decode) in configs.items():
-            times[name].append(run_once(messages, rids, args.logprobs, decode))
+        for name, (messages, decode, render) in configs.items():
+            times[name].append(run_once(messages, rids, args.logprobs, decode, render))
             bar.update(1)
     bar.close()
     base = statistics.median(times["no-logprobs"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("detok.serve")
 
 _GRACEFUL_SHUTDOWN_S = 2
+# gc thresholds of a serving frontend (Python's default: 700, 10, 10): a young collection every
+# 20,000 net allocations, an older one every 20 of those
+FRONTEND_GC_THRESHOLD = (20_000, 20, 20)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -106,6 +110,12 @@ def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.sock
     )
     if on_server is not None:
         on_server(server)
+    # The start-up heap (tokenizer, app, templates) kept out of every collection, and collections
+    # less often: a logprobs stream allocates lists per token, and each older-generation pass walked
+    # that heap (512 users, top-5 logprobs: 53 -> 46 us of frontend CPU per token, same box)
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*FRONTEND_GC_THRESHOLD)
     try:
         server.run(sockets=[listener])
     finally:

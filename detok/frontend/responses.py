@@ -6,9 +6,9 @@ always equals non-streamed text, choice by choice. Latency (time to first token,
 latency, end-to-end) is timed here, where the frontend actually sees text arrive.
 
 Logprobs, per choice: `ChoiceState.logprobs(delta)` formats the entries a delta carries (the
-workers made the token strings; `detok.frontend.logprobs_format` only shapes them) for a streamed
-chunk, and the non-streamed choice carries the same objects joined (`body_logprobs()`), so a body
-equals its chunks concatenated.
+workers made the token strings; `detok.frontend.logprobs_format` only shapes them, chat's written
+to JSON bytes by `chat_logprobs_json`) for a streamed chunk, and the non-streamed choice carries the
+same objects joined (`body_logprobs()`), so a body equals its chunks concatenated.
 """
 
 from __future__ import annotations
@@ -26,13 +26,8 @@ from detok.frontend import sse
 from detok.frontend.chunks import ChunkRenderer
 from detok.frontend.errors import RequestError, error_json
 from detok.frontend.latency import LatencyRecorder, RequestTimer
-from detok.frontend.logprobs_format import (
-    ChatLogprobs,
-    CompletionLogprobs,
-    CompletionOffsets,
-    chat_logprobs,
-    completion_logprobs,
-)
+from detok.frontend.chat_logprobs_json import chat_logprobs_json, joined_chat_logprobs
+from detok.frontend.logprobs_format import CompletionLogprobs, CompletionOffsets, completion_logprobs
 from detok.frontend.openai_types import (
     ChatChoice,
     ChatChunkChoice,
@@ -121,7 +116,7 @@ class ChoiceState:
     def finish_reason(self) -> str | None:
         return openai_finish_reason(self.finish, self.calls) if self.finish is not None else None
 
-    def logprobs(self, delta: RequestDelta) -> ChatLogprobs | CompletionLogprobs | None:
+    def logprobs(self, delta: RequestDelta) -> msgspec.Raw | CompletionLogprobs | None:
         """The `logprobs` object of a streamed chunk carrying `delta` (None: none to carry). A
         delta may carry entries and no text (part of a character, a held stop-string prefix, the
         hidden end-of-sequence token): they are sent all the same."""
@@ -129,15 +124,15 @@ class ChoiceState:
         if self.k is None or entries is None or not len(entries):
             return None
         if self.chat:
-            return chat_logprobs(entries, self.k)
+            return chat_logprobs_json(entries, self.k)
         return completion_logprobs(entries, self.k, self.offsets)
 
-    def body_logprobs(self) -> ChatLogprobs | CompletionLogprobs | None:
+    def body_logprobs(self) -> msgspec.Raw | CompletionLogprobs | None:
         """The `logprobs` object of the non-streamed choice: its chunks' objects joined."""
         if self.k is None:
             return None
         if self.chat:
-            return ChatLogprobs([item for part in self.logprob_parts for item in part.content])
+            return joined_chat_logprobs(self.logprob_parts)
         body = CompletionLogprobs([], [], [], [])
         for part in self.logprob_parts:
             body.extend(part)

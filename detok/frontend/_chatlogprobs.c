@@ -1,0 +1,261 @@
+/* A chat chunk's `logprobs.content` items written in one pass (optional; detok/frontend/
+ * chat_logprobs_json.py has the Python equivalent, and the tests hold both to msgspec's encoding of
+ * the Structs in logprobs_format.py).
+ *
+ * render(token_ids, tokens, logprobs, logprobs_json, top_counts, top_ids, top_tokens, top_logprobs,
+ *        top_logprobs_json, k, cache, make) -> bytes
+ *   token_ids, tokens, logprobs, top_counts      lists, one item per token
+ *   top_ids, top_tokens, top_logprobs            lists, the alternatives of every token back to back
+ *   logprobs_json, top_logprobs_json             bytes: msgspec's JSON array of those floats (its
+ *       float format is kept as is); a value that is not finite or is below -9999.0 is written as
+ *       OpenAI's -9999.0 (+inf: 0.0), msgspec's spelling of those
+ *   k        alternatives per token in the output, the sampled one included (0: none)
+ *   cache    dict: token id -> (token string, its type, b'{"token":T,"logprob":', b',"bytes":[..]')
+ *   make     callable (id, token) -> (head, tail), stores them in `cache` (and bounds it)
+ * Returns the object `{"content":[...]}`. A cached entry is used only when its string
+ * equals (type included) the string that came with the id. Each fragment is copied out at once:
+ * a later `make` may clear the cache.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int
+buf_put(Buf *b, const char *s, Py_ssize_t n)
+{
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = b->cap * 2 > b->len + n ? b->cap * 2 : b->len + n + 256;
+        char *grown = PyMem_Realloc(b->data, cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    return 0;
+}
+
+#define PUT_LIT(b, s) buf_put((b), (s), (Py_ssize_t)(sizeof(s) - 1))
+
+/* Start offset and length of each number in a JSON array of numbers `[a,b,...]`. */
+static int
+split_floats(PyObject *json, Py_ssize_t want, Py_ssize_t **starts, Py_ssize_t **lens, const char *name)
+{
+    if (!PyBytes_Check(json)) {
+        PyErr_Format(PyExc_TypeError, "%s must be bytes", name);
+        return -1;
+    }
+    const char *s = PyBytes_AS_STRING(json);
+    Py_ssize_t n = PyBytes_GET_SIZE(json);
+    if (n < 2 || s[0] != '[' || s[n - 1] != ']') {
+        PyErr_Format(PyExc_ValueError, "%s is not a JSON array", name);
+        return -1;
+    }
+    *starts = PyMem_Malloc(sizeof(Py_ssize_t) * (want + 1));
+    *lens = PyMem_Malloc(sizeof(Py_ssize_t) * (want + 1));
+    if (*starts == NULL || *lens == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t count = 0, at = 1;
+    if (n > 2) {
+        for (Py_ssize_t i = 1; i < n; i++) {
+            if (s[i] == ',' || i == n - 1) {
+                if (count >= want || i == at) {
+                    PyErr_Format(PyExc_ValueError, "%s: more numbers than entries", name);
+                    return -1;
+                }
+                (*starts)[count] = at;
+                (*lens)[count] = i - at;
+                count++;
+                at = i + 1;
+            }
+        }
+    }
+    if (count != want) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd numbers for %zd entries", name, count, want);
+        return -1;
+    }
+    return 0;
+}
+
+/* The cached fragments of (tid, token), or new ones from `make`: *made holds a reference the
+ * caller drops once it has copied the fragments. */
+static int
+fragments(PyObject *cache, PyObject *make, PyObject *tid, PyObject *token, PyObject **head, PyObject **tail,
+          PyObject **made)
+{
+    *made = NULL;
+    PyObject *c = PyDict_GetItemWithError(cache, tid);
+    if (c == NULL && PyErr_Occurred())
+        return -1;
+    if (c != NULL && PyTuple_CheckExact(c) && PyTuple_GET_SIZE(c) == 4
+        && (PyObject *)Py_TYPE(token) == PyTuple_GET_ITEM(c, 1)) {
+        PyObject *cached = PyTuple_GET_ITEM(c, 0);
+        int eq = cached == token ? 1 : PyObject_RichCompareBool(cached, token, Py_EQ);
+        if (eq < 0)
+            return -1;
+        if (eq) {
+            *head = PyTuple_GET_ITEM(c, 2);
+            *tail = PyTuple_GET_ITEM(c, 3);
+            if (PyBytes_Check(*head) && PyBytes_Check(*tail))
+                return 0;
+        }
+    }
+    PyObject *pair = PyObject_CallFunctionObjArgs(make, tid, token, NULL);
+    if (pair == NULL)
+        return -1;
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(pair, 0))
+        || !PyBytes_Check(PyTuple_GET_ITEM(pair, 1))) {
+        Py_DECREF(pair);
+        PyErr_SetString(PyExc_TypeError, "make must return (bytes, bytes)");
+        return -1;
+    }
+    *head = PyTuple_GET_ITEM(pair, 0);
+    *tail = PyTuple_GET_ITEM(pair, 1);
+    *made = pair;
+    return 0;
+}
+
+static int
+put_bytes(Buf *b, PyObject *bytes)
+{
+    return buf_put(b, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+}
+
+/* The JSON of logprob `i`: msgspec's bytes, or the clamped value's. */
+static int
+put_float(Buf *b, PyObject *values, Py_ssize_t i, const char *json, Py_ssize_t *starts, Py_ssize_t *lens)
+{
+    double v = PyFloat_AsDouble(PyList_GET_ITEM(values, i));
+    if (v == -1.0 && PyErr_Occurred())
+        return -1;
+    if (v >= -9999.0 && v < Py_HUGE_VAL)
+        return buf_put(b, json + starts[i], lens[i]);
+    if (v == Py_HUGE_VAL)
+        return PUT_LIT(b, "0.0");
+    return PUT_LIT(b, "-9999.0"); /* -inf, NaN, below the floor */
+}
+
+static PyObject *
+render(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "render takes 12 arguments");
+        return NULL;
+    }
+    PyObject *ids = args[0], *tokens = args[1], *lps = args[2], *lps_json = args[3], *counts = args[4],
+             *top_ids = args[5], *top_tokens = args[6], *tlps = args[7], *tlps_json = args[8], *cache = args[10],
+             *make = args[11];
+    Py_ssize_t k = PyLong_AsSsize_t(args[9]);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyList_CheckExact(ids) || !PyList_CheckExact(tokens) || !PyList_CheckExact(lps) || !PyList_CheckExact(counts)
+        || !PyList_CheckExact(top_ids) || !PyList_CheckExact(top_tokens) || !PyList_CheckExact(tlps)
+        || !PyDict_CheckExact(cache)) {
+        PyErr_SetString(PyExc_TypeError, "render: lists and a dict expected");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(ids), m = PyList_GET_SIZE(top_ids);
+    if (PyList_GET_SIZE(tokens) != n || PyList_GET_SIZE(lps) != n || PyList_GET_SIZE(counts) != n
+        || PyList_GET_SIZE(top_tokens) != m || PyList_GET_SIZE(tlps) != m) {
+        PyErr_SetString(PyExc_ValueError, "render: columns of different lengths");
+        return NULL;
+    }
+    Py_ssize_t *ls = NULL, *ll = NULL, *ts = NULL, *tl = NULL;
+    Buf b = {NULL, 0, 0};
+    PyObject *out = NULL;
+    if (split_floats(lps_json, n, &ls, &ll, "logprobs_json") < 0)
+        goto done;
+    if (k > 0 && split_floats(tlps_json, m, &ts, &tl, "top_logprobs_json") < 0)
+        goto done;
+    const char *lp = PyBytes_AS_STRING(lps_json);
+    const char *tlp = k > 0 ? PyBytes_AS_STRING(tlps_json) : NULL;
+    b.cap = n * (k + 1) * 96 + 64;
+    b.data = PyMem_Malloc(b.cap);
+    if (b.data == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (PUT_LIT(&b, "{\"content\":[") < 0)
+        goto done;
+    Py_ssize_t j = 0;
+    for (Py_ssize_t t = 0; t < n; t++) {
+        PyObject *sid = PyList_GET_ITEM(ids, t), *head, *tail, *made;
+        if (t > 0 && PUT_LIT(&b, ",") < 0)
+            goto done;
+        if (fragments(cache, make, sid, PyList_GET_ITEM(tokens, t), &head, &tail, &made) < 0)
+            goto done;
+        int bad = put_bytes(&b, head) < 0 || put_float(&b, lps, t, lp, ls, ll) < 0 || put_bytes(&b, tail) < 0;
+        if (!bad && k <= 0)
+            bad = PUT_LIT(&b, ",\"top_logprobs\":[]}") < 0;
+        else if (!bad)  /* the sampled token first, then the alternatives without it (vLLM's order) */
+            bad = PUT_LIT(&b, ",\"top_logprobs\":[") < 0 || put_bytes(&b, head) < 0
+                  || put_float(&b, lps, t, lp, ls, ll) < 0 || put_bytes(&b, tail) < 0;
+        Py_XDECREF(made);
+        if (bad)
+            goto done;
+        Py_ssize_t count = PyLong_AsSsize_t(PyList_GET_ITEM(counts, t));
+        if (count == -1 && PyErr_Occurred())
+            goto done;
+        if (count < 0 || count > m - j) {
+            PyErr_SetString(PyExc_ValueError, "render: top_counts past the alternatives");
+            goto done;
+        }
+        if (k > 0) {
+            Py_ssize_t shown = 1;
+            for (Py_ssize_t i = j; i < j + count && shown < k; i++) {
+                PyObject *tid = PyList_GET_ITEM(top_ids, i);
+                int same = tid == sid ? 1 : PyObject_RichCompareBool(tid, sid, Py_EQ);
+                if (same < 0)
+                    goto done;
+                if (same)
+                    continue;
+                if (fragments(cache, make, tid, PyList_GET_ITEM(top_tokens, i), &head, &tail, &made) < 0)
+                    goto done;
+                bad = PUT_LIT(&b, "},") < 0 || put_bytes(&b, head) < 0 || put_float(&b, tlps, i, tlp, ts, tl) < 0
+                      || put_bytes(&b, tail) < 0;
+                Py_XDECREF(made);
+                if (bad)
+                    goto done;
+                shown++;
+            }
+            if (PUT_LIT(&b, "}]}") < 0)
+                goto done;
+        }
+        j += count;
+    }
+    if (PUT_LIT(&b, "]}") < 0)
+        goto done;
+    out = PyBytes_FromStringAndSize(b.data, b.len);
+done:
+    PyMem_Free(b.data);
+    PyMem_Free(ls);
+    PyMem_Free(ll);
+    PyMem_Free(ts);
+    PyMem_Free(tl);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"render", (PyCFunction)(void (*)(void))render, METH_FASTCALL,
+     "render(token_ids, tokens, logprobs, logprobs_json, top_counts, top_ids, top_tokens, top_logprobs, "
+     "top_logprobs_json, k, cache, make) -> bytes: a chat chunk's logprobs object"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chatlogprobs", NULL, -1, methods};
+
+PyMODINIT_FUNC
+PyInit__chatlogprobs(void)
+{
+    return PyModule_Create(&module);
+}
