@@ -13,7 +13,8 @@ setup(
         Extension("detok.stream._plainstep", ["detok/stream/_plainstep.c"], optional=True),
         # the workers' gather of logprob token strings
         Extension("detok.worker._tokenstrings", ["detok/worker/_tokenstrings.c"], optional=True),
-        # the frontend's chat logprobs JSON, written per chunk
+        # the frontend's chat logprobs JSON, written per chunk, and a batch's entries cut per request
         Extension("detok.frontend._chatlogprobs", ["detok/frontend/_chatlogprobs.c"], optional=True),
+        Extension("detok.receiver._logprobrows", ["detok/receiver/_logprobrows.c"], optional=True),
     ]
 )

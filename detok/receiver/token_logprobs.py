@@ -17,6 +17,11 @@ import numpy as np
 from detok.wire.packing import split_text
 from detok.wire.to_frontends import DeltaLogprobs
 
+try:  # the compiled cut (setup.py builds it; without a compiler, `_rows_py`)
+    from detok.receiver._logprobrows import rows as _rows
+except ImportError:  # pragma: no cover - the tests run the Python cut too
+    _rows = None
+
 _RAW_PREFIX = "bytes:"
 
 
@@ -114,6 +119,15 @@ def split_logprobs(lp: DeltaLogprobs) -> list[tuple[int, TokenLogprobs]]:
             raise ValueError("logprob columns: a bytes: index past the strings")
         strings[i] = RawToken.parse(strings[i])
     tokens, top_tokens = strings[:n], strings[n:]
+    if _rows is not None:
+        return _rows(TokenLogprobs, rids, firsts, counts, ids, tokens, lps, tcs, tids, top_tokens, tlps)
+    return _rows_py(rids, firsts, counts, ids, tokens, lps, tcs, tids, top_tokens, tlps)
+
+
+def _rows_py(rids: list[int], firsts: list[int], counts: list[int], ids: list[int], tokens: list[str],
+             lps: list[float], tcs: list[int], tids: list[int], top_tokens: list[str],
+             tlps: list[float]) -> list[tuple[int, TokenLogprobs]]:
+    """The entries cut per entry-row in Python (columns already checked to fit)."""
     top_ends = list(accumulate(tcs, initial=0))
     out = []
     e = 0

@@ -141,3 +141,42 @@ def test_raw_token_parse_rejects_other_strings(text: str) -> None:
         return
     with pytest.raises(ValueError):
         RawToken.parse(text)
+
+
+# ---- the compiled cut per entry-row == the Python one --------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from detok.receiver import token_logprobs as tl  # noqa: E402
+
+_entry = st.tuples(st.integers(0, 300), st.integers(0, 4))  # (id, alternatives)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 9), st.lists(_entry, max_size=5)), max_size=12))
+def test_compiled_cut_equals_the_python_one(rows) -> None:
+    if tl._rows is None:
+        pytest.fail("the compiled cut is not built (detok/receiver/_logprobrows.c)")
+    rids = [r for r, _, _ in rows]
+    firsts = [f for _, f, _ in rows]
+    counts = [len(e) for _, _, e in rows]
+    ids = [i for _, _, e in rows for i, _ in e]
+    tcs = [c for _, _, e in rows for _, c in e]
+    tids = [i * 7 + j for _, _, e in rows for i, c in e for j in range(c)]
+    cols = (ids, [f"t{i}" for i in ids], [-0.5 * i for i in ids], tcs, tids, [f"a{i}" for i in tids],
+            [-1.0 - i for i in tids])
+    assert tl._rows(TokenLogprobs, rids, firsts, counts, *cols) == tl._rows_py(rids, firsts, counts, *cols)
+
+
+def test_compiled_cut_refuses_columns_that_do_not_fit() -> None:
+    if tl._rows is None:
+        pytest.fail("the compiled cut is not built (detok/receiver/_logprobrows.c)")
+    ok = ([5], [0], [1], [7], ["x"], [-1.0], [1], [8], ["y"], [-2.0])
+    assert tl._rows(TokenLogprobs, *ok) == [(5, TokenLogprobs(0, [7], ["x"], [-1.0], [1], [8], ["y"], [-2.0]))]
+    for i, bad in [(2, [2]), (2, [-1]), (6, [2]), (6, [-1]), (3, [7, 8]), (9, []), (0, (5,))]:
+        args = list(ok)
+        args[i] = bad
+        with pytest.raises((ValueError, TypeError)):
+            tl._rows(TokenLogprobs, *args)
+    with pytest.raises(TypeError):
+        tl._rows(TokenLogprobs, *ok[:9])
