@@ -266,12 +266,13 @@ def test_decode_bench_per_request_smoke() -> None:
             assert r["x_vs_hf"] == 1.0
 
 
-@pytest.mark.parametrize("mode", ["table", "streams"])
+@pytest.mark.parametrize("mode", ["table", "streams", "batch-cold"])
 def test_table_requests_bench_smoke(mode: str) -> None:
-    """bench/table_requests.py (and its --streams form): one JSON line per parameter set, every
-    figure measured."""
+    """bench/table_requests.py (and its --streams and --batch --cold forms): one JSON line per
+    parameter set, every figure measured."""
+    extra = {"table": [], "streams": ["--streams"], "batch-cold": ["--batch", "--cold"]}[mode]
     cmd = [sys.executable, "bench/table_requests.py", "--requests", "5", "--tokens", "4", "--repeats", "1", "--json",
-           "--no-progress", "--tokenizer", "tests/fixtures/hf/qwen2", *(["--streams"] if mode == "streams" else [])]
+           "--no-progress", "--tokenizer", "tests/fixtures/hf/qwen2", *extra]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
