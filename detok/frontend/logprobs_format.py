@@ -6,6 +6,9 @@ Chat (`logprobs: true`, `top_logprobs` 0-20):
 Completions (`logprobs` 0-5):
     {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}
 
+The frontend writes the chat shape with `chat_logprobs_json` (the same bytes, no Struct per token);
+the Structs here define it, and the tests hold the writer to their encoding.
+
 Same for a streamed chunk and a non-streamed body: a body built from all of a request's entries
 equals the concatenation of the chunks built from its deltas' entries (for completions, with one
 `CompletionOffsets` carried from chunk to chunk). As vLLM's serving code: each token's
