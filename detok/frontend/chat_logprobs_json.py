@@ -4,7 +4,8 @@
 `TopLogprob` Structs per token and msgspec encodes them: ≈15 µs of the frontend's CPU per token
 with top-5, the largest share of a logprobs chunk's cost. Here each token string's JSON is made
 once (`{"token":"...","logprob":` and `,"bytes":[...]`, kept per token id: tokens repeat) and a
-chunk's floats are encoded in one msgspec call, so per token only a few byte strings are joined.
+chunk's floats are encoded by msgspec in one call per column, so per token only a few byte strings
+are copied (by `_chatlogprobs.c`, or joined in Python without a compiler).
 
 The bytes are exactly what msgspec writes for `ChatLogprobs(chat_content(entries, k))` (msgspec's
 own float format included: it is not `repr`'s); `tests/frontend/test_chat_logprobs_json.py` checks
