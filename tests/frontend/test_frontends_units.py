@@ -65,3 +65,17 @@ def test_health_view_reads_the_board_and_a_stale_board_means_the_scheduler_is_do
         json.dump({"components": {"pool": True, "scheduler": True}, "published": time.time() - STALE_AFTER_S - 1}, f)
     assert HealthView(path).health()["scheduler"] is False
     assert HealthView(str(tmp_path / "missing.json")).health() == {"pool": False, "scheduler": False}
+
+
+def test_a_frontend_keeps_its_start_up_heap_out_of_collections():
+    """tune_collector (run by every HTTP frontend before it serves): the heap so far frozen, the
+    thresholds raised; in a child interpreter, so this test process's collector is untouched."""
+    import subprocess
+    import sys
+
+    code = ("import gc; from detok.frontend.frontend_process import FRONTEND_GC_THRESHOLD, tune_collector; "
+            "before = gc.get_freeze_count(); tune_collector(); "
+            "print(before, gc.get_freeze_count(), gc.get_threshold() == FRONTEND_GC_THRESHOLD)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    before, after, thresholds = out.split()
+    assert int(before) == 0 and int(after) > 10_000 and thresholds == "True"
