@@ -94,15 +94,20 @@ fragments(PyObject *cache, PyObject *make, PyObject *tid, PyObject *token, PyObj
           PyObject **made)
 {
     *made = NULL;
+    /* exact ints and str comparisons only: no Python code (a subclass's __hash__ or __eq__) may run
+     * while fragments borrowed from the cache are held */
+    if (!PyLong_CheckExact(tid) || !PyUnicode_Check(token)) {
+        PyErr_SetString(PyExc_TypeError, "render: token ids must be ints and token strings str");
+        return -1;
+    }
     PyObject *c = PyDict_GetItemWithError(cache, tid);
     if (c == NULL && PyErr_Occurred())
         return -1;
     if (c != NULL && PyTuple_CheckExact(c) && PyTuple_GET_SIZE(c) == 4
-        && (PyObject *)Py_TYPE(token) == PyTuple_GET_ITEM(c, 1)) {
+        && (PyObject *)Py_TYPE(token) == PyTuple_GET_ITEM(c, 1) && PyUnicode_Check(PyTuple_GET_ITEM(c, 0))) {
         PyObject *cached = PyTuple_GET_ITEM(c, 0);
-        int eq = cached == token ? 1 : PyObject_RichCompareBool(cached, token, Py_EQ);
-        if (eq < 0)
-            return -1;
+        int eq = cached == token || (PyUnicode_GET_LENGTH(cached) == PyUnicode_GET_LENGTH(token)
+                                     && PyUnicode_Compare(cached, token) == 0);
         if (eq) {
             *head = PyTuple_GET_ITEM(c, 2);
             *tail = PyTuple_GET_ITEM(c, 3);
@@ -135,9 +140,12 @@ put_bytes(Buf *b, PyObject *bytes)
 static int
 put_float(Buf *b, PyObject *values, Py_ssize_t i, const char *json, Py_ssize_t *starts, Py_ssize_t *lens)
 {
-    double v = PyFloat_AsDouble(PyList_GET_ITEM(values, i));
-    if (v == -1.0 && PyErr_Occurred())
+    PyObject *item = PyList_GET_ITEM(values, i);
+    if (!PyFloat_CheckExact(item)) { /* (a subclass's __float__ could run Python code) */
+        PyErr_SetString(PyExc_TypeError, "render: logprobs must be floats");
         return -1;
+    }
+    double v = PyFloat_AS_DOUBLE(item);
     if (v >= -9999.0 && v < Py_HUGE_VAL)
         return buf_put(b, json + starts[i], lens[i]);
     if (v == Py_HUGE_VAL)
@@ -214,7 +222,11 @@ render(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_ssize_t shown = 1;
             for (Py_ssize_t i = j; i < j + count && shown < k; i++) {
                 PyObject *tid = PyList_GET_ITEM(top_ids, i);
-                int same = tid == sid ? 1 : PyObject_RichCompareBool(tid, sid, Py_EQ);
+                if (!PyLong_CheckExact(tid)) {
+                    PyErr_SetString(PyExc_TypeError, "render: token ids must be ints");
+                    goto done;
+                }
+                int same = tid == sid ? 1 : PyObject_RichCompareBool(tid, sid, Py_EQ); /* exact ints: no Python code */
                 if (same < 0)
                     goto done;
                 if (same)

@@ -128,3 +128,41 @@ def test_bad_arguments_to_the_compiled_writer(writer) -> None:
             render(*args)
     with pytest.raises(TypeError):
         render(*ok[:11])
+
+
+def test_the_compiled_writer_runs_no_python_code_of_the_entries(writer) -> None:
+    """Subclasses whose __float__ / __hash__ / __eq__ could change the cache mid-write are refused
+    (floats, ids) or compared as plain str (tokens), so no fragment it holds can be freed."""
+    if writer != "compiled":
+        return
+
+    class Clearing(str):
+        def __eq__(self, other):
+            cj._fragments.clear()
+            return str.__eq__(self, other)
+
+        __hash__ = str.__hash__
+
+    class Float(float):
+        pass
+
+    class Int(int):
+        pass
+
+    cj._fragments.clear()
+    lp = TokenLogprobs(0, [3], ["x"], [-1.0], [2], [4, 5], ["y", "z"], [-2.0, -3.0])
+    chat_logprobs_json(lp, 3)
+    # a cached entry of the subclass: compared as str, its __eq__ never runs (the cache stays)
+    cj._fragments[3] = (Clearing("x"),) + cj._fragments[3][1:]
+    cj._fragments[3] = (cj._fragments[3][0], Clearing, *cj._fragments[3][2:])
+    tricky = TokenLogprobs(0, [3], [Clearing("x")], [-1.0], [2], [4, 5], ["y", "z"], [-2.0, -3.0])
+    assert msgspec.json.encode(chat_logprobs_json(tricky, 3)) == reference(lp, 3)
+    assert len(cj._fragments) == 3
+    with pytest.raises(TypeError):  # a str subclass msgspec cannot write: a clear error
+        chat_logprobs_json(TokenLogprobs(0, [9], [Clearing("q")], [-1.0], [0], [], [], []), 3)
+    for bad in (TokenLogprobs(0, [3], ["x"], [Float(-1.0)], [0], [], [], []),
+                TokenLogprobs(0, [Int(3)], ["x"], [-1.0], [0], [], [], []),
+                TokenLogprobs(0, [3], ["x"], [-1.0], [1], [True], ["y"], [-2.0]),
+                TokenLogprobs(0, [3], [b"x"], [-1.0], [0], [], [], [])):
+        with pytest.raises(TypeError):
+            chat_logprobs_json(bad, 3)
