@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # run as `python bench/table_requests.py`: make t
     _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 
 import argparse
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -49,15 +50,16 @@ def parameter_sets(tok: Any) -> dict[str, detok.DecodeParams]:
     }
 
 
-_THRASH: list[bytearray] = []
+@functools.cache
+def _thrash_buffer() -> bytearray:
+    return bytearray(64 << 20)
 
 
 def _evict(cold: bool) -> None:
     """Write 64 MB (more than this box's caches) so the next phase starts cold."""
     if cold:
-        if not _THRASH:
-            _THRASH.append(bytearray(64 << 20))
-        _THRASH[0][::64] = bytes(len(_THRASH[0]) // 64)
+        buf = _thrash_buffer()
+        buf[::64] = bytes(len(buf) // 64)
 
 
 def measure(tok: Any, params: detok.DecodeParams, streams: Sequence[Any], repeats: int, batch: bool = False,

@@ -1,6 +1,6 @@
-/* A chat chunk's `logprobs.content` items written in one pass (optional; detok/frontend/
- * chat_logprobs_json.py has the Python equivalent, and the tests hold both to msgspec's encoding of
- * the Structs in logprobs_format.py).
+/* A chat chunk's `logprobs` object written in one pass (optional; without it detok/frontend/
+ * chat_logprobs_json.py encodes the Structs of logprobs_format.py, and the tests hold this writer
+ * to their encoding).
  *
  * render(token_ids, tokens, logprobs, logprobs_json, top_counts, top_ids, top_tokens, top_logprobs,
  *        top_logprobs_json, k, cache, make) -> bytes

@@ -25,7 +25,7 @@ import msgspec
 
 from detok.receiver.token_logprobs import RawToken, TokenLogprobs
 
-FLOOR = -9999.0
+_FLOOR = -9999.0
 _INF = float("inf")
 _utf8_decode = codecs.utf_8_decode
 _BYTES_CACHE_MAX = 1 << 16
@@ -106,8 +106,8 @@ def _bytes(token: str) -> list[int]:
     return got
 
 
-def clamped(x: float) -> float:
-    return 0.0 if x == _INF else FLOOR  # -inf and NaN: OpenAI's "very unlikely"
+def _clamped(x: float) -> float:
+    return 0.0 if x == _INF else _FLOOR  # -inf and NaN: OpenAI's "very unlikely"
 
 
 def _text(token: str) -> str:
@@ -123,8 +123,8 @@ def chat_content(entries: TokenLogprobs, top_logprobs: int) -> list[TokenLogprob
     cache_get = _bytes_cache.get
     j = 0
     for sid, token, lp, count in zip(entries.token_ids, entries.tokens, entries.logprobs, entries.top_counts):
-        if not FLOOR <= lp < _INF:
-            lp = clamped(lp)
+        if not _FLOOR <= lp < _INF:
+            lp = _clamped(lp)
         if type(token) is str:
             b = cache_get(token) or _bytes(token)
         else:
@@ -138,8 +138,8 @@ def chat_content(entries: TokenLogprobs, top_logprobs: int) -> list[TokenLogprob
                 if ids[i] == sid:
                     continue
                 t, x = tokens[i], lps[i]
-                if not FLOOR <= x < _INF:
-                    x = clamped(x)
+                if not _FLOOR <= x < _INF:
+                    x = _clamped(x)
                 if type(t) is str:
                     alts.append(TopLogprob(t, x, cache_get(t) or _bytes(t)))
                 else:
@@ -163,8 +163,8 @@ def completion_logprobs(entries: TokenLogprobs, logprobs: int, offsets: Completi
     j = 0
     advance = offsets.advance
     for sid, token, lp, count in zip(entries.token_ids, entries.tokens, entries.logprobs, entries.top_counts):
-        if not FLOOR <= lp < _INF:
-            lp = clamped(lp)
+        if not _FLOOR <= lp < _INF:
+            lp = _clamped(lp)
         text = _text(token)
         top = {text: lp}
         n = 1
@@ -173,7 +173,7 @@ def completion_logprobs(entries: TokenLogprobs, logprobs: int, offsets: Completi
                 break
             if ids[i] != sid:
                 x = lps[i]
-                top[_text(tokens[i])] = x if FLOOR <= x < _INF else clamped(x)
+                top[_text(tokens[i])] = x if _FLOOR <= x < _INF else _clamped(x)
                 n += 1
         j += count
         out.text_offset.append(advance(token))

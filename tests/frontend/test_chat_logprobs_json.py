@@ -2,8 +2,9 @@
 Structs `logprobs_format.chat_logprobs` builds, byte for byte (floats in msgspec's own format,
 -inf / NaN / +inf / below -9999 clamped, RawToken strings, repeated and cached token strings, the
 sampled token among its alternatives or not, any `top_logprobs`), and a body's joined object equals
-the object of all its entries at once. Both writers: the compiled one (`_chatlogprobs.c`) and the
-Python one it falls back to without a compiler; hostile columns get a clear error from either."""
+the object of all its entries at once. Both paths: the compiled writer (`_chatlogprobs.c`) and the
+fallback without a compiler (the Structs encoded, wrapped and joined the same way); hostile columns
+get a clear error from either."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def reference(lp: TokenLogprobs, k: int) -> bytes:
 
 @pytest.fixture(params=["compiled", "python"], autouse=True)
 def writer(request, monkeypatch):
-    """Every test runs on both writers."""
+    """Every test runs on both paths."""
     if request.param == "compiled":
         if cj._render is None:
             pytest.fail("the compiled writer is not built (detok/frontend/_chatlogprobs.c)")
