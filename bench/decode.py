@@ -8,8 +8,9 @@ implementation in turn (same process, same streams; repetitions interleaved, med
 implementation's concatenated text is checked against the oracle (DESIGN §3) and mismatches are
 reported, not hidden: anchors may legitimately differ (see bench/baselines_decode.py).
 
-Implementations: detok (DecodeStream.step one id at a time, as a one-element list), detok-int
-(DecodeStream.step with the int id), detok-batch (the worker's batched
+Implementations: detok (DecodeStream.step one id at a time, as a one-element list; the streams
+made by `DecodeStream.opener`), detok-int (the same, step with the int id), detok-init (detok-int
+with each stream made by `DecodeStream(...)`, the plain constructor), detok-batch (the worker's batched
 path: StreamTable.step_packed over the whole batch, packed wire columns in and out),
 detok-batch+split (the same, plus cutting each step's text into one Python str per stream on the
 clock), detok-batch+str (the step itself returns one str per stream: step_packed(row_texts=True),
@@ -50,7 +51,7 @@ from typing import Any
 import detok
 from bench import _common
 from bench._common import TokenStream
-from bench.decode_runners import DETOK, DETOK_INT, IMPL_ORDER, _Runner, build_runners
+from bench.decode_runners import DETOK, DETOK_INIT, DETOK_INT, IMPL_ORDER, _Runner, build_runners
 from detok.stream import prepare_decoding
 
 
@@ -158,7 +159,7 @@ def run_decode_bench(label: str, tok: Any, args: argparse.Namespace) -> list[dic
     return records
 
 
-PER_REQUEST_IMPLS = (DETOK, DETOK_INT, "detok-batch+split", "detok-batch+str", "hf-decodestream")
+PER_REQUEST_IMPLS = (DETOK, DETOK_INT, DETOK_INIT, "detok-batch+split", "detok-batch+str", "hf-decodestream")
 
 
 def run_per_request(label: str, tok: Any, args: argparse.Namespace) -> list[dict[str, Any]]:

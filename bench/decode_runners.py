@@ -16,7 +16,8 @@ from detok.wire.packing import split_text
 
 DETOK = "detok"
 DETOK_INT = "detok-int"
-IMPL_ORDER = (DETOK, DETOK_INT, "detok-batch", "detok-batch+split", "detok-batch+str", "naive", "window", "sglang",
+DETOK_INIT = "detok-init"
+IMPL_ORDER = (DETOK, DETOK_INT, DETOK_INIT, "detok-batch", "detok-batch+split", "detok-batch+str", "naive", "window", "sglang",
               "hf-decodestream")
 
 
@@ -52,10 +53,15 @@ class _Runner:
 
 
 class _DetokRunner(_Runner):
+    """DecodeStream, one per request from `DecodeStream.opener` (the per-request constructor an
+    engine should use; `DecodeStream(...)` itself on a tree from before it), step([id])."""
+
     name = DETOK
 
     def __init__(self, tok: Any, params: Any) -> None:
-        self._make = lambda ctx: detok.DecodeStream(tok, context_ids=ctx, params=params, ignore_eos=True)
+        opener = getattr(detok.DecodeStream, "opener", None)
+        self._make = (opener(tok, params, ignore_eos=True) if opener is not None else
+                      lambda ctx: detok.DecodeStream(tok, context_ids=ctx, params=params, ignore_eos=True))
 
     def open(self, streams: Sequence[TokenStream]) -> None:
         self._streams = [self._make(s.context) for s in streams]
@@ -80,6 +86,15 @@ class _DetokIntRunner(_DetokRunner):
     def step(self, t: int) -> None:
         for stream, ids, parts in zip(self._streams, self._ids, self._parts):
             parts.append(stream.step(ids[t]).text)
+
+
+class _DetokInitRunner(_DetokIntRunner):
+    """detok-int with each stream made by `DecodeStream(...)` itself (no opener): the constructor's cost."""
+
+    name = DETOK_INIT
+
+    def __init__(self, tok: Any, params: Any) -> None:
+        self._make = lambda ctx: detok.DecodeStream(tok, context_ids=ctx, params=params, ignore_eos=True)
 
 
 class _AnchorRunner(_Runner):
@@ -216,6 +231,7 @@ def build_runners(tok: Any, naive_streams: int, only: Sequence[str] | None = Non
     runners: list[_Runner | None] = [
         _DetokRunner(tok, params),
         _DetokIntRunner(tok, params),
+        _DetokInitRunner(tok, params),
         *_detok_batch_runners(tok, params),
         _AnchorRunner("naive", decoder, max_streams=naive_streams),
         _AnchorRunner("window", decoder),

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_utf8.h"
+
 #if PY_BIG_ENDIAN
 #define LE64(v) __builtin_bswap64(v)
 #define LE32(v) __builtin_bswap32(v)
@@ -227,28 +229,6 @@ static void release(Buf *b) {
     b->held = 0;
 }
 
-/* the output text: UTF-8 bytes appended row by row */
-typedef struct {
-    char *data;
-    Py_ssize_t size, cap;
-} Text;
-
-static int text_append(Text *t, const char *p, Py_ssize_t n) {
-    if (t->size + n > t->cap) {
-        Py_ssize_t cap = t->cap * 2 > t->size + n ? t->cap * 2 : t->size + n + 256;
-        char *data = PyMem_Realloc(t->data, cap);
-        if (data == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        t->data = data;
-        t->cap = cap;
-    }
-    memcpy(t->data + t->size, p, n);
-    t->size += n;
-    return 0;
-}
-
 static int text_append_str(Text *t, PyObject *s, Py_ssize_t *chars) {
     if (!PyUnicode_Check(s)) {
         PyErr_SetString(PyExc_TypeError, "row text must be a str");
@@ -259,58 +239,6 @@ static int text_append_str(Text *t, PyObject *s, Py_ssize_t *chars) {
     if (p == NULL) return -1;
     *chars = PyUnicode_GET_LENGTH(s);
     return text_append(t, p, n);
-}
-
-/* Decode s[0:n] as UTF-8 the way CPython's incremental decoder does with errors="replace" and
- * final=False: each maximal invalid subpart becomes one U+FFFD, and an incomplete but so far valid
- * sequence at the end is not consumed. The text goes to `out` (as UTF-8; NULL: only counted); returns
- * its chars, and the bytes consumed in *used; -1 on memory error. */
-static int64_t utf8_replace(Text *out, const unsigned char *s, Py_ssize_t n, Py_ssize_t *used) {
-    static const char FFFD[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
-    Py_ssize_t i = 0;
-    int64_t chars = 0;
-    while (i < n) {
-        unsigned char b = s[i];
-        int need;
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (b < 0x80) need = 0;
-        else if (b >= 0xC2 && b <= 0xDF) need = 1;
-        else if (b == 0xE0) need = 2, lo = 0xA0;
-        else if (b == 0xED) need = 2, hi = 0x9F;
-        else if (b >= 0xE1 && b <= 0xEF) need = 2;
-        else if (b == 0xF0) need = 3, lo = 0x90;
-        else if (b == 0xF4) need = 3, hi = 0x8F;
-        else if (b >= 0xF1 && b <= 0xF3) need = 3;
-        else need = -1; /* never a start byte */
-        if (need < 0) {
-            if (out && text_append(out, FFFD, 3) < 0) return -1;
-            i++, chars++;
-            continue;
-        }
-        if (b == 0xED && n - i == 2 && s[i + 1] >= 0xA0 && s[i + 1] <= 0xBF) {
-            *used = i; /* as CPython: a truncated surrogate at the end waits for more bytes */
-            return chars;
-        }
-        int j = 1;
-        for (; j <= need; j++) {
-            if (i + j >= n) { /* incomplete at the end: held for the next bytes */
-                *used = i;
-                return chars;
-            }
-            unsigned char c = s[i + j];
-            if (c < (j == 1 ? lo : 0x80) || c > (j == 1 ? hi : 0xBF)) break;
-        }
-        if (j > need) {
-            if (out && text_append(out, (const char *)s + i, need + 1) < 0) return -1;
-            i += need + 1;
-        } else { /* bytes i .. i+j-1 are a maximal invalid subpart */
-            if (out && text_append(out, FFFD, 3) < 0) return -1;
-            i += j;
-        }
-        chars++;
-    }
-    *used = n;
-    return chars;
 }
 
 /* ---- step_packed --------------------------------------------------------------------------- */
@@ -330,7 +258,6 @@ typedef struct {
  * (detok.stream.typed_fast). T_NL_PREFIX / T_SP_PREFIX: an escaped newline (a backslash and an n) /
  * a space goes out before the id's text (a value's held whitespace, once more text shows it is in). */
 enum { T_WHOLE = 1, T_BYTE_OK = 2, T_EOS = 4, T_NEXT = 8, T_PREV = 16, T_NL_PREFIX = 32, T_SHIFT2 = 64, T_SP_PREFIX = 128 };
-#define MAX_PENDING 4 /* held bytes of an incomplete character: at most 3 */
 
 enum { B_RIDS, B_STARTS, B_COUNTS, B_TOKENS, B_ENTRIES, B_UTF8, B_MARKS, B_PEND, B_PEND_LEN, B_CHOFF, B_NTOK,
        B_EXPECT, B_EOS_STOPS, B_MODE, B_TAG, B_FIRSTS, B_FIRSTS_LEN, N_BUFS };
@@ -1188,280 +1115,8 @@ done:
 }
 
 
-/* ---- StreamCore: DecodeStream's one-id step ------------------------------------------------ */
-/* The base of detok.DecodeStream (decode_stream.py; a Python class of the same fields is the
- * fallback without this extension). `step(id)` of a plain stream whose decoder holds nothing is a
- * table lookup here: the id's precomputed text (`texts`, the decode mode's, None where the bytes
- * are not whole characters) unless it is one of `stops`; every other call - a list of ids, a
- * finished stream, held bytes, a stop id - goes to the Python `_step_py`, which keeps `fast` true
- * only while this shortcut gives the text it would. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *texts;  /* list[str | None], or NULL/None: no shortcut */
-    PyObject *pieces; /* list[bytes] of the same ids, or NULL/None: ids of no whole text go to Python */
-    PyObject *stops;  /* frozenset of ids that end or must be checked, or NULL */
-    PyObject *deltas; /* list[Delta | None] of the same ids, the tables' (shared by their streams): a
-                       * whole token's Delta is made once, not per step (it is immutable), or NULL */
-    Py_ssize_t num_tokens, char_offset;
-    char finished, fast;
-    unsigned char held[MAX_PENDING]; /* while `fast`: the bytes of an incomplete character held */
-    unsigned char held_len;
-    /* DecodeStream's own fields, here so that a new stream starts with them as a plain one has
-     * them (None, 0, False: no store per field) and `_set_plain` sets the rest in one call */
-    PyObject *text, *stop, *pending_error, *stop_kind, *visible, *hidden, *stop_ids;
-    PyObject *firsts; /* str: the first characters of its stop strings (NULL/None: none); while `fast`,
-                       * an id's text with none of them is the shortcut's, any other goes to Python */
-    Py_ssize_t vocab, min_tokens;
-    char plain;
-} StreamCore;
-
-static PyObject *delta_type = NULL, *empty_delta = NULL, *str_step_py = NULL;
-
-static int StreamCore_traverse(StreamCore *c, visitproc visit, void *arg) {
-    Py_VISIT(c->texts);
-    Py_VISIT(c->pieces);
-    Py_VISIT(c->stops);
-    Py_VISIT(c->deltas);
-    Py_VISIT(c->text);
-    Py_VISIT(c->stop);
-    Py_VISIT(c->pending_error);
-    Py_VISIT(c->stop_kind);
-    Py_VISIT(c->visible);
-    Py_VISIT(c->hidden);
-    Py_VISIT(c->stop_ids);
-    Py_VISIT(c->firsts);
-    return 0;
-}
-
-static int StreamCore_clear(StreamCore *c) {
-    Py_CLEAR(c->texts);
-    Py_CLEAR(c->pieces);
-    Py_CLEAR(c->stops);
-    Py_CLEAR(c->deltas);
-    Py_CLEAR(c->text);
-    Py_CLEAR(c->stop);
-    Py_CLEAR(c->pending_error);
-    Py_CLEAR(c->stop_kind);
-    Py_CLEAR(c->visible);
-    Py_CLEAR(c->hidden);
-    Py_CLEAR(c->stop_ids);
-    Py_CLEAR(c->firsts);
-    return 0;
-}
-
-static void StreamCore_dealloc(StreamCore *c) { /* (a Python subclass's dealloc releases its type) */
-    PyObject_GC_UnTrack(c);
-    StreamCore_clear(c);
-    Py_TYPE(c)->tp_free((PyObject *)c);
-}
-
-/* An id whose bytes are part of a character, or bytes held before it: the stream's incremental
- * UTF-8 (as ByteTextDecoder's, which gets the held bytes back before Python steps the stream). */
-static PyObject *core_step_bytes(StreamCore *c, PyObject *piece) {
-    unsigned char small[64], *data = small;
-    Py_ssize_t n = PyBytes_GET_SIZE(piece), size = c->held_len + n, used = 0;
-    if (size > (Py_ssize_t)sizeof(small) && (data = PyMem_Malloc(size)) == NULL) return PyErr_NoMemory();
-    memcpy(data, c->held, c->held_len);
-    memcpy(data + c->held_len, PyBytes_AS_STRING(piece), n);
-    Text out = {NULL, 0, 0};
-    PyObject *result = NULL;
-    int64_t chars = utf8_replace(&out, data, size, &used);
-    if (chars >= 0 && size - used > MAX_PENDING - 1) { /* cannot happen: a held prefix is < 4 bytes */
-        PyErr_SetString(PyExc_ValueError, "incomplete UTF-8 tail too long");
-        chars = -1;
-    }
-    if (chars >= 0) {
-        memcpy(c->held, data + used, size - used);
-        c->held_len = (unsigned char)(size - used);
-        c->num_tokens++;
-        if (chars == 0) {
-            result = Py_NewRef(empty_delta);
-        } else {
-            PyObject *text = PyUnicode_DecodeUTF8(out.data, out.size, "strict");
-            if (text != NULL) {
-                c->char_offset += chars;
-                result = PyObject_CallOneArg(delta_type, text);
-                Py_DECREF(text);
-            }
-        }
-    }
-    PyMem_Free(out.data);
-    if (data != small) PyMem_Free(data);
-    return result;
-}
-
-static PyObject *StreamCore_get_held(StreamCore *c, void *closure) {
-    return PyBytes_FromStringAndSize((const char *)c->held, c->held_len);
-}
-
-static int StreamCore_set_held(StreamCore *c, PyObject *value, void *closure) {
-    if (value == NULL || !PyBytes_Check(value) || PyBytes_GET_SIZE(value) > MAX_PENDING - 1) {
-        PyErr_SetString(PyExc_ValueError, "_held: bytes of an incomplete character (at most 3)");
-        return -1;
-    }
-    c->held_len = (unsigned char)PyBytes_GET_SIZE(value);
-    memcpy(c->held, PyBytes_AS_STRING(value), c->held_len);
-    return 0;
-}
-
-static PyGetSetDef StreamCore_getset[] = {
-    {"_held", (getter)StreamCore_get_held, (setter)StreamCore_set_held, "held bytes of the compiled step", NULL},
-    {NULL},
-};
-
-static PyObject *StreamCore_step(StreamCore *c, PyObject *arg) {
-    if (c->finished) return Py_NewRef(empty_delta);
-    PyObject *orig = arg;
-    if (PyList_CheckExact(arg) && PyList_GET_SIZE(arg) == 1) arg = PyList_GET_ITEM(arg, 0); /* step([id]) */
-    if (c->fast && PyLong_CheckExact(arg) && c->texts != NULL && PyList_CheckExact(c->texts)) {
-        Py_ssize_t i = PyLong_AsSsize_t(arg);
-        if (i == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-        } else if (i >= 0 && i < PyList_GET_SIZE(c->texts)) {
-            PyObject *t = PyList_GET_ITEM(c->texts, i);
-            int stop = 0;
-            if (c->stops != NULL && PyAnySet_Check(c->stops) && PySet_GET_SIZE(c->stops)) {
-                stop = PySet_Contains(c->stops, arg);
-                if (stop < 0) return NULL;
-            }
-            PyObject *firsts = c->firsts;
-            if (firsts != NULL && firsts != Py_None) { /* stop strings: whole text none of whose chars begins one */
-                if (stop || t == Py_None || c->held_len || !PyUnicode_CheckExact(t) || !PyUnicode_Check(firsts))
-                    return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
-                Py_ssize_t tn = PyUnicode_GET_LENGTH(t), fn = PyUnicode_GET_LENGTH(firsts);
-                for (Py_ssize_t f = 0; f < fn; f++)
-                    if (PyUnicode_FindChar(t, PyUnicode_READ_CHAR(firsts, f), 0, tn, 1) != -1)
-                        return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
-            }
-            if (!stop && t != Py_None && c->held_len == 0 && PyUnicode_CheckExact(t)) {
-                c->num_tokens++;
-                Py_ssize_t n = PyUnicode_GET_LENGTH(t);
-                if (n == 0) return Py_NewRef(empty_delta);
-                c->char_offset += n;
-                if (c->deltas == NULL || !PyList_CheckExact(c->deltas) || i >= PyList_GET_SIZE(c->deltas))
-                    return PyObject_CallOneArg(delta_type, t);
-                PyObject *d = PyList_GET_ITEM(c->deltas, i);
-                if (d == Py_None) {
-                    if ((d = PyObject_CallOneArg(delta_type, t)) == NULL) return NULL;
-                    PyList_SET_ITEM(c->deltas, i, Py_NewRef(d));
-                    Py_DECREF(Py_None); /* the reference the list held */
-                    return d;
-                }
-                return Py_NewRef(d);
-            }
-            if (!stop && c->pieces != NULL && PyList_CheckExact(c->pieces) && i < PyList_GET_SIZE(c->pieces) &&
-                PyBytes_CheckExact(PyList_GET_ITEM(c->pieces, i)))
-                return core_step_bytes(c, PyList_GET_ITEM(c->pieces, i));
-        }
-    }
-    return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
-}
-
-static PyObject *configure_stream(PyObject *self, PyObject *args) {
-    PyObject *dt, *ed;
-    if (!PyArg_ParseTuple(args, "OO", &dt, &ed)) return NULL;
-    Py_XSETREF(delta_type, Py_NewRef(dt));
-    Py_XSETREF(empty_delta, Py_NewRef(ed));
-    Py_RETURN_NONE;
-}
-
-static PyMemberDef StreamCore_members[] = {
-    {"_texts", T_OBJECT, offsetof(StreamCore, texts), 0, "the shortcut's texts per id (or None)"},
-    {"_stops", T_OBJECT, offsetof(StreamCore, stops), 0, "ids the shortcut leaves to _step_py"},
-    {"_pieces", T_OBJECT, offsetof(StreamCore, pieces), 0, "the shortcut's bytes per id (or None)"},
-    {"_deltas", T_OBJECT, offsetof(StreamCore, deltas), 0, "the shortcut's Delta per whole id, made once (or None)"},
-    {"_text", T_OBJECT, offsetof(StreamCore, text), 0, "the request's text decoder"},
-    {"_stop", T_OBJECT, offsetof(StreamCore, stop), 0, "its stop string matcher (or None)"},
-    {"_pending_error", T_OBJECT, offsetof(StreamCore, pending_error), 0, "a bad prompt tail's error (or None)"},
-    {"stop_kind", T_OBJECT, offsetof(StreamCore, stop_kind), 0, "what stopped the request (or None)"},
-    {"_visible", T_OBJECT, offsetof(StreamCore, visible), 0, "stop ids whose text is kept"},
-    {"_hidden", T_OBJECT, offsetof(StreamCore, hidden), 0, "stop ids whose text is dropped"},
-    {"_stop_ids", T_OBJECT, offsetof(StreamCore, stop_ids), 0, "every stop id"},
-    {"_vocab", T_PYSSIZET, offsetof(StreamCore, vocab), 0, "the tokenizer's vocab_size"},
-    {"_min_tokens", T_PYSSIZET, offsetof(StreamCore, min_tokens), 0, "stop rules wait for this many tokens"},
-    {"_plain", T_BOOL, offsetof(StreamCore, plain), 0, "no stop string and no min_tokens"},
-    {"_firsts", T_OBJECT, offsetof(StreamCore, firsts), 0, "its stop strings' first characters (or None)"},
-    {"num_tokens", T_PYSSIZET, offsetof(StreamCore, num_tokens), 0, "output tokens consumed"},
-    {"char_offset", T_PYSSIZET, offsetof(StreamCore, char_offset), 0, "chars emitted"},
-    {"finished", T_BOOL, offsetof(StreamCore, finished), 0, "the request ended"},
-    {"_fast", T_BOOL, offsetof(StreamCore, fast), 0, "step(id) may take the shortcut"},
-    {NULL},
-};
-
-/* whole_tail(texts, context, n, max_context) -> bool: whether a prompt tail (the last `max_context`
- * ids of the list or tuple `context`) leaves a byte decoder holding nothing: ids, all in [0, n), the
- * last one's text (`texts`, str or None per id) non-empty whole characters (byte_text._ends_whole) */
-static PyObject *whole_tail(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyList_CheckExact(args[0]) || !(PyList_Check(args[1]) || PyTuple_Check(args[1]))) {
-        PyErr_SetString(PyExc_TypeError, "whole_tail(texts: list, context: list or tuple, n, max_context)");
-        return NULL;
-    }
-    Py_ssize_t n = PyLong_AsSsize_t(args[2]), max_context = PyLong_AsSsize_t(args[3]);
-    if (PyErr_Occurred()) return NULL;
-    Py_ssize_t size = PySequence_Fast_GET_SIZE(args[1]), first = size > max_context ? size - max_context : 0;
-    PyObject **items = PySequence_Fast_ITEMS(args[1]);
-    if (size == first || n > PyList_GET_SIZE(args[0])) Py_RETURN_FALSE;
-    long long id = -1;
-    for (Py_ssize_t k = first; k < size; k++) {
-        id = PyLong_Check(items[k]) ? PyLong_AsLongLong(items[k]) : -1;
-        if (id == -1 && PyErr_Occurred()) PyErr_Clear();
-        if (id < 0 || id >= n) Py_RETURN_FALSE;
-    }
-    PyObject *text = PyList_GET_ITEM(args[0], id);
-    return PyBool_FromLong(PyUnicode_Check(text) && PyUnicode_GET_LENGTH(text) > 0);
-}
-
-/* _set_plain(text, texts, pieces, deltas, stops, no_ids, vocab): a new plain stream's fields in one
- * call (DecodeStream._init_plain; everything else keeps its zero: None, 0, False) */
-static PyObject *StreamCore_set_plain(StreamCore *c, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "_set_plain(text, texts, pieces, deltas, stops, no_ids, vocab)");
-        return NULL;
-    }
-    Py_ssize_t vocab = PyLong_AsSsize_t(args[6]);
-    if (vocab == -1 && PyErr_Occurred()) return NULL;
-    Py_XSETREF(c->text, Py_NewRef(args[0]));
-    Py_XSETREF(c->texts, Py_NewRef(args[1]));
-    Py_XSETREF(c->pieces, Py_NewRef(args[2]));
-    Py_XSETREF(c->deltas, Py_NewRef(args[3]));
-    Py_XSETREF(c->stops, Py_NewRef(args[4]));
-    Py_XSETREF(c->hidden, Py_NewRef(args[4]));
-    Py_XSETREF(c->stop_ids, Py_NewRef(args[4]));
-    Py_XSETREF(c->visible, Py_NewRef(args[5]));
-    c->vocab = vocab;
-    c->plain = c->fast = 1;
-    c->held_len = 0;
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef StreamCore_methods[] = {
-    {"step", (PyCFunction)StreamCore_step, METH_O, "step(token_ids) -> Delta (a list of ids, or one int)."},
-    {"_set_plain", (PyCFunction)(void (*)(void))StreamCore_set_plain, METH_FASTCALL,
-     "_set_plain(text, texts, pieces, deltas, stops, no_ids, vocab): a new plain stream's fields."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject StreamCoreType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.stream._plainstep.StreamCore",
-    .tp_basicsize = sizeof(StreamCore),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "DecodeStream's compiled one-id step (see decode_stream.py).",
-    .tp_new = PyType_GenericNew,
-    .tp_alloc = PyType_GenericAlloc,
-    .tp_free = PyObject_GC_Del,
-    .tp_traverse = (traverseproc)StreamCore_traverse,
-    .tp_clear = (inquiry)StreamCore_clear,
-    .tp_dealloc = (destructor)StreamCore_dealloc,
-    .tp_members = StreamCore_members,
-    .tp_getset = StreamCore_getset,
-    .tp_methods = StreamCore_methods,
-};
-
 static PyMethodDef methods[] = {
-    {"configure_stream", configure_stream, METH_VARARGS, "configure_stream(Delta, EMPTY_DELTA): what StreamCore.step returns."},
     {"step_packed", step_packed, METH_VARARGS, "A StreamTable step on packed wire columns (see table.py)."},
-    {"whole_tail", (PyCFunction)(void (*)(void))whole_tail, METH_FASTCALL,
-     "whole_tail(texts, context, n, max_context) -> bool: a prompt tail that leaves nothing held."},
     {"split_text", split_text, METH_VARARGS, "Per-row texts of a packed text and its uint32 char lengths."},
     {"group_rows", group_rows, METH_VARARGS, "A packed step's rows split by tag: [(tag, rids, text, lengths, offsets)]."},
     {"decode_utf8", decode_utf8, METH_O, "(text, bytes used): UTF-8, errors='replace', an incomplete tail kept."},
@@ -1471,8 +1126,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plainstep", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__plainstep(void) {
-    if (PyType_Ready(&RidMapType) < 0 || PyType_Ready(&StreamCoreType) < 0 || PyType_Ready(&PlainOpenerType) < 0) return NULL;
-    if (str_step_py == NULL && (str_step_py = PyUnicode_InternFromString("_step_py")) == NULL) return NULL;
+    if (PyType_Ready(&RidMapType) < 0 || PyType_Ready(&PlainOpenerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&RidMapType);
@@ -1484,12 +1138,6 @@ PyMODINIT_FUNC PyInit__plainstep(void) {
     Py_INCREF(&PlainOpenerType);
     if (PyModule_AddObject(m, "PlainOpener", (PyObject *)&PlainOpenerType) < 0) {
         Py_DECREF(&PlainOpenerType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&StreamCoreType);
-    if (PyModule_AddObject(m, "StreamCore", (PyObject *)&StreamCoreType) < 0) {
-        Py_DECREF(&StreamCoreType);
         Py_DECREF(m);
         return NULL;
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import codecs
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary, ends_whole
@@ -15,31 +15,51 @@ from detok.tokenizer.base import Tokenizer
 CONTEXT_TOKENS = 5  # the prompt tail that fixes the first delta's text (leading space, split characters)
 _DEFAULT_PARAMS = DecodeParams()
 _NO_IDS: frozenset[int] = frozenset()
+_NO_TEMPLATE = ()  # (a plan's cache miss; None is "no template")
 _utf8_decode = codecs.utf_8_decode
-_ENDED: dict[str, Delta] = {}  # reason -> the (immutable) delta of a plain finish without a message
+# reason -> the (immutable) Delta of a plain finish without a message (a finish with any other reason
+# makes its own: this stays four entries)
+_ENDED: dict[str, Delta] = {r: Delta("", Finish(r)) for r in ("stop", "length", "abort", "error")}
 
 
 class _PyStreamCore:
-    """The fields and one-id step of `_plainstep.StreamCore`, in Python (without the extension;
-    same results): while `_fast`, `step(id)` of an id not in `_stops` is the id's precomputed
-    text, or its bytes (`_pieces`) after the held ones (`_held`) through the incremental UTF-8
-    decoder; everything else goes to `_step_py`."""
+    """The fields, start, one-id step and end of `_streamcore.StreamCore`, in Python (without the
+    extension; same results): while `_fast`, `step(id)` of an id not in `_stops` is the id's
+    precomputed text, or its bytes (`_pieces`) after the held ones (`_held`) through the incremental
+    UTF-8 decoder; everything else goes to `_step_py`. `finish` of a plain stream holding nothing is
+    the reason's shared Delta; any other is `_finish_py`."""
 
     __slots__ = ("_texts", "_pieces", "_deltas", "_stops", "_held", "num_tokens", "char_offset", "finished", "_fast",
-                 # DecodeStream's own fields (the compiled class holds them too: see its `_set_plain`)
+                 # DecodeStream's own fields (the compiled class holds them too: see its `_open_plain`)
                  "_text", "_stop", "_pending_error", "stop_kind", "_visible", "_hidden", "_stop_ids", "_vocab",
                  "_min_tokens", "_plain", "_firsts")
 
-    def _set_plain(self, text: object, texts: list[str | None], pieces: list[bytes] | None, deltas: list[object],
-                   stops: frozenset[int], no_ids: frozenset[int], vocab: int) -> None:
-        self._text, self._texts, self._pieces, self._deltas, self._vocab = text, texts, pieces, deltas, vocab
-        self._stops = self._hidden = self._stop_ids = stops
+    def _open_plain(self, template: tuple[object, ...], context: Sequence[int]) -> bool:
+        """A new stream's plain fields from `_plain_template`'s tuple, where the prompt tail
+        (a list or tuple) leaves nothing held; False, with nothing set, otherwise."""
+        decoder, texts, pieces, deltas, stops, no_ids, vocab, strip, max_context, tail_ids = template
+        if not (_py_whole_tail(texts, context, tail_ids, max_context) if context else not strip):  # type: ignore[arg-type]
+            return False
+        self._text = ByteTextDecoder.holding_nothing(decoder._t)  # type: ignore[attr-defined]
+        self._texts, self._pieces, self._deltas, self._vocab = texts, pieces, deltas, vocab  # type: ignore[assignment]
+        self._stops = self._hidden = self._stop_ids = stops  # type: ignore[assignment]
         self._visible = no_ids
         self._stop = self._pending_error = self.stop_kind = self._firsts = None
         self.num_tokens = self.char_offset = self._min_tokens = 0
         self.finished = False
         self._plain = self._fast = True
         self._held = b""
+        return True
+
+    def finish(self, reason: FinishReason = "length", message: str | None = None) -> Delta:
+        if not self.finished and self._fast and not self._held and message is None and type(reason) is str:
+            delta = _ENDED.get(reason)
+            if delta is not None:  # a plain stream holding nothing: the reason's shared Delta
+                dec = self._text
+                dec._pending, dec._fast = b"", False  # type: ignore[attr-defined]  # (as its flush leaves it)
+                self.finished, self._fast = True, False
+                return delta
+        return self._finish_py(reason, message)  # type: ignore[attr-defined]
 
     def step(self, token_ids: Sequence[int] | int) -> Delta:
         if self.finished:
@@ -69,20 +89,41 @@ class _PyStreamCore:
         return self._step_py(token_ids)  # type: ignore[attr-defined]
 
 
+def _has_stop_rules(p: DecodeParams) -> bool:
+    return bool(p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output)
+
+
+def _plain_template(plan: DecodePlan, p: DecodeParams, ignore_eos: bool) -> tuple[object, ...] | None:
+    """What every plain stream of a decode mode starts from (`StreamCore._open_plain`'s tuple), made
+    once per (mode, ignore_eos) and kept on the plan; None where the mode has no byte table."""
+    key = (p.skip_special_tokens, p.spaces_between_special_tokens, ignore_eos)
+    template = plan.plain_templates.get(key, _NO_TEMPLATE)
+    if template is not _NO_TEMPLATE:
+        return template  # type: ignore[return-value]
+    tables = plan.tables(key[0], key[1]) if plan.strategy == "bytes" else None
+    template = None if tables is None else (
+        ByteTextDecoder.holding_nothing(tables), tables.texts,
+        tables.pieces if tables.raw_added is None else None,  # (raw-added: an added id's text is Python's job)
+        tables.deltas, _NO_IDS if ignore_eos else plan.eos_ids, _NO_IDS, plan.vocab_size,
+        tables.strip_leading_space, CONTEXT_TOKENS, tables.vocab_size)
+    plan.plain_templates[key] = template
+    return template
+
+
 def _py_whole_tail(texts: list[str | None], context: Sequence[int], n: int, max_context: int) -> bool:
     tail = context[-max_context:]
     return bool(tail) and ends_whole(texts, tail, n)
 
 
-try:  # the compiled one-id step (optional extension)
-    from detok.stream._plainstep import StreamCore as _StreamCore
-    from detok.stream._plainstep import configure_stream as _configure_stream
-    from detok.stream._plainstep import whole_tail as _whole_tail
+try:  # the compiled start, one-id step and end (optional extension)
+    from detok.stream._streamcore import StreamCore as _StreamCore
+    from detok.stream._streamcore import StreamMaker as _StreamMaker
+    from detok.stream._streamcore import configure_stream as _configure_stream
 
-    _configure_stream(Delta, EMPTY_DELTA)
+    _configure_stream(Delta, EMPTY_DELTA, _ENDED)
 except ImportError:  # pragma: no cover - depends on the build
     _StreamCore = _PyStreamCore  # type: ignore[misc,assignment]
-    _whole_tail = _py_whole_tail
+    _StreamMaker = None
 
 
 class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
@@ -113,6 +154,8 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
     ) -> None:
         p = params or _DEFAULT_PARAMS
         plan = prepare_decoding(tokenizer, strategy)
+        if type(context_ids) not in (list, tuple):
+            context_ids = list(context_ids)  # (once: an iterator is read by both set-up paths)
         if not (p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output):
             if self._init_plain(plan, p, context_ids, ignore_eos):
                 return
@@ -166,20 +209,38 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
         """`__init__`'s common case in fewer steps (every request pays it): no stop rule, a byte
         table, and a prompt tail that leaves nothing held (it ends in whole characters, or is empty
         with no leading space to strip). False, with nothing set, for anything else."""
-        if plan.strategy != "bytes" or not self.columnar:
+        template = plan.plain_templates.get((p.skip_special_tokens, p.spaces_between_special_tokens, ignore_eos),
+                                            _NO_TEMPLATE)
+        if template is _NO_TEMPLATE:
+            template = _plain_template(plan, p, ignore_eos)
+        if template is None or not self.columnar:
             return False
-        tables = plan.tables(p.skip_special_tokens, p.spaces_between_special_tokens)
-        if tables is None:
-            return False
-        if type(context_ids) not in (list, tuple):
-            context_ids = list(context_ids)
-        if not (_whole_tail(tables.texts, context_ids, tables.vocab_size, CONTEXT_TOKENS) if context_ids
-                else not tables.strip_leading_space):
-            return False
-        self._set_plain(ByteTextDecoder.holding_nothing(tables), tables.texts,
-                        tables.pieces if tables.raw_added is None else None,  # (raw-added: Python's job)
-                        tables.deltas, _NO_IDS if ignore_eos else plan.eos_ids, _NO_IDS, plan.vocab_size)
-        return True
+        return self._open_plain(template, context_ids)  # type: ignore[no-any-return]
+
+    @classmethod
+    def opener(
+        cls,
+        tokenizer: Tokenizer,
+        params: DecodeParams | None = None,
+        *,
+        ignore_eos: bool = False,
+        strategy: Strategy | None = None,
+    ) -> Callable[[Sequence[int]], DecodeStream]:
+        """A maker of streams of one tokenizer and params, for an engine that opens one per request:
+        `opener(tokenizer, params)(context_ids)` is `cls(tokenizer, context_ids, params, ...)`, the
+        same stream, but a plain one (no stop rule, a byte table, a prompt tail ending in whole
+        characters) is made in compiled code without running `__init__` (the tokenizer's decode
+        plan and tables are looked up once, here). Anything else goes through `cls(...)`."""
+
+        def make(context_ids: Sequence[int] = ()) -> DecodeStream:
+            return cls(tokenizer, context_ids, params, ignore_eos=ignore_eos, strategy=strategy)
+
+        p = params or _DEFAULT_PARAMS
+        if (_StreamMaker is None or not cls.columnar or _has_stop_rules(p)
+                or cls.__init__ is not DecodeStream.__init__ or cls.__new__ is not DecodeStream.__new__):
+            return make  # (a subclass's own set-up always runs)
+        template = _plain_template(prepare_decoding(tokenizer, strategy), p, ignore_eos)
+        return make if template is None else _StreamMaker(cls, make, template)  # type: ignore[no-any-return]
 
     def _refresh(self) -> None:
         """Hand the decoder's state to the compiled one-id step where it can go on from it: a
@@ -295,8 +356,9 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
         self.char_offset += len(text)
         return Delta(text) if text else EMPTY_DELTA
 
-    def finish(self, reason: FinishReason = "length", message: str | None = None) -> Delta:
-        """The scheduler ended the request: release what is held (incomplete bytes become U+FFFD)."""
+    def _finish_py(self, reason: FinishReason = "length", message: str | None = None) -> Delta:
+        """`finish` (the base class's: a plain end that holds nothing is compiled): the scheduler
+        ended the request, release what is held (incomplete bytes become U+FFFD)."""
         if self.finished:
             return EMPTY_DELTA
         if self._fast and not self._held:
@@ -306,12 +368,8 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
             self._fast = False
             dec = self._text
             dec._pending, dec._fast = b"", False  # type: ignore[union-attr]  # (as its flush leaves it)
-            if message is None:
-                delta = _ENDED.get(reason)
-                if delta is None:
-                    delta = _ENDED[reason] = Delta("", Finish(reason))
-                return delta
-            return Delta("", Finish(reason, None, message))
+            delta = _ENDED.get(reason) if message is None and type(reason) is str else None
+            return delta if delta is not None else Delta("", Finish(reason, None, message))
         self._to_python()
         return self._end(reason, "", message=message)
 

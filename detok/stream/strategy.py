@@ -62,6 +62,8 @@ class DecodePlan:
         self._kinds: dict[tuple[bool, bool], str | None] = {}
         self._tables: dict[str, ByteTables] = {}
         self._ready: dict[tuple[bool, bool], ByteTables] = {}  # decode mode -> its tables, once built
+        # (decode mode, ignore_eos) -> what a plain stream starts from (DecodeStream's; None: no table)
+        self.plain_templates: dict[tuple[bool, bool, bool], tuple[object, ...] | None] = {}
 
     def tables(self, skip_special: bool, spaces_between_special: bool) -> ByteTables | None:
         """The byte table of a decode mode (shared by every mode that gives the same text), or

@@ -256,7 +256,8 @@ def test_decode_bench_per_request_smoke() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     assert {(r["impl"], r["tokens_per_stream"]) for r in records} == {
-        (impl, n) for impl in ("detok", "detok-int", "detok-batch+split", "detok-batch+str", "hf-decodestream")
+        (impl, n) for impl in ("detok", "detok-int", "detok-init", "detok-batch+split", "detok-batch+str",
+                               "hf-decodestream")
         for n in (4, 16)}
     for r in records:
         assert r["bench"] == "decode-per-request" and r["ns_per_token"] > 0

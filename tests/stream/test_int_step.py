@@ -37,7 +37,7 @@ _TEXT = "Hello 北京欢迎你 🫨👍🏽👨‍👩‍👧 สวัสดี
 def _python_fallback_class() -> type:
     """DecodeStream as it is without the compiled extension (the module loaded again with the
     extension's import failing)."""
-    name = "detok.stream._plainstep"
+    name = "detok.stream._streamcore"
     saved = sys.modules.get(name)
     sys.modules[name] = None  # type: ignore[assignment]  # `from ... import` raises ImportError
     try:
