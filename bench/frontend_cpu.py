@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import resource
+import subprocess
 import sys
 from collections.abc import Sequence
 
@@ -31,6 +32,7 @@ import uvloop
 from bench.load import LoadConfig, SpawnedServer, run_point
 
 _TICK = os.sysconf("SC_CLK_TCK")
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this tree ('after')
 
 
 def process_tree(root: int) -> dict[int, str]:
@@ -92,9 +94,16 @@ def roles(url: str, root: int, tree: dict[int, str]) -> dict[int, str]:
     return {pid: named.get(pid, "other") for pid in tree}
 
 
-def measure(label: str, env: dict[str, str], serve_args: Sequence[str], users: int, duration: float,
+def detok_source(env: dict[str, str], cwd: str) -> str:
+    """The source tree `python -m detok.cli` imports detok from, run with `env` in `cwd`."""
+    out = subprocess.run([sys.executable, "-c", "import detok, os; print(os.path.dirname(os.path.dirname(detok.__file__)))"],
+                         env=env, cwd=cwd, capture_output=True, text=True, check=True)
+    return os.path.realpath(out.stdout.strip())
+
+
+def measure(label: str, env: dict[str, str], cwd: str, serve_args: Sequence[str], users: int, duration: float,
             logprobs: int | None, procs: int) -> dict[str, object]:
-    server = SpawnedServer(serve_args, env=env)
+    server = SpawnedServer(serve_args, env=env, cwd=cwd)
     root = server.proc.pid
     try:
         cfg = LoadConfig(server.url, endpoint="chat", duration_s=duration, grace_s=30.0, logprobs=logprobs)
@@ -143,17 +152,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     serve_args = ["--max-batch", "1024", "--no-spare", *args.serve_arg]
-    variants: list[tuple[str, dict[str, str]]] = []
-    if args.before_src:
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(args.before_src))
-        variants.append(("before", env))
-    runs = [(label, env, 1) for label, env in variants if label == "before"]
-    runs += [("after", dict(os.environ), int(f)) for f in args.frontends.split(",")]
+    # Each variant's server runs in its source tree (with it first on PYTHONPATH too): `-m` puts
+    # the working directory first on sys.path, so a 'before' run from this tree's root would
+    # otherwise import this tree. Checked, not assumed.
+    trees = [("after", _REPO)] if not args.before_src else [("before", os.path.abspath(args.before_src)), ("after", _REPO)]
+    runs = []
+    for label, tree in trees:
+        env = dict(os.environ, PYTHONPATH=tree)
+        found = detok_source(env, tree)
+        if found != os.path.realpath(tree):
+            raise SystemExit(f"{label}: detok imports from {found}, not {tree}")
+        for f in (["1"] if label == "before" else args.frontends.split(",")):
+            runs.append((label, env, tree, int(f)))
     for n in [int(x) for x in args.logprobs.split(",")]:
         for users in [int(u) for u in args.users.split(",")]:
-            for label, env, frontends in runs:
+            for label, env, tree, frontends in runs:
                 extra = [] if label == "before" else ["--frontends", str(frontends), *args.after_arg]
-                row = measure(label, env, [*serve_args, *extra], users, args.duration, n or None, args.procs)
+                row = measure(label, env, tree, [*serve_args, *extra], users, args.duration, n or None, args.procs)
                 row["frontends"] = frontends
                 print(json.dumps(row) if args.json else
                   f"{label:6s} frontends={frontends} users={users} logprobs={n}  "

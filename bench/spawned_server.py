@@ -51,9 +51,11 @@ def plot(results: Sequence[PointResult], path: str) -> None:
 class SpawnedServer:
     """`detok serve --port 0 ...` in its own process group, stopped with SIGINT like Ctrl-C."""
 
-    def __init__(self, serve_args: Sequence[str], timeout_s: float = 180.0, env: dict[str, str] | None = None) -> None:
+    def __init__(self, serve_args: Sequence[str], timeout_s: float = 180.0, env: dict[str, str] | None = None,
+                 cwd: str | None = None) -> None:
+        # (`-m` puts the working directory first on sys.path: a source tree to run is its cwd)
         cmd = [sys.executable, "-m", "detok.cli", "serve", "--port", "0", *serve_args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env, cwd=cwd)
         found: queue.Queue[str] = queue.Queue()
         # a reader thread keeps the pipe drained for the whole run and hands over the URL
         threading.Thread(target=self._read, args=(found,), daemon=True).start()

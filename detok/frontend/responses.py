@@ -23,6 +23,7 @@ from typing import Any, Literal
 import msgspec
 
 from detok.frontend import sse
+from detok.frontend.chunk_push import plain_chunk, pusher_for, pushing
 from detok.frontend.chunks import ChunkRenderer
 from detok.frontend.errors import RequestError, error_json
 from detok.frontend.latency import LatencyRecorder, RequestTimer
@@ -71,6 +72,9 @@ class ResponseContext:
     reasoning_field: str = "reasoning"
     include_reasoning: bool = True
     parallel_tool_calls: bool = True
+    # while a streamed body is written straight to its connection (SseResponse under uvicorn):
+    # its writer, for the receiving loop's chunk pusher (detok.frontend.chunk_push)
+    direct: Any = None
 
     def typed_choice(self) -> TypedChoice | None:
         p = self.parsing
@@ -254,7 +258,9 @@ async def stream_events(
     held: list[list[RequestDelta]] = [[] for _ in choices]
     sent_first = [interval <= 1] * len(choices)
     finished = 0
-    async with contextlib.aclosing(merged_deltas(streams)) as deltas:
+    # one choice written straight to its connection: plain deltas go out from the receiving loop
+    pusher = pusher_for(ctx, render, choices, streams)
+    async with contextlib.aclosing(merged_deltas(streams)) as deltas, pushing(streams, pusher):
         async for index, delta in deltas:
             if not sent_first[index]:
                 if delta.text or delta.logprobs is not None or delta.reasoning or delta.tool_calls:
@@ -267,16 +273,17 @@ async def stream_events(
                 delta = _joined(pending)
                 pending.clear()
             choice = choices[index]
-            logprobs = choice.logprobs(delta)
             if choice.typed is not None:
+                logprobs = choice.logprobs(delta)
                 chunks = choice.typed.chunks(render, index, delta, logprobs, choice.running_usage(ctx, delta))
                 if chunks:
                     choice.timer.text()
                     for chunk in chunks:
                         yield chunk
-            elif delta.text or logprobs is not None:
-                choice.timer.text()
-                yield render.text(index, delta.text, logprobs, usage=choice.running_usage(ctx, delta))
+            else:
+                chunk = plain_chunk(ctx, render, choice, index, delta)
+                if chunk is not None:
+                    yield chunk
             finish = delta.finish
             if finish is None:
                 continue
@@ -292,6 +299,7 @@ async def stream_events(
                 break
     yield sse.DONE
     ctx.completed = True
+
 
 
 async def collect_body(

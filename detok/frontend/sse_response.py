@@ -71,7 +71,12 @@ class SseResponse(Response):
                     async for chunk in chunks:
                         await raw_send({"type": "http.response.body", "body": chunk, "more_body": True})
                 else:
-                    await _write_chunked(cycle, chunks)
+                    writer = DirectWriter(cycle)
+                    self._ctx.direct = writer  # (the receiving loop's chunk pusher writes with it too)
+                    try:
+                        await _write_chunked(writer, chunks)
+                    finally:
+                        self._ctx.direct = None
             await raw_send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not gone:
@@ -97,11 +102,26 @@ def _uvicorn_cycle(raw_send: Send, scope: Scope) -> Any:
     return cycle if cycle.chunked_encoding is True and cycle.response_started else None
 
 
-async def _write_chunked(cycle: Any, chunks: AsyncIterator[bytes]) -> None:
-    flow = cycle.flow
-    write = cycle.transport.write
+class DirectWriter:
+    """A chunked body's chunks to the connection's transport, as uvicorn's `send` frames them."""
+
+    __slots__ = ("_cycle", "_flow", "_write")
+
+    def __init__(self, cycle: Any) -> None:
+        self._cycle, self._flow, self._write = cycle, cycle.flow, cycle.transport.write
+
+    def ready(self) -> bool:
+        """A chunk written now reaches a client that is there and reads (writes not paused)."""
+        return not (self._flow.write_paused or self._cycle.disconnected)
+
+    def write(self, chunk: bytes) -> None:
+        self._write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+
+
+async def _write_chunked(writer: DirectWriter, chunks: AsyncIterator[bytes]) -> None:
+    cycle, flow, write = writer._cycle, writer._flow, writer._write
     async for chunk in chunks:
         if flow.write_paused and not cycle.disconnected:
             await flow.drain()  # the client reads slowly: wait (meanwhile its deltas join)
         if not cycle.disconnected:  # a client gone: the watcher ends the stream
-            write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+            write(b"%x\r\n%b\r\n" % (len(chunk), chunk))  # (DirectWriter.write, inline: once per chunk)

@@ -39,7 +39,7 @@ from detok.wire.endpoints import IpcDir, bound_endpoint, connectable, make_socke
 from detok.wire.to_frontends import DeltaBatch
 from detok.wire.security import CurveKeys, SocketSecurity
 from detok.stream.params import Finish
-from detok.receiver.request_stream import RequestDelta, RequestStream  # noqa: F401 (re-exported)
+from detok.receiver.request_stream import PushQueue, RequestDelta, RequestStream  # noqa: F401 (re-exported)
 from detok.receiver.token_logprobs import split_logprobs
 
 log = logging.getLogger("detok.receiver")
@@ -84,6 +84,7 @@ class DeltaReceiver:
         self._sync_sock: zmq.Socket = zmq.Socket.shadow(self._sock.underlying)
         self._decoder = wire.frontend_inbound_decoder()
         self._streams: dict[int, RequestStream] = {}
+        self.pushes = PushQueue()  # streams whose deltas go to their pushers (RequestStream.push_to)
         self._finished_gens: dict[int, int] = {}  # rid -> latest registration generation finished
         self.on_batch = on_batch
         self._task: asyncio.Task[None] | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from detok.parsing.types import ToolCallDelta
@@ -38,12 +39,39 @@ class RequestDelta(NamedTuple):
     calls: int = 0
 
 
+Pusher = Callable[["RequestStream"], bool]
+
+
+class PushQueue:
+    """A receiver's streams whose new deltas go to their pushers (`RequestStream.push_to`): run
+    once per event-loop turn, after the batches of that turn are applied (so a stream's text,
+    logprob entries and token count of one batch arrive together)."""
+
+    __slots__ = ("_streams", "_scheduled")
+
+    def __init__(self) -> None:
+        self._streams: list[RequestStream] = []
+        self._scheduled = False
+
+    def add(self, stream: RequestStream, loop: asyncio.AbstractEventLoop) -> None:
+        self._streams.append(stream)
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._run)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        streams, self._streams = self._streams, []
+        for stream in streams:
+            stream._push()
+
+
 class RequestStream:
     """Async iterator over one request's deltas; ends after the delta carrying the finish."""
 
     __slots__ = (
-        "_chunks", "_done", "_logprobs", "_next_token", "_received", "_receiver", "_tokens", "_typed", "_waiter",
-        "calls", "finish", "num_tokens", "rid",
+        "_chunks", "_done", "_logprobs", "_next_token", "_push_error", "_push_queued", "_pusher", "_received",
+        "_receiver", "_tokens", "_typed", "_waiter", "calls", "finish", "num_tokens", "rid",
     )
 
     def __init__(self, rid: int, receiver: DeltaReceiver) -> None:
@@ -60,6 +88,9 @@ class RequestStream:
         self._receiver = receiver
         self._typed: TypedState | None = None  # a parsed request's: created by its first typed row
         self.calls = 0  # tool calls emitted, from the finish
+        self._pusher: Pusher | None = None
+        self._push_queued = False
+        self._push_error: BaseException | None = None
 
     def _feed_typed(self, row: TypedRow) -> None:
         state = self._typed
@@ -120,7 +151,40 @@ class RequestStream:
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
+            if self._pusher is None:
+                waiter.set_result(None)
+            elif not self._push_queued:
+                self._push_queued = True
+                self._receiver.pushes.add(self, waiter.get_loop())
+
+    def push_to(self, pusher: Pusher | None) -> None:
+        """While this stream's consumer waits in `__anext__`, hand what arrives to
+        `pusher(stream)` (once per event-loop turn, in the receiving loop) instead of waking the
+        consumer: it may `take()` and deliver the deltas itself (a streamed response writes its
+        chunk to the connection: no task switch per chunk). It returns False to wake the consumer
+        instead, which then takes them as usual; what it raises, the consumer raises. None: stop."""
+        self._pusher = pusher
+
+    def _push(self) -> None:
+        self._push_queued = False
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # its consumer is running (or was cancelled): it takes what is there itself
+        pusher = self._pusher
+        handled = False
+        if pusher is not None:
+            try:
+                handled = pusher(self)
+            except Exception as e:  # noqa: BLE001 - raised again in the consumer, as its own path would
+                self._pusher = None
+                self._push_error = e
+        if not handled:
             waiter.set_result(None)
+
+    @property
+    def plain_pending(self) -> bool:
+        """What is waiting is text and logprob entries only: no finish, no typed output."""
+        return self.finish is None and self._typed is None
 
     def take(self) -> RequestDelta | None:
         """What arrived since the last take, or None if nothing did (non-async consumers)."""
@@ -164,3 +228,7 @@ class RequestStream:
                 await self._waiter
             finally:
                 self._waiter = None
+            error = self._push_error
+            if error is not None:
+                self._push_error = None
+                raise error

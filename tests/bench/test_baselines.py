@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import multiprocessing
+import os
 import pickle
 import subprocess
 import sys
@@ -281,3 +282,16 @@ def test_table_requests_bench_smoke(mode: str) -> None:
                                              "two stop strings", "stop string ###"]
     bench = "stream-requests" if mode == "streams" else "table-requests"
     assert all(r["bench"] == bench and r["open_ns"] > 0 and r["finish_ns"] > 0 for r in records)
+
+
+def test_frontend_cpu_runs_each_variant_from_its_own_tree(tmp_path: Path) -> None:
+    """`python -m` puts the working directory first on sys.path: a 'before' tree on PYTHONPATH
+    alone loses to this tree when run from its root, so bench/frontend_cpu.py runs each variant
+    in its own tree and checks where detok comes from."""
+    from bench.frontend_cpu import _REPO, detok_source
+
+    (tmp_path / "detok").mkdir()
+    (tmp_path / "detok" / "__init__.py").write_text("")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    assert detok_source(env, str(tmp_path)) == os.path.realpath(tmp_path)
+    assert detok_source(env, _REPO) == os.path.realpath(_REPO)  # (the trap the bench avoids)

@@ -1,0 +1,87 @@
+"""A streamed response's chunks written by the receiving loop itself (`RequestStream.push_to`).
+
+The consumer path per chunk is: the receiver wakes the request's task, which resumes through
+`SseResponse` -> `stream_events` -> `merged_deltas` -> `RequestStream.__anext__`, takes the
+deltas, renders the chunk and writes it (a future, a task step and three async-generator
+resumptions per chunk). While a one-choice response's consumer waits with everything it yielded
+written, a `ChunkPusher` does the same work for a plain delta (text and logprob entries, no
+finish, no typed output) in the receiving loop's turn: take, render (`plain_chunk`, the code the
+consumer runs for it too), write to the connection. Anything else - the finish, a client that
+reads slowly (the transport's writes paused: its deltas wait and go out joined), a gone client,
+`stream_interval` > 1, several choices, typed output - stays the consumer's, unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from detok.frontend.chunks import ChunkRenderer
+
+if TYPE_CHECKING:
+    from detok.frontend.responses import ChoiceState, ResponseContext
+    from detok.receiver.request_stream import RequestDelta, RequestStream
+
+
+class ChunkWriter(Protocol):
+    """Where a response's body chunks go (`sse_response.DirectWriter` under uvicorn)."""
+
+    def ready(self) -> bool: ...  # a chunk written now goes out in order, to a client that is there
+
+    def write(self, chunk: bytes) -> None: ...
+
+
+def plain_chunk(ctx: ResponseContext, render: ChunkRenderer, choice: ChoiceState, index: int,
+                delta: RequestDelta) -> bytes | None:
+    """The chunk of a delta without typed output (None: it carries nothing to send), the
+    choice's clock and usage advanced as its sending does."""
+    logprobs = choice.logprobs(delta)
+    if not (delta.text or logprobs is not None):
+        return None
+    choice.timer.text()
+    return render.text(index, delta.text, logprobs, usage=choice.running_usage(ctx, delta))
+
+
+class ChunkPusher:
+    """`RequestStream.push_to`'s pusher of a one-choice streamed response (see the module)."""
+
+    __slots__ = ("_choice", "_ctx", "_render", "_writer")
+
+    def __init__(self, ctx: ResponseContext, render: ChunkRenderer, choice: ChoiceState, writer: ChunkWriter) -> None:
+        self._ctx, self._render, self._choice, self._writer = ctx, render, choice, writer
+
+    def __call__(self, stream: RequestStream) -> bool:
+        if not (stream.plain_pending and self._writer.ready()):
+            return False  # the consumer's: the finish, typed output, a paused or gone client
+        delta = stream.take()
+        if delta is not None:
+            chunk = plain_chunk(self._ctx, self._render, self._choice, 0, delta)
+            if chunk is not None:
+                self._writer.write(chunk)
+        return True
+
+
+def pusher_for(ctx: ResponseContext, render: ChunkRenderer, choices: Sequence[ChoiceState],
+               streams: Sequence[RequestStream]) -> ChunkPusher | None:
+    """A pusher where the response can have one: written straight to its connection
+    (`ctx.direct`), one choice, every delta its own chunk, plain text."""
+    if ctx.direct is None or len(streams) != 1 or ctx.stream_interval > 1 or choices[0].typed is not None:
+        return None
+    return ChunkPusher(ctx, render, choices[0], ctx.direct)
+
+
+class pushing:  # noqa: N801 - used as a context manager, named as one
+    """`async with pushing(streams, pusher)`: `pusher` on the (one) stream while the body streams."""
+
+    __slots__ = ("_pusher", "_streams")
+
+    def __init__(self, streams: Sequence[RequestStream], pusher: ChunkPusher | None) -> None:
+        self._streams, self._pusher = streams, pusher
+
+    async def __aenter__(self) -> None:
+        if self._pusher is not None:
+            self._streams[0].push_to(self._pusher)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._pusher is not None:
+            self._streams[0].push_to(None)
