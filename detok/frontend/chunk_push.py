@@ -45,14 +45,22 @@ def plain_chunk(ctx: ResponseContext, render: ChunkRenderer, choice: ChoiceState
 class ChunkPusher:
     """`RequestStream.push_to`'s pusher of a one-choice streamed response (see the module)."""
 
-    __slots__ = ("_choice", "_ctx", "_render", "_writer")
+    __slots__ = ("_choice", "_ctx", "_render", "_text_only", "_writer")
 
     def __init__(self, ctx: ResponseContext, render: ChunkRenderer, choice: ChoiceState, writer: ChunkWriter) -> None:
         self._ctx, self._render, self._choice, self._writer = ctx, render, choice, writer
+        # no logprobs and no usage per chunk: a chunk is its text alone (plain_chunk's result for it)
+        self._text_only = ctx.logprobs is None and not ctx.continuous_usage
 
     def __call__(self, stream: RequestStream) -> bool:
         if not (stream.plain_pending and self._writer.ready()):
             return False  # the consumer's: the finish, typed output, a paused or gone client
+        if self._text_only:
+            text = stream.take_text()
+            if text is not None:
+                self._choice.timer.text()
+                self._writer.write(self._render.text(0, text))
+                return True
         delta = stream.take()
         if delta is not None:
             chunk = plain_chunk(self._ctx, self._render, self._choice, 0, delta)

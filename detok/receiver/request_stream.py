@@ -181,6 +181,17 @@ class RequestStream:
         if not handled:
             waiter.set_result(None)
 
+    def take_text(self) -> str | None:
+        """The text that arrived since the last take, where nothing else did (no logprob entries,
+        no finish, no typed output; a request's token count is not read). None, with nothing
+        taken, otherwise (then `take`)."""
+        if self._logprobs or self.finish is not None or self._typed is not None or not self._chunks:
+            return None
+        chunks = self._chunks
+        text = chunks[0] if len(chunks) == 1 else "".join(chunks)
+        chunks.clear()
+        return text
+
     @property
     def plain_pending(self) -> bool:
         """What is waiting is text and logprob entries only: no finish, no typed output."""

@@ -174,8 +174,10 @@ _EVENTS = st.lists(st.one_of(st.text(min_size=1, max_size=6).map(lambda t: ("tex
 
 
 @settings(max_examples=60, deadline=None)
-@given(events=_EVENTS, push=st.booleans())
-def test_pushed_chunks_make_the_consumers_response(events: list[tuple[str, str]], push: bool) -> None:
+@given(events=_EVENTS, push=st.booleans(), usage=st.booleans())
+def test_pushed_chunks_make_the_consumers_response(events: list[tuple[str, str]], push: bool, usage: bool) -> None:
+    """(`usage`: continuous usage stats, a chunk that is not its text alone: the pusher's general
+    path; without, its text-only one.)"""
     async def main() -> tuple[str, list[Any], int, int]:
         rx = DeltaReceiver()
         writer = _Writer()
@@ -183,6 +185,7 @@ def test_pushed_chunks_make_the_consumers_response(events: list[tuple[str, str]]
             s = rx.open(7)
             ctx = ResponseContext("chat", "id-1", "m", 3, False, 0.0)  # type: ignore[arg-type]
             ctx.direct = writer if push else None
+            ctx.continuous_usage = usage
 
             async def consume() -> None:  # SseResponse's loop: each chunk written as it comes
                 async for chunk in stream_events(ctx, [s], None):
