@@ -63,7 +63,14 @@ class PushQueue:
         self._scheduled = False
         streams, self._streams = self._streams, []
         for stream in streams:
-            stream._push()
+            try:
+                stream._push()
+            except Exception:  # (a bug here must not leave the other streams' consumers asleep)
+                log.exception("rid %d: a chunk push failed", stream.rid)
+                stream._push_queued = False
+                waiter = stream._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
 
 
 class RequestStream:

@@ -253,3 +253,34 @@ def test_most_chunks_of_a_steady_stream_are_pushed() -> None:
 
     pushed, total = uvloop.run(main())
     assert pushed >= 28 and total == pushed + 2  # (the finish chunk and [DONE]: the consumer's)
+
+
+def test_a_failing_push_wakes_its_consumer_and_the_others_still_get_theirs(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = RequestStream._push
+
+    def push(self: RequestStream) -> None:
+        if self.rid == 1:
+            raise RuntimeError("a bug in the push itself")
+        real(self)
+
+    monkeypatch.setattr(RequestStream, "_push", push)
+
+    async def main() -> None:
+        rx = DeltaReceiver()
+        try:
+            a, b = rx.open(1), rx.open(2)
+            got: list[RequestDelta] = []
+            a.push_to(_taking([]))
+            b.push_to(_taking(got))
+            first = asyncio.ensure_future(a.__anext__())
+            second = asyncio.ensure_future(b.__anext__())
+            await _turns()
+            rx.dispatch(DeltaBatch.from_rows(0, 0.0, [1, 2], ["one", "two"], [0, 0], []))
+            await _turns()
+            assert (await asyncio.wait_for(first, 5)).text == "one"  # woken: it takes its text itself
+            assert [d.text for d in got] == ["two"] and not second.done()
+            second.cancel()
+        finally:
+            rx.close()
+
+    uvloop.run(main())
