@@ -9,7 +9,9 @@ py-spy) and, per response, an anyio task group. Here the response start goes thr
 protocol, straight to the connection's transport with uvicorn's own framing and flow control
 (`_uvicorn_cycle`). A client that goes away is
 seen by one watcher task per response waiting on `receive()`; it cancels the streaming and the
-request is released (its unfinished choices aborted) however the stream ended.
+request is released (its unfinished choices aborted) however the stream ended. While the body
+streams there, its `DirectWriter` is also the response context's `direct`: the receiving loop's
+chunk pusher (`detok.frontend.chunk_push`) writes plain chunks with it, in between the body's own.
 """
 
 from __future__ import annotations
