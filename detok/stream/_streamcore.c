@@ -1,4 +1,4 @@
-/* DecodeStream's compiled core (optional extension; decode_stream.py has a Python class of the same
+/* DecodeStream's compiled core (optional extension; stream_core.py has a Python class of the same
  * fields and results, which tests compare it with): the one-id step of a plain stream, its start
  * (`_open_plain`, and `StreamMaker`, which makes a plain stream without running `__init__`) and its
  * end (`finish` of a stream that holds nothing).
@@ -21,7 +21,7 @@ static PyObject *str_step_py = NULL, *str_finish_py = NULL, *str_pending = NULL,
 static PyObject *empty_bytes = NULL;
 
 /* ---- StreamCore: DecodeStream's one-id step ------------------------------------------------ */
-/* The base of detok.DecodeStream (decode_stream.py; a Python class of the same fields is the
+/* The base of detok.DecodeStream (decode_stream.py; a Python class of the same fields, in stream_core.py, is the
  * fallback without this extension). `step(id)` of a plain stream whose decoder holds nothing is a
  * table lookup here: the id's precomputed text (`texts`, the decode mode's, None where the bytes
  * are not whole characters) unless it is one of `stops`; every other call - a list of ids, a
@@ -373,7 +373,7 @@ static PyTypeObject StreamCoreType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.stream._streamcore.StreamCore",
     .tp_basicsize = sizeof(StreamCore),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "DecodeStream's compiled core (see decode_stream.py).",
+    .tp_doc = "DecodeStream's compiled core (see stream_core.py).",
     .tp_new = PyType_GenericNew,
     .tp_alloc = PyType_GenericAlloc,
     .tp_free = PyObject_GC_Del,

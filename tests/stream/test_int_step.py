@@ -35,22 +35,27 @@ _TEXT = "Hello 北京欢迎你 🫨👍🏽👨‍👩‍👧 สวัสดี
 
 
 def _python_fallback_class() -> type:
-    """DecodeStream as it is without the compiled extension (the module loaded again with the
-    extension's import failing)."""
-    name = "detok.stream._streamcore"
-    saved = sys.modules.get(name)
-    sys.modules[name] = None  # type: ignore[assignment]  # `from ... import` raises ImportError
+    """DecodeStream as it is without the compiled extension (its base module and the module
+    loaded again with the extension's import failing)."""
+    blocked, core = "detok.stream._streamcore", "detok.stream.stream_core"
+    saved = {name: sys.modules.get(name) for name in (blocked, core)}
+    sys.modules[blocked] = None  # type: ignore[assignment]  # `from ... import` raises ImportError
+    sys.modules.pop(core, None)  # (imported again, without the extension)
     try:
         spec = importlib.util.spec_from_file_location("_decode_stream_python_only", decode_stream_module.__file__)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        fallback_core = sys.modules[core]
     finally:
-        if saved is None:
-            del sys.modules[name]
-        else:
-            sys.modules[name] = saved
-    assert module._StreamCore is module._PyStreamCore
+        for name, was in saved.items():
+            if was is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = was
+        package = sys.modules["detok.stream"]
+        package.stream_core = saved[core]  # type: ignore[attr-defined]  # (the import set it to the new one)
+    assert module._StreamCore is fallback_core._PyStreamCore
     return module.DecodeStream
 
 

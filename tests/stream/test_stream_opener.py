@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import tests.helpers.stream_roster as stream_roster
 from detok import DecodeParams, DecodeStream
-from detok.stream import decode_stream as decode_stream_module
+from detok.stream import stream_core as decode_stream_module  # (the start and end DecodeStream's base shares)
 from detok.stream.byte_text import ByteTextDecoder
 from detok.stream.params import EMPTY_DELTA, Delta, Finish
 from detok.stream.stop_strings import StopStringMatcher
