@@ -53,14 +53,16 @@ class ChunkPusher:
         self._text_only = ctx.logprobs is None and not ctx.continuous_usage
 
     def __call__(self, stream: RequestStream) -> bool:
-        if not (stream.plain_pending and self._writer.ready()):
-            return False  # the consumer's: the finish, typed output, a paused or gone client
+        if not self._writer.ready():
+            return False  # the consumer's: a paused or gone client
         if self._text_only:
-            text = stream.take_text()
+            text = stream.take_text()  # (None: nothing, or not text alone: checked below)
             if text is not None:
                 self._choice.timer.text()
                 self._writer.write(self._render.text(0, text))
                 return True
+        if not stream.plain_pending:
+            return False  # the consumer's: the finish, typed output
         delta = stream.take()
         if delta is not None:
             chunk = plain_chunk(self._ctx, self._render, self._choice, 0, delta)
