@@ -10,14 +10,16 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         # the compiled inner loop of the worker's batched decode
-        Extension("detok.stream._plainstep", ["detok/stream/_plainstep.c"], depends=["detok/stream/_utf8.h"], optional=True),
+        Extension("detok.stream._plainstep", ["detok/stream/_plainstep.c"], depends=["detok/stream/_utf8.h", "detok/_textbuf.h"],
+                  optional=True),
         # DecodeStream's compiled start, one-id step and end
-        Extension("detok.stream._streamcore", ["detok/stream/_streamcore.c"], depends=["detok/stream/_utf8.h"],
+        Extension("detok.stream._streamcore", ["detok/stream/_streamcore.c"], depends=["detok/stream/_utf8.h", "detok/_textbuf.h"],
                   optional=True),
         # the workers' gather of logprob token strings
         Extension("detok.worker._tokenstrings", ["detok/worker/_tokenstrings.c"], optional=True),
         # the frontend's chat logprobs JSON, written per chunk, and a batch's entries cut per request
-        Extension("detok.frontend._chatlogprobs", ["detok/frontend/_chatlogprobs.c"], optional=True),
+        Extension("detok.frontend._chatlogprobs", ["detok/frontend/_chatlogprobs.c"], depends=["detok/_textbuf.h"],
+                  optional=True),
         Extension("detok.receiver._logprobrows", ["detok/receiver/_logprobrows.c"], optional=True),
     ]
 )

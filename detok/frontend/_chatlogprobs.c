@@ -20,30 +20,9 @@
 #include <Python.h>
 #include <string.h>
 
-typedef struct {
-    char *data;
-    Py_ssize_t len, cap;
-} Buf;
+#include "../_textbuf.h"
 
-static int
-buf_put(Buf *b, const char *s, Py_ssize_t n)
-{
-    if (b->len + n > b->cap) {
-        Py_ssize_t cap = b->cap * 2 > b->len + n ? b->cap * 2 : b->len + n + 256;
-        char *grown = PyMem_Realloc(b->data, cap);
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->data = grown;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    return 0;
-}
-
-#define PUT_LIT(b, s) buf_put((b), (s), (Py_ssize_t)(sizeof(s) - 1))
+#define PUT_LIT(b, s) text_append((b), (s), (Py_ssize_t)(sizeof(s) - 1))
 
 /* Start offset and length of each number in a JSON array of numbers `[a,b,...]`. */
 static int
@@ -131,14 +110,14 @@ fragments(PyObject *cache, PyObject *make, PyObject *tid, PyObject *token, PyObj
 }
 
 static int
-put_bytes(Buf *b, PyObject *bytes)
+put_bytes(Text *b, PyObject *bytes)
 {
-    return buf_put(b, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+    return text_append(b, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
 }
 
 /* The JSON of logprob `i`: msgspec's bytes, or the clamped value's. */
 static int
-put_float(Buf *b, PyObject *values, Py_ssize_t i, const char *json, Py_ssize_t *starts, Py_ssize_t *lens)
+put_float(Text *b, PyObject *values, Py_ssize_t i, const char *json, Py_ssize_t *starts, Py_ssize_t *lens)
 {
     PyObject *item = PyList_GET_ITEM(values, i);
     if (!PyFloat_CheckExact(item)) { /* (a subclass's __float__ could run Python code) */
@@ -147,7 +126,7 @@ put_float(Buf *b, PyObject *values, Py_ssize_t i, const char *json, Py_ssize_t *
     }
     double v = PyFloat_AS_DOUBLE(item);
     if (v >= -9999.0 && v < Py_HUGE_VAL)
-        return buf_put(b, json + starts[i], lens[i]);
+        return text_append(b, json + starts[i], lens[i]);
     if (v == Py_HUGE_VAL)
         return PUT_LIT(b, "0.0");
     return PUT_LIT(b, "-9999.0"); /* -inf, NaN, below the floor */
@@ -179,7 +158,7 @@ render(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t *ls = NULL, *ll = NULL, *ts = NULL, *tl = NULL;
-    Buf b = {NULL, 0, 0};
+    Text b = {NULL, 0, 0};
     PyObject *out = NULL;
     if (split_floats(lps_json, n, &ls, &ll, "logprobs_json") < 0)
         goto done;
@@ -247,7 +226,7 @@ render(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (PUT_LIT(&b, "]}") < 0)
         goto done;
-    out = PyBytes_FromStringAndSize(b.data, b.len);
+    out = PyBytes_FromStringAndSize(b.data, b.size);
 done:
     PyMem_Free(b.data);
     PyMem_Free(ls);

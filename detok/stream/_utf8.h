@@ -1,4 +1,4 @@
-/* UTF-8 text helpers shared by the compiled stream extensions (_plainstep.c, _streamcore.c). */
+/* UTF-8 decoding shared by the compiled stream extensions (_plainstep.c, _streamcore.c). */
 #ifndef DETOK_UTF8_H
 #define DETOK_UTF8_H
 
@@ -6,29 +6,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../_textbuf.h"
+
 #define MAX_PENDING 4 /* held bytes of an incomplete character: at most 3 */
-
-/* the output text: UTF-8 bytes appended row by row */
-typedef struct {
-    char *data;
-    Py_ssize_t size, cap;
-} Text;
-
-static inline int text_append(Text *t, const char *p, Py_ssize_t n) {
-    if (t->size + n > t->cap) {
-        Py_ssize_t cap = t->cap * 2 > t->size + n ? t->cap * 2 : t->size + n + 256;
-        char *data = PyMem_Realloc(t->data, cap);
-        if (data == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        t->data = data;
-        t->cap = cap;
-    }
-    memcpy(t->data + t->size, p, n);
-    t->size += n;
-    return 0;
-}
 
 /* Decode s[0:n] as UTF-8 the way CPython's incremental decoder does with errors="replace" and
  * final=False: each maximal invalid subpart becomes one U+FFFD, and an incomplete but so far valid
