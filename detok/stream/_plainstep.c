@@ -302,7 +302,7 @@ static inline int64_t row_entry_index(const int64_t *pre_slot, Py_ssize_t j, Py_
  *             slow_row[, token_texts])
  *   -> (text, lengths, offsets, num_tokens, byte_lengths, tags, kinds[, texts]): bytes; all but
  *      `text` and `kinds` packed uint32, one per row (`tags`: the row's slot's tag, 0 for an
- *      unknown rid; `kinds`: a byte per row, empty if all are 0). With `token_texts` (a list of
+ *      unknown rid; `kinds`: a byte per row, empty if all are 0). With `token_texts` (a list or tuple of
  *      str or None per (mode, id), ModeTables.texts), also the rows' texts as a list of str: a
  *      whole token's own object where the row is just that token (no str is made for it).
  *
@@ -390,8 +390,9 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     out_tags = PyBytes_FromStringAndSize(NULL, 4 * n);
     out_kinds = PyBytes_FromStringAndSize(NULL, n);
     if (token_texts != Py_None) { /* the rows' texts as str too: a whole token's own str object where it can be */
-        if (!PyList_Check(token_texts) || PyList_GET_SIZE(token_texts) != n_entries) {
-            PyErr_SetString(PyExc_ValueError, "token_texts must be a list of one entry per (mode, id)");
+        if (!(PyList_CheckExact(token_texts) || PyTuple_CheckExact(token_texts)) ||
+            PySequence_Fast_GET_SIZE(token_texts) != n_entries) {
+            PyErr_SetString(PyExc_ValueError, "token_texts must be a list or tuple of one entry per (mode, id)");
             goto done;
         }
         if ((out_strs = PyList_New(n)) == NULL) goto done;
@@ -413,7 +414,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
      * again all the same). */
     if (!has_counts && n >= PREFETCH_MIN && (pre_slot = PyMem_Malloc(n * sizeof(int64_t))) != NULL)
         for (Py_ssize_t k = 0; k < n; k++) pre_slot[k] = rm_get(map, load_u64(rids, k));
-    PyObject **texts_items = out_strs != NULL ? ((PyListObject *)token_texts)->ob_item : NULL;
+    PyObject **texts_items = out_strs != NULL ? PySequence_Fast_ITEMS(token_texts) : NULL;
     int map_changed = 0;
     Py_ssize_t first = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -464,7 +465,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             if ((e->flags & T_WHOLE) && !held) {
                 int nl = (e->flags & T_NL_PREFIX) != 0, sp = (e->flags & T_SP_PREFIX) != 0;
                 if (out_strs != NULL && !nl && !sp) {
-                    PyObject *str = PyList_GET_ITEM(token_texts, md[slot] * vocab + tok);
+                    PyObject *str = texts_items[md[slot] * vocab + tok];
                     if (PyUnicode_Check(str) && PyUnicode_GET_LENGTH(str) == e->nchars)
                         PyList_SET_ITEM(out_strs, k, Py_NewRef(str));
                 }

@@ -27,10 +27,15 @@ static PyObject *empty_bytes = NULL;
  * are not whole characters) unless it is one of `stops`; every other call - a list of ids, a
  * finished stream, held bytes, a stop id - goes to the Python `_step_py`, which keeps `fast` true
  * only while this shortcut gives the text it would. */
+/* A per-id table (texts, pieces): a tuple as the tables keep them (a tuple of str / bytes / None
+ * is not tracked by the cycle collector, which would otherwise walk every id of every mode at
+ * each full collection), or a list. */
+static inline int is_table(PyObject *o) { return PyTuple_CheckExact(o) || PyList_CheckExact(o); }
+
 typedef struct {
     PyObject_HEAD
-    PyObject *texts;  /* list[str | None], or NULL/None: no shortcut */
-    PyObject *pieces; /* list[bytes] of the same ids, or NULL/None: ids of no whole text go to Python */
+    PyObject *texts;  /* tuple or list of str | None, or NULL/None: no shortcut */
+    PyObject *pieces; /* tuple or list of bytes of the same ids, or NULL/None: ids of no whole text go to Python */
     PyObject *stops;  /* frozenset of ids that end or must be checked, or NULL */
     PyObject *deltas; /* list[Delta | None] of the same ids, the tables' (shared by their streams): a
                        * whole token's Delta is made once, not per step (it is immutable), or NULL */
@@ -145,12 +150,12 @@ static PyObject *StreamCore_step(StreamCore *c, PyObject *arg) {
     if (c->finished) return Py_NewRef(empty_delta);
     PyObject *orig = arg;
     if (PyList_CheckExact(arg) && PyList_GET_SIZE(arg) == 1) arg = PyList_GET_ITEM(arg, 0); /* step([id]) */
-    if (c->fast && PyLong_CheckExact(arg) && c->texts != NULL && PyList_CheckExact(c->texts)) {
+    if (c->fast && PyLong_CheckExact(arg) && c->texts != NULL && is_table(c->texts)) {
         Py_ssize_t i = PyLong_AsSsize_t(arg);
         if (i == -1 && PyErr_Occurred()) {
             PyErr_Clear();
-        } else if (i >= 0 && i < PyList_GET_SIZE(c->texts)) {
-            PyObject *t = PyList_GET_ITEM(c->texts, i);
+        } else if (i >= 0 && i < PySequence_Fast_GET_SIZE(c->texts)) {
+            PyObject *t = PySequence_Fast_GET_ITEM(c->texts, i);
             int stop = 0;
             if (c->stops != NULL && PyAnySet_Check(c->stops) && PySet_GET_SIZE(c->stops)) {
                 stop = PySet_Contains(c->stops, arg);
@@ -181,9 +186,9 @@ static PyObject *StreamCore_step(StreamCore *c, PyObject *arg) {
                 }
                 return Py_NewRef(d);
             }
-            if (!stop && c->pieces != NULL && PyList_CheckExact(c->pieces) && i < PyList_GET_SIZE(c->pieces) &&
-                PyBytes_CheckExact(PyList_GET_ITEM(c->pieces, i)))
-                return core_step_bytes(c, PyList_GET_ITEM(c->pieces, i));
+            if (!stop && c->pieces != NULL && is_table(c->pieces) && i < PySequence_Fast_GET_SIZE(c->pieces) &&
+                PyBytes_CheckExact(PySequence_Fast_GET_ITEM(c->pieces, i)))
+                return core_step_bytes(c, PySequence_Fast_GET_ITEM(c->pieces, i));
         }
     }
     return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
@@ -229,21 +234,21 @@ static PyMemberDef StreamCore_members[] = {
 static int tail_is_whole(PyObject *texts, PyObject *context, Py_ssize_t n, Py_ssize_t max_context) {
     Py_ssize_t size = PySequence_Fast_GET_SIZE(context), first = size > max_context ? size - max_context : 0;
     PyObject **items = PySequence_Fast_ITEMS(context);
-    if (size == first || n > PyList_GET_SIZE(texts)) return 0;
+    if (size == first || n > PySequence_Fast_GET_SIZE(texts)) return 0;
     long long id = -1;
     for (Py_ssize_t k = first; k < size; k++) {
         id = PyLong_Check(items[k]) ? PyLong_AsLongLong(items[k]) : -1;
         if (id == -1 && PyErr_Occurred()) PyErr_Clear();
         if (id < 0 || id >= n) return 0;
     }
-    PyObject *text = PyList_GET_ITEM(texts, id);
+    PyObject *text = PySequence_Fast_GET_ITEM(texts, id);
     return PyUnicode_Check(text) && PyUnicode_GET_LENGTH(text) > 0;
 }
 
 /* whole_tail(texts, context, n, max_context) -> bool (tail_is_whole; the tests' handle on it) */
 static PyObject *whole_tail(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyList_CheckExact(args[0]) || !(PyList_Check(args[1]) || PyTuple_Check(args[1]))) {
-        PyErr_SetString(PyExc_TypeError, "whole_tail(texts: list, context: list or tuple, n, max_context)");
+    if (nargs != 4 || !is_table(args[0]) || !(PyList_Check(args[1]) || PyTuple_Check(args[1]))) {
+        PyErr_SetString(PyExc_TypeError, "whole_tail(texts: list or tuple, context: list or tuple, n, max_context)");
         return NULL;
     }
     Py_ssize_t n = PyLong_AsSsize_t(args[2]), max_context = PyLong_AsSsize_t(args[3]);
@@ -267,15 +272,15 @@ static int parse_template(PyObject *t, Template *out) {
     PyObject **f = &PyTuple_GET_ITEM(t, 0);
     /* the decoder is copied slot by slot: an instance of a class with __slots__ and no __dict__ */
     if (!(Py_TYPE(f[0])->tp_flags & Py_TPFLAGS_HEAPTYPE) || Py_TYPE(f[0])->tp_dictoffset != 0) goto bad;
-    if (!PyList_CheckExact(f[1]) || !(f[2] == Py_None || PyList_CheckExact(f[2])) || !PyList_CheckExact(f[3])) goto bad;
+    if (!is_table(f[1]) || !(f[2] == Py_None || is_table(f[2])) || !PyList_CheckExact(f[3])) goto bad;
     if (!PyFrozenSet_CheckExact(f[4]) || !PyFrozenSet_CheckExact(f[5]) || !PyBool_Check(f[7])) goto bad;
     Py_ssize_t vocab = PyLong_AsSsize_t(f[6]), max_context = PyLong_AsSsize_t(f[8]), tail_ids = PyLong_AsSsize_t(f[9]);
     if (PyErr_Occurred()) return -1;
-    if (vocab <= 0 || max_context <= 0 || tail_ids <= 0 || tail_ids > PyList_GET_SIZE(f[1])) goto bad;
+    if (vocab <= 0 || max_context <= 0 || tail_ids <= 0 || tail_ids > PySequence_Fast_GET_SIZE(f[1])) goto bad;
     *out = (Template){f[0], f[1], f[2], f[3], f[4], f[5], vocab, max_context, tail_ids, f[7] == Py_True};
     return 0;
 bad:
-    PyErr_SetString(PyExc_TypeError, "plain template: (decoder, texts: list, pieces: list | None, deltas: list, "
+    PyErr_SetString(PyExc_TypeError, "plain template: (decoder, texts: list | tuple, pieces: list | tuple | None, deltas: list, "
                                      "stops: frozenset, no_ids: frozenset, vocab > 0, strip: bool, max_context > 0, "
                                      "0 < tail_ids <= len(texts))");
     return -1;

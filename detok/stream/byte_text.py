@@ -51,8 +51,10 @@ class ByteTables:
             for i in self.raw_added:
                 if 0 <= i < len(texts):
                     texts[i] = None  # its text depends on the token before it
-        self.pieces = pieces
-        self.texts = texts
+        # tuples: of atomic objects, the cycle collector stops tracking them (a list of every id's
+        # bytes or str is walked, and the cache evicted, at each full collection of the process)
+        self.pieces: tuple[bytes, ...] = tuple(pieces)
+        self.texts: tuple[str | None, ...] = tuple(texts)
         # a whole token's Delta, made at its first step by any stream of these tables (immutable)
         self.deltas: list[object] = [None] * len(texts)
         self.vocab_size = len(pieces)

@@ -39,10 +39,11 @@ class ModeTables:
         self.vocab = vocab
         self.eos = eos  # bool per id: an end-of-sequence id
         self.index: dict[object, int] = {}
-        self.texts: list[str | None] = []
+        # tuples, not lists: untracked by the cycle collector (see ByteTables)
+        self.texts: tuple[str | None, ...] = ()
         self.entries = np.zeros(0, dtype=TOKEN_ENTRY)  # the compiled step's view of every id
         self.utf8 = b""  # the bytes of the ids too long to fit in their entry
-        self.pieces: list[list[bytes]] = []  # each mode's bytes per id
+        self.pieces: list[tuple[bytes, ...]] = []  # each mode's bytes per id
         self.whole = np.empty(0, dtype=bool)  # the id's bytes are whole characters
         self.lengths = np.empty(0, dtype=np.int64)
         # byte_ok False: never a plain row (an added token in raw-added mode, whose text depends on
@@ -103,8 +104,8 @@ class ModeTables:
             texts = [prefix + t if p and t is not None else t for t, p in zip(texts, prefixed.tolist())]
             lengths += prefixed * len(prefix)
         m = self.index[index_key] = len(self.index)
-        self.texts = self.texts + list(texts)
-        self.pieces.append(pieces)
+        self.texts = self.texts + tuple(texts)
+        self.pieces.append(tuple(pieces))
         self.whole = np.concatenate([self.whole, self.whole[span]])
         self.lengths = np.concatenate([self.lengths, lengths])
         self.restricted = self.restricted or not byte_ok.all()
@@ -133,8 +134,8 @@ class ModeTables:
             m = self.index[index_key] = len(self.index)
             # each mode spans exactly `vocab` ids (mode m's id t is at m * vocab + t)
             n = self.vocab
-            texts = (list(tables.texts) + [None] * n)[:n]
-            pieces = (list(tables.pieces) + [b""] * n)[:n]
+            texts = (tuple(tables.texts) + (None,) * n)[:n]
+            pieces = (tuple(tables.pieces) + (b"",) * n)[:n]
             self.texts = self.texts + texts
             self.pieces.append(pieces)
             self.whole = np.concatenate([self.whole, np.array([t is not None for t in texts], dtype=bool)])
@@ -150,7 +151,7 @@ class ModeTables:
             self._add_entries(pieces, texts, lengths, byte_ok)
         return m
 
-    def _add_entries(self, pieces: list[bytes], texts: list[str | None], lengths: np.ndarray, byte_ok: np.ndarray) -> None:
+    def _add_entries(self, pieces: Sequence[bytes], texts: Sequence[str | None], lengths: np.ndarray, byte_ok: np.ndarray) -> None:
         nbytes = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         whole = np.array([t is not None for t in texts], dtype=bool) & (lengths < 2**16)
         fits = nbytes < 2**16  # else: never on the compiled plain path

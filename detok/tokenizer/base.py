@@ -70,6 +70,12 @@ class ByteDecoding:
     special_ids: frozenset[int]
     strip_leading_space: bool = False
 
+    def __post_init__(self) -> None:
+        # kept as a tuple: one of atomic bytes is untracked by the cycle collector, where a list of
+        # every id's bytes is walked (and the cache evicted) at each full collection of the process
+        if type(self.pieces) is not tuple:
+            object.__setattr__(self, "pieces", tuple(self.pieces))
+
 
 @dataclasses.dataclass
 class TokenizerInfo:

@@ -54,7 +54,7 @@ class GGUFTokenizer(HFTokenizer):
             extra_eos_ids=_end_of_generation_ids(vocab),
         )
         self.vocab_type = vocab.kind
-        self._bpe_pieces = _bpe_pieces(vocab) if vocab.kind == "bpe" else None
+        self._bpe_pieces = tuple(_bpe_pieces(vocab)) if vocab.kind == "bpe" else None  # (a tuple: see ByteDecoding)
 
     def _decode_ids(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         pieces = self._bpe_pieces

@@ -116,7 +116,7 @@ class MistralTekkenTokenizer(_MistralChat):
         self._vocab_size = tekken.n_words
         count = tekken.num_special_tokens
         self._special_ids = frozenset(range(count))
-        self._pieces = [tekken.id_to_byte_piece(i, SpecialTokenPolicy.KEEP) for i in range(self._vocab_size)]
+        self._pieces = tuple(tekken.id_to_byte_piece(i, SpecialTokenPolicy.KEEP) for i in range(self._vocab_size))
         self._special_by_name = {tekken.id_to_piece(i): i for i in range(count)}
         names = {tid: name for name, tid in self._special_by_name.items()}
         named = {"bos": tekken.bos_id, "eos": tekken.eos_id, "unk": tekken.unk_id, "pad": tekken.pad_id}

@@ -212,7 +212,7 @@ class SentencePieceTokenizer(StoredVocabularyTokenizer):
         self._vocab_size = n
         special = [i for i in range(n) if processor.is_control(i) or processor.is_unknown(i)]
         self._special_ids = frozenset(special)
-        self._pieces = [_piece_bytes(processor.id_to_piece(i), processor.is_byte(i)) for i in range(n)]
+        self._pieces = tuple(_piece_bytes(processor.id_to_piece(i), processor.is_byte(i)) for i in range(n))  # (see ByteDecoding)
         self._strip = self._strips_dummy_prefix()
 
         def named(tid: int) -> str | None:

@@ -79,7 +79,7 @@ class TiktokenTokenizer(StoredVocabularyTokenizer):
         self._vocab_size = encoding.n_vocab
         # ids inside [0, vocab_size) that are neither a rank nor a special (cl100k has 100256, ...)
         self._holes: frozenset[int] = frozenset()
-        self._pieces = self._token_bytes(ranks)
+        self._pieces = tuple(self._token_bytes(ranks))  # (a tuple: see ByteDecoding)
         self._bos = bos if bos in self._special_by_name else None
         self._eos = eos if eos in self._special_by_name else None
         self._add_bos = add_bos and self._bos is not None

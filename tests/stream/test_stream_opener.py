@@ -138,7 +138,7 @@ def test_hostile_makers_templates_and_calls_are_refused() -> None:
     class Open:  # a decoder that is not a __slots__ instance cannot be copied slot by slot
         pass
 
-    bad = [template[:9], (*template, 1), (Open(), *template[1:]), (template[0], tuple(template[1]), *template[2:]),
+    bad = [template[:9], (*template, 1), (Open(), *template[1:]), (template[0], dict(enumerate(template[1])), *template[2:]),
            (*template[:4], set(template[4]), *template[5:]), (*template[:6], 0, *template[7:]),
            (*template[:7], 1, *template[8:]), (*template[:8], 0, template[9]), (*template[:9], len(template[1]) + 1),
            (*template[:9], 2**70), "not a tuple"]
