@@ -59,6 +59,7 @@ class SseConnection:
             (self.base_path + path).encode(), self._head, len(body), body
         )
         while True:
+            reused = False  # (a connect that fails is not a kept-alive connection closed under us)
             try:
                 reader, writer, reused = await self._connect()
                 writer.write(request)
