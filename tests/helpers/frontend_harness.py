@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 from pathlib import Path
 
 import httpx
@@ -83,6 +84,7 @@ class Running:
     scheduler: FakeScheduler
     http: httpx.AsyncClient
     sdk: openai.AsyncOpenAI
+    app: Any = None  # the FastAPI app the clients reach
 
 
 @contextlib.asynccontextmanager
@@ -110,7 +112,7 @@ async def running_app(
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
                 sdk = openai.AsyncOpenAI(base_url="http://app/v1", api_key="none", http_client=http, max_retries=0)
-                yield Running(state, scheduler, http, sdk)
+                yield Running(state, scheduler, http, sdk, app)
     finally:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -1,0 +1,102 @@
+"""The generation endpoints served past FastAPI's layers (`_DetokApp.direct_routes`) answer
+exactly as through them: the same status, content type and body (ids and timestamps aside) for
+good, streamed, malformed, refused and unauthorized requests; and the layers come back for these
+paths as soon as the app has user middleware."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from detok.tokenizer.hf import HFTokenizer
+from tests.helpers.frontend_harness import MODEL, running_app
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+_MSG = [{"role": "user", "content": "hi there"}]
+
+REQUESTS: list[tuple[str, Any, dict[str, str]]] = [
+    (CHAT, {"model": MODEL, "messages": _MSG, "max_tokens": 5}, {}),
+    (CHAT, {"model": MODEL, "messages": _MSG, "max_tokens": 5, "stream": True,
+            "stream_options": {"include_usage": True}}, {}),
+    (COMPLETIONS, {"model": MODEL, "prompt": "hello", "max_tokens": 4, "stream": True}, {}),
+    (COMPLETIONS, {"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 3, "logprobs": 2}, {}),
+    (CHAT, b"{", {}),  # not JSON
+    (CHAT, [], {}),  # not an object
+    (CHAT, {"model": MODEL}, {}),  # no messages
+    (CHAT, {"model": MODEL, "messages": "hi"}, {}),
+    (CHAT, {"model": MODEL, "messages": _MSG, "max_tokens": -1}, {}),
+    (COMPLETIONS, {"model": MODEL, "prompt": "x", "n": 0}, {}),
+    (COMPLETIONS, {"model": MODEL, "prompt": [10**12]}, {}),  # an id outside the vocabulary
+    (CHAT, {"model": MODEL, "messages": _MSG, "max_tokens": 5}, {"authorization": "Bearer wrong"}),
+    (CHAT, {"model": MODEL, "messages": _MSG, "max_tokens": 5}, {"authorization": ""}),  # no key
+]
+
+
+@pytest.fixture(scope="module")
+def tok() -> HFTokenizer:
+    return HFTokenizer.from_path(FIXTURES / "hf" / "qwen2")
+
+
+def _without_ids(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in value.items() if k not in ("id", "created")}
+    if isinstance(value, list):
+        return [_without_ids(v) for v in value]
+    return value
+
+
+def _normalized(content: bytes, content_type: str) -> Any:
+    if content_type.startswith("text/event-stream"):
+        events = [e[len("data: "):] for e in content.decode().split("\n\n") if e]
+        return [e if e == "[DONE]" else _without_ids(json.loads(e)) for e in events]
+    if content_type.startswith("application/json"):
+        return _without_ids(json.loads(content))
+    return content
+
+
+async def _answers(tmp_path: Path, tok: HFTokenizer, direct: bool, api_key: str | None) -> list[tuple[Any, ...]]:
+    out = []
+    tmp_path.mkdir()
+    async with running_app(tmp_path, tok, api_key=api_key) as app:
+        if not direct:
+            app.app.direct_routes = {}
+        for path, body, headers in REQUESTS:
+            content = body if isinstance(body, bytes) else json.dumps(body).encode()
+            sent = {"content-type": "application/json", **({"authorization": f"Bearer {api_key}"} if api_key else {}),
+                    **headers}
+            sent = {k: v for k, v in sent.items() if v}
+            r = await app.http.post(path, content=content, headers=sent)
+            kind = r.headers.get("content-type", "")
+            out.append((path, r.status_code, kind, _normalized(r.content, kind)))
+    return out
+
+
+@pytest.mark.parametrize("api_key", [None, "k"])
+def test_direct_routes_answer_as_fastapis(tmp_path: Path, tok: HFTokenizer, api_key: str | None) -> None:
+    direct = asyncio.run(_answers(tmp_path / "d", tok, True, api_key))
+    layered = asyncio.run(_answers(tmp_path / "l", tok, False, api_key))
+    assert direct == layered
+    statuses = [a[1] for a in direct]
+    assert 200 in statuses and 400 in statuses and (api_key is None or 401 in statuses)
+
+
+def test_user_middleware_sees_the_generation_requests(tmp_path: Path, tok: HFTokenizer) -> None:
+    seen: list[str] = []
+
+    async def main() -> int:
+        async with running_app(tmp_path, tok) as app:
+            @app.app.middleware("http")
+            async def record(request: Any, call_next: Any) -> Any:
+                seen.append(request.url.path)
+                return await call_next(request)
+
+            r = await app.http.post(CHAT, json={"model": MODEL, "messages": _MSG, "max_tokens": 3})
+            return r.status_code
+
+    assert asyncio.run(main()) == 200
+    assert seen == [CHAT]
