@@ -50,6 +50,9 @@ log = logging.getLogger("detok.frontend")
 # (detok.frontend.intake), off the event loop: a long prompt must not stall every other stream.
 _OFFLOAD_BODY_BYTES = 16_384
 _CLIENT_CLOSED_REQUEST = 499  # nginx's status for a response nobody is listening to
+# How often the direct routes look again whether FastAPI's OpenTelemetry got configured (then every
+# request goes through FastAPI, which traces it): at most this long after it is, a request is not traced.
+_TELEMETRY_RECHECK_S = 1.0
 
 
 @dataclasses.dataclass
@@ -155,11 +158,18 @@ class _DetokApp(FastAPI):
                 return
         await super().__call__(scope, receive, send)
 
+    _telemetry_checked = -1.0  # (monotonic time of the last check)
+    _telemetry_on = False
+
     def _direct_allowed(self, scope: Scope) -> bool:
         if self.user_middleware or self.root_path or scope.get("root_path"):
             return False
-        telemetry = getattr(self, "_native_telemetry", None)  # (FastAPI >= 0.165's own OpenTelemetry)
-        return telemetry is None or not telemetry.enabled()
+        now = time.monotonic()
+        if now - self._telemetry_checked >= _TELEMETRY_RECHECK_S:  # (its check reads the providers: ~5 us)
+            telemetry = getattr(self, "_native_telemetry", None)  # (FastAPI >= 0.165's own OpenTelemetry)
+            self._telemetry_on = telemetry is not None and bool(telemetry.enabled())
+            self._telemetry_checked = now
+        return not self._telemetry_on
 
 
 def _authorize(state: FrontendState, request: Request) -> None:

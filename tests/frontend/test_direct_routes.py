@@ -100,3 +100,33 @@ def test_user_middleware_sees_the_generation_requests(tmp_path: Path, tok: HFTok
 
     assert asyncio.run(main()) == 200
     assert seen == [CHAT]
+
+
+def test_configured_telemetry_takes_fastapis_path(tmp_path: Path, tok: HFTokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FastAPI's OpenTelemetry must see every request: once it is on (looked at again within
+    `_TELEMETRY_RECHECK_S`), the generation requests go through FastAPI too."""
+    import fastapi
+
+    from detok.frontend import app as app_module
+
+    layered: list[str] = []
+    real_call = fastapi.FastAPI.__call__
+
+    async def counting(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            layered.append(scope["path"])
+        await real_call(self, scope, receive, send)
+
+    monkeypatch.setattr(fastapi.FastAPI, "__call__", counting)
+    monkeypatch.setattr(app_module, "_TELEMETRY_RECHECK_S", 0.0)
+
+    async def main() -> None:
+        async with running_app(tmp_path, tok) as app:
+            body = {"model": MODEL, "messages": _MSG, "max_tokens": 3}
+            assert (await app.http.post(CHAT, json=body)).status_code == 200
+            assert layered == []  # (direct)
+            monkeypatch.setattr(app.app._native_telemetry, "enabled", lambda: True)
+            assert (await app.http.post(CHAT, json=body)).status_code == 200
+            assert layered == [CHAT]
+
+    asyncio.run(main())
