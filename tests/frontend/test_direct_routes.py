@@ -52,8 +52,21 @@ def _without_ids(value: Any) -> Any:
 
 def _normalized(content: bytes, content_type: str) -> Any:
     if content_type.startswith("text/event-stream"):
+        # (how deltas group into chunks depends on timing: compared as what they add up to)
         events = [e[len("data: "):] for e in content.decode().split("\n\n") if e]
-        return [e if e == "[DONE]" else _without_ids(json.loads(e)) for e in events]
+        texts: dict[int, str] = {}
+        ends: dict[int, Any] = {}
+        usage, shapes = None, set()
+        for e in events[:-1]:
+            chunk = json.loads(e)
+            shapes.add(tuple(sorted(chunk)))
+            usage = chunk.get("usage") or usage
+            for c in chunk["choices"]:
+                delta = c.get("delta") or {}
+                texts[c["index"]] = texts.get(c["index"], "") + (delta.get("content") or c.get("text") or "")
+                if c.get("finish_reason"):
+                    ends[c["index"]] = (c["finish_reason"], c.get("stop_reason"))
+        return {"texts": texts, "ends": ends, "usage": usage, "shapes": sorted(shapes), "last": events[-1:]}
     if content_type.startswith("application/json"):
         return _without_ids(json.loads(content))
     return content
