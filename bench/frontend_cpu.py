@@ -102,12 +102,12 @@ def detok_source(env: dict[str, str], cwd: str) -> str:
 
 
 def measure(label: str, env: dict[str, str], cwd: str, serve_args: Sequence[str], users: int, duration: float,
-            logprobs: int | None, procs: int, max_tokens: int = 128) -> dict[str, object]:
+            logprobs: int | None, procs: int, max_tokens: int = 128, system_chars: int = 0) -> dict[str, object]:
     server = SpawnedServer(serve_args, env=env, cwd=cwd)
     root = server.proc.pid
     try:
         cfg = LoadConfig(server.url, endpoint="chat", duration_s=duration, grace_s=30.0, logprobs=logprobs,
-                         max_tokens=max_tokens)
+                         max_tokens=max_tokens, system_chars=system_chars)
         uvloop.run(run_point(LoadConfig(server.url, endpoint="chat", duration_s=1.0, logprobs=logprobs), 8, False))
         tree = process_tree(root)
         named = roles(server.url, root, tree)
@@ -133,7 +133,7 @@ def measure(label: str, env: dict[str, str], cwd: str, serve_args: Sequence[str]
         "itl_p50_ms": round(result.itl_p50_ms, 1), "itl_p99_ms": round(result.itl_p99_ms, 1),
         "frontend_cpu_s": round(frontend_cpu, 2), "frontend_us_per_chunk": round(frontend_cpu / chunks * 1e6, 1),
         "frontend_us_per_token": round(frontend_cpu / tokens * 1e6, 1),
-        "requests": result.requests, "max_tokens": max_tokens,
+        "requests": result.requests, "max_tokens": max_tokens, "system_chars": system_chars,
         "frontend_us_per_request": round(frontend_cpu / max(1, result.requests) * 1e6, 1),
         "frontend_sys_share": round(frontend_sys / frontend_cpu, 2) if frontend_cpu else 0.0, "ideal_tokens_per_s": users * 50,
         "client_cpu_s": round(client_cpu, 2), "wall_s": result.duration_s,
@@ -154,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="a serve argument for this tree's runs only (e.g. --after-arg=--stream-interval=4)")
     p.add_argument("--max-tokens", type=int, default=128,
                    help="output tokens per request (a few: the per-request cost, frontend_us_per_request)")
+    p.add_argument("--system-chars", type=int, default=0, help="a system message of this many characters per request")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     serve_args = ["--max-batch", "1024", "--no-spare", *args.serve_arg]
@@ -174,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label, env, tree, frontends in runs:
                 extra = [] if label == "before" else ["--frontends", str(frontends), *args.after_arg]
                 row = measure(label, env, tree, [*serve_args, *extra], users, args.duration, n or None, args.procs,
-                              args.max_tokens)
+                              args.max_tokens, args.system_chars)
                 row["frontends"] = frontends
                 print(json.dumps(row) if args.json else
                   f"{label:6s} frontends={frontends} users={users} logprobs={n}  "

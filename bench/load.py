@@ -65,6 +65,12 @@ class LoadConfig:
     grace_s: float = 60.0
     ignore_eos: bool = True  # fixed-length outputs, comparable across points
     logprobs: int | None = None  # top alternatives per token (chat: logprobs + top_logprobs)
+    system_chars: int = 0  # chat: a system message of this many characters, the same in every request
+
+
+def _system_text(chars: int) -> str:
+    words = "You are a careful assistant. Answer in plain words, cite what you use, and say when you are unsure. "
+    return (words * (chars // len(words) + 1))[:chars]
 
 
 def _body(cfg: LoadConfig, index: int) -> dict[str, Any]:
@@ -79,6 +85,8 @@ def _body(cfg: LoadConfig, index: int) -> dict[str, Any]:
     prompt = f"Request {index}: tell me a story."
     if cfg.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
+        if cfg.system_chars:  # (an agent's instructions and tool descriptions: the same long text each time)
+            body["messages"].insert(0, {"role": "system", "content": _system_text(cfg.system_chars)})
         if cfg.logprobs is not None:
             body["logprobs"] = True
             body["top_logprobs"] = cfg.logprobs
@@ -256,6 +264,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--procs", type=int, default=1,
                    help="client processes sharing the concurrency (one Python client saturates a core near "
                         "10k chunks/s; use more on a machine with cores to spare)")
+    p.add_argument("--system-chars", type=int, default=0, metavar="N",
+                   help="chat: a system message of N characters (the same in every request)")
     p.add_argument("--logprobs", type=int, default=None, metavar="N",
                    help="every request asks for logprobs with N alternatives (chat: top_logprobs=N; completions 0-5)")
     p.add_argument("--json", action="store_true", help="one JSON line per level on stdout")
@@ -270,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = SpawnedServer(args.serve_arg) if args.spawn else None
     url = server.url if server is not None else args.url.rstrip("/")
     cfg = LoadConfig(url, args.model, args.api_key, args.endpoint, args.max_tokens, args.duration, args.grace,
-                     logprobs=args.logprobs)
+                     logprobs=args.logprobs, system_chars=args.system_chars)
     results: list[PointResult] = []
     try:
         for level in levels:

@@ -78,6 +78,7 @@ class FrontendState:
 
     def __post_init__(self) -> None:
         self.watch = SchedulerWatch(self.link.receiver, self.health, self.health_detail, self.scheduler_generation)
+        self.tokenizer.encode_prompt("")  # (a backend's prompt tables built now, not at the first request)
         eos = self.tokenizer.special_tokens.eos
         self.eos_id = self.tokenizer.token_to_id(eos) if eos is not None else None
 

@@ -53,7 +53,7 @@ def encode_within(tok: Tokenizer, text: str, limit: int, add_special_tokens: boo
 
 
 def _encode_whole(tok: Tokenizer, text: str, add_special_tokens: bool) -> list[int]:
-    return tok.encode_batch([text], add_special_tokens=add_special_tokens)[0]
+    return tok.encode_prompt(text, add_special_tokens=add_special_tokens)
 
 
 def _chunk_batches(text: str) -> Iterator[list[str]]:

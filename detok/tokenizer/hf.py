@@ -12,8 +12,10 @@ import tokenizers
 
 from detok.tokenizer.base import ByteDecoding, SpecialTokens, StoredVocabularyTokenizer, TokenizerLoadError
 from detok.tokenizer.byte_pieces import byte_decoding_from_decoder
+from detok.tokenizer.segment_cache import SegmentedEncoder
 
 _NAMED = ("bos", "eos", "unk", "pad", "sep", "cls", "mask")
+_UNBUILT = object()
 # End-of-sequence tokens of well-known families, used only when no config names the eos token
 # (a bare tokenizer.json): ending a request is safer than generating past its end.
 _KNOWN_EOS = ("<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>", "</s>", "<|end|>", "<eos>")
@@ -54,6 +56,8 @@ class HFTokenizer(StoredVocabularyTokenizer):
     ) -> None:
         super().__init__(source)
         self._tok = tokenizer
+        # (like the sizes and maps read below, it assumes `tokenizer` gains no tokens once wrapped)
+        self._segmented: SegmentedEncoder | None | object = _UNBUILT
         self._config = config or {}
         self._vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         added = tokenizer.get_added_tokens_decoder()
@@ -128,6 +132,14 @@ class HFTokenizer(StoredVocabularyTokenizer):
         # 0.6 s per 100K tokens); _fast skips the offsets, which nothing here reads (2-3x faster)
         encs = self._tok.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
         return [e.ids for e in encs]
+
+    def encode_prompt(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        segmented = self._segmented
+        if segmented is _UNBUILT:  # (at the first prompt: a worker never needs it)
+            segmented = self._segmented = SegmentedEncoder.of(self._tok)
+        if segmented is None or add_special_tokens:
+            return self.encode_batch([text], add_special_tokens=add_special_tokens)[0]
+        return segmented.encode(text)  # type: ignore[union-attr]
 
     def _decode_ids(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
