@@ -19,6 +19,7 @@ pre-tokenizers that treat every piece alike (`_PIECEWISE`: not Metaspace, whose
 from __future__ import annotations
 
 import functools
+from array import array
 import json
 import re
 from collections.abc import Iterable
@@ -27,9 +28,10 @@ from typing import Any
 import tokenizers
 
 # Pieces whose ids are kept, least recently used dropped first; a piece longer than the second
-# limit is encoded each time (the cache holds at most about ENTRIES x MAX_CHARS characters).
-SEGMENT_CACHE_ENTRIES = 1024
-SEGMENT_CACHE_MAX_CHARS = 32_768
+# limit is encoded each time. At most ENTRIES x (MAX_CHARS characters, up to 4 bytes each, and
+# their ids, 4 bytes each): ≈20 MB per frontend process if every entry were a full-size piece.
+SEGMENT_CACHE_ENTRIES = 256
+SEGMENT_CACHE_MAX_CHARS = 16_384
 
 # Pre-tokenizers whose work on a piece does not depend on the piece's place in the text.
 _PIECEWISE = frozenset({"ByteLevel", "Split", "Digits", "Punctuation", "Whitespace", "WhitespaceSplit"})
@@ -54,9 +56,10 @@ def _no_normalizer(normalizer: dict[str, Any] | None) -> bool:
 
 
 def _piece_encoder(tok: tokenizers.Tokenizer) -> Any:
-    def encode_piece(piece: str) -> tuple[int, ...]:
-        # (encode_batch_fast: the GIL is released while it works, as Tokenizer.encode_batch's callers expect)
-        return tuple(tok.encode_batch_fast([piece], add_special_tokens=False)[0].ids)
+    def encode_piece(piece: str) -> array[int]:
+        # (encode_batch_fast: the GIL is released while it works, as Tokenizer.encode_batch's callers
+        # expect; the ids kept packed, 4 bytes each, not as a tuple of int objects)
+        return array("I", tok.encode_batch_fast([piece], add_special_tokens=False)[0].ids)
 
     return encode_piece
 
