@@ -91,7 +91,6 @@ class SegmentedEncoder:
     """`encode(text)` == `tok.encode(text, add_special_tokens=False).ids` (see the module)."""
 
     def __init__(self, tok: tokenizers.Tokenizer, raw: dict[str, int], normalized: dict[str, int]) -> None:
-        self._tok = tok
         self._ids = {**normalized, **raw}
         # `tokenizers` cuts at the tokens not `normalized` first, then the pieces left at the others
         self._raw, self._normalized = _splitter(raw), _splitter(normalized)
