@@ -165,35 +165,24 @@ class _Helper:
 
 
 # ---- the users -----------------------------------------------------------------------------------------
-def _events(buffer: bytearray, data: bytes) -> list[bytes]:
-    buffer += data
-    end = buffer.rfind(b"\n\n")
-    if end < 0:
-        return []
-    complete = bytes(buffer[:end])
-    del buffer[: end + 2]
-    return [e[6:] for e in complete.split(b"\n\n") if e.startswith(b"data: ")]
-
-
 async def _user(url: str, body: bytes, stop_at: float, ttfts: list[float], itls: list[float], errors: list[str]) -> None:
     conn = SseConnection(url)
     try:
         while time.monotonic() < stop_at:
-            start = time.perf_counter()
-            last: float | None = None
-            buffer = bytearray()
+            last = [time.perf_counter(), 0.0]  # the request's start, then its last chunk's time
+
+            def on_event(payload: bytes, last: list[float] = last) -> None:
+                if payload == b"[DONE]":
+                    return
+                now = time.perf_counter()
+                if last[1]:
+                    itls.append(now - last[1])
+                else:
+                    ttfts.append(now - last[0])
+                last[1] = now
+
             try:
-                status, pieces = await conn.post("/chat/completions", body)
-                async for data in pieces:
-                    for payload in _events(buffer, data):
-                        if payload == b"[DONE]" or status != 200:
-                            continue
-                        now = time.perf_counter()
-                        if last is None:
-                            ttfts.append(now - start)
-                        else:
-                            itls.append(now - last)
-                        last = now
+                status, _ = await conn.request("/chat/completions", body, on_event)
                 if status != 200:
                     errors.append(f"HTTP {status}")
             except HttpError as e:

@@ -15,7 +15,7 @@ difference to the client's figures is HTTP and the load generator). One JSON lin
 the end. The stub scheduler's step interval sets one request's token rate (20 ms: 50 tokens/s), so
 the ideal output rate is concurrency x 50 tokens/s; what matters is how close the stack stays to
 it and what latency it adds. Requests set `ignore_eos` so every output has --max-tokens tokens.
-The client (bench/_sse_client.py, asyncio streams on uvloop) costs a few us per chunk; --procs
+The client (bench/_sse_client.py, an asyncio Protocol on uvloop) costs ≈10 us per chunk; --procs
 spreads the users over several processes on machines with cores to spare. --logprobs N asks
 every request for logprobs with N alternatives (chat: `logprobs: true, top_logprobs: N`).
 
@@ -50,9 +50,6 @@ from bench._common import progress
 from bench._sse_client import HttpError, SseConnection
 from bench.load_summary import _SERVER_HISTOGRAMS, PointResult, _Sample, _server_means, summarize
 from bench.spawned_server import SpawnedServer, plot
-
-_decode = msgspec.json.Decoder().decode
-
 
 @dataclasses.dataclass(frozen=True)
 class LoadConfig:
@@ -97,62 +94,83 @@ def _body(cfg: LoadConfig, index: int) -> dict[str, Any]:
     return body
 
 
-def _chunk_text(chunk: dict[str, Any]) -> str:
-    choices = chunk.get("choices") or []
-    if not choices:
-        return ""
-    choice = choices[0]
-    if "delta" in choice:
-        return choice["delta"].get("content") or ""
-    return choice.get("text") or ""
+class _Text(msgspec.Struct):
+    content: str | None = None
 
 
-def _events(buffer: bytearray, data: bytes) -> list[bytes]:
-    """Complete SSE `data:` payloads in `buffer + data`; the incomplete rest stays in `buffer`."""
-    buffer += data
-    end = buffer.rfind(b"\n\n")
-    if end < 0:
-        return []
-    complete = bytes(buffer[:end])
-    del buffer[: end + 2]
-    return [e[6:] for e in complete.split(b"\n\n") if e.startswith(b"data: ")]
+class _Choice(msgspec.Struct):
+    delta: _Text | None = None  # chat
+    text: str | None = None  # completions
+
+
+class _Usage(msgspec.Struct):
+    completion_tokens: int = 0
+
+
+class _Chunk(msgspec.Struct):
+    """What the client reads of a streamed chunk (the rest of it is skipped by the decoder)."""
+
+    choices: list[_Choice] = []
+    usage: _Usage | None = None
+    error: Any = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class _ChunkClock:
+    """Called with each SSE payload as its bytes arrive: times the text-bearing chunks into a sample."""
+
+    __slots__ = ("start", "last", "sample")
+
+    def __init__(self, start: float, sample: _Sample) -> None:
+        self.start = start
+        self.last: float | None = None
+        self.sample = sample
+
+    def __call__(self, payload: bytes) -> None:
+        if payload == b"[DONE]":
+            return
+        chunk = _decode_chunk(payload)
+        sample = self.sample
+        if chunk.error is not None:
+            error = chunk.error
+            sample.error = str(error.get("message") if isinstance(error, dict) else error)
+        if sample.error:
+            return  # the response failed; read on to its end (the connection is reused)
+        choices = chunk.choices
+        if choices:
+            choice = choices[0]
+            text = choice.delta.content if choice.delta is not None else choice.text
+            if text:
+                now = time.perf_counter()
+                if self.last is None:
+                    sample.ttft = now - self.start
+                else:
+                    sample.itls.append(now - self.last)
+                self.last = now
+        if chunk.usage is not None and chunk.usage.completion_tokens:
+            sample.output_tokens = chunk.usage.completion_tokens
 
 
 async def _one_request(conn: SseConnection, cfg: LoadConfig, index: int) -> _Sample:
     path = "/chat/completions" if cfg.endpoint == "chat" else "/completions"
-    start = time.perf_counter()
-    last: float | None = None
+    body = msgspec.json.encode(_body(cfg, index))
     sample = _Sample(ok=False)
-    buffer = bytearray()
     resent_before = conn.resent
+    start = time.perf_counter()
     try:
-        status, body = await conn.post(path, msgspec.json.encode(_body(cfg, index)))
-        sample.resent = conn.resent > resent_before
-        if status != 200:
-            content = b"".join([piece async for piece in body])
-            sample.error = f"HTTP {status}: {content[:200].decode(errors='replace')}"
-            return sample
-        async for data in body:
-            for payload in _events(buffer, data):
-                if payload == b"[DONE]":
-                    continue  # read on to the end of the body: the connection is reused
-                chunk = _decode(payload)
-                if "error" in chunk:
-                    sample.error = str(chunk["error"].get("message"))
-                    conn.close()
-                    return sample
-                if _chunk_text(chunk):
-                    now = time.perf_counter()
-                    if last is None:
-                        sample.ttft = now - start
-                    else:
-                        sample.itls.append(now - last)
-                    last = now
-                if chunk.get("usage"):
-                    sample.output_tokens = chunk["usage"]["completion_tokens"]
-    except (HttpError, msgspec.DecodeError) as e:
+        status, content = await conn.request(path, body, _ChunkClock(start, sample))
+    except HttpError as e:
         conn.close()
-        sample.error = f"{type(e).__name__}: {e}"
+        sample.error = str(e)
+        return sample
+    finally:
+        sample.resent = conn.resent > resent_before
+    if status != 200:
+        sample.error = f"HTTP {status}: {content[:200].decode(errors='replace')}"
+        return sample
+    if sample.error:
         return sample
     sample.e2e = time.perf_counter() - start
     sample.ok = True
