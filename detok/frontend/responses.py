@@ -260,6 +260,7 @@ async def stream_events(
     finished = 0
     # one choice written straight to its connection: plain deltas go out from the receiving loop
     pusher = pusher_for(ctx, render, choices, streams)
+    tail: list[bytes] = []  # the response's last events: written with [DONE] and the body's end, one write
     async with contextlib.aclosing(merged_deltas(streams)) as deltas, pushing(streams, pusher):
         async for index, delta in deltas:
             if not sent_first[index]:
@@ -289,16 +290,20 @@ async def stream_events(
                 continue
             choice.end(finish, delta.num_tokens, delta.calls)
             if finish.reason in ("error", "abort"):
-                yield sse.event(error_json(_error(finish)))
+                tail.append(sse.event(error_json(_error(finish))))
                 break
-            yield _finish_chunk(ctx, index, finish, choice.running_usage(ctx), choice.calls)
+            chunk = _finish_chunk(ctx, index, finish, choice.running_usage(ctx), choice.calls)
             finished += 1
-            if finished == len(choices):
-                if ctx.include_usage:
-                    yield _usage_chunk(ctx, choices)
-                break
-    yield sse.DONE
-    ctx.completed = True
+            if finished < len(choices):
+                yield chunk
+                continue
+            tail.append(chunk)
+            if ctx.include_usage:
+                tail.append(_usage_chunk(ctx, choices))
+            break
+    ctx.completed = True  # (before the last chunk: once it is written the client may go, and that is no cut)
+    tail.append(sse.DONE)
+    yield b"".join(tail)
 
 
 

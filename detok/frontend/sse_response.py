@@ -68,18 +68,23 @@ class SseResponse(Response):
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self._headers})
             cycle = _uvicorn_cycle(raw_send, scope)
+            last = b""
             async with contextlib.aclosing(self._body) as chunks:
                 if cycle is None:
                     async for chunk in chunks:
+                        if chunk.endswith(sse.DONE):
+                            last = chunk
+                            break
                         await raw_send({"type": "http.response.body", "body": chunk, "more_body": True})
                 else:
                     writer = DirectWriter(cycle)
                     self._ctx.direct = writer  # (the receiving loop's chunk pusher writes with it too)
                     try:
-                        await _write_chunked(writer, chunks)
+                        last = await _write_chunked(writer, chunks)
                     finally:
                         self._ctx.direct = None
-            await raw_send({"type": "http.response.body", "body": b"", "more_body": False})
+            # the response's last chunk (it ends with [DONE]) and the body's end: one write
+            await raw_send({"type": "http.response.body", "body": last, "more_body": False})
         except asyncio.CancelledError:
             if not gone:
                 raise
@@ -120,10 +125,14 @@ class DirectWriter:
         self._write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
 
 
-async def _write_chunked(writer: DirectWriter, chunks: AsyncIterator[bytes]) -> None:
+async def _write_chunked(writer: DirectWriter, chunks: AsyncIterator[bytes]) -> bytes:
+    """Writes the chunks up to the last one (the one ending with [DONE], the body's last): returns it."""
     cycle, flow, write = writer._cycle, writer._flow, writer._write
     async for chunk in chunks:
+        if chunk.endswith(sse.DONE):  # (a text chunk cannot: its text is JSON-escaped in one data line)
+            return chunk
         if flow.write_paused and not cycle.disconnected:
             await flow.drain()  # the client reads slowly: wait (meanwhile its deltas join)
         if not cycle.disconnected:  # a client gone: the watcher ends the stream
             write(b"%x\r\n%b\r\n" % (len(chunk), chunk))  # (DirectWriter.write, inline: once per chunk)
+    return b""

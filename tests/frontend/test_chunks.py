@@ -64,7 +64,9 @@ def _events(kind: str, deltas: list[RequestDelta], interval: int) -> list[dict]:
     ctx = ResponseContext(kind, "id", "m", 3, False, 0.0, logprobs=1, stream_interval=interval)  # type: ignore[arg-type]
 
     async def collect() -> list[dict]:
-        return [json.loads(c[6:-2]) async for c in stream_events(ctx, [_Stream(deltas)], None) if c[6:-2] != b"[DONE]"]
+        chunks = [c async for c in stream_events(ctx, [_Stream(deltas)], None)]
+        events = [e[6:] for c in chunks for e in c.split(b"\n\n")[:-1]]  # (the last chunk: finish and [DONE])
+        return [json.loads(e) for e in events if e != b"[DONE]"]
 
     return asyncio.run(collect())
 

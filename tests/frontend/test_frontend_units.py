@@ -213,10 +213,16 @@ def _ctx(kind: str, include_usage: bool = True) -> ResponseContext:
 
 async def _events(kind: str, deltas: list[RequestDelta], include_usage: bool = True) -> list[dict | str]:
     out = []
-    async for chunk in stream_events(_ctx(kind, include_usage), [_FakeStream(deltas)], None):
+    chunks = [chunk async for chunk in stream_events(_ctx(kind, include_usage), [_FakeStream(deltas)], None)]
+    for chunk in chunks:
         assert chunk.startswith(b"data: ") and chunk.endswith(b"\n\n")
-        payload = chunk[6:-2].decode()
-        out.append(payload if payload == "[DONE]" else json.loads(payload))
+        for event in chunk.split(b"\n\n")[:-1]:
+            assert event.startswith(b"data: ")
+            payload = event[6:].decode()
+            out.append(payload if payload == "[DONE]" else json.loads(payload))
+    # one write for the response's tail: its last chunk is the finish (and usage) event with [DONE]
+    tail = chunks[-1].split(b"\n\n")[:-1]
+    assert tail[-1] == b"data: [DONE]" and len(tail) >= 2 and b'"finish_reason":null' not in tail[0]
     return out
 
 
