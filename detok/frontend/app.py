@@ -63,6 +63,7 @@ class FrontendState:
     health: Callable[[], dict[str, bool]]  # component name -> up (TEAM.md §2)
     health_detail: Callable[[], dict[str, object]] = dict
     scheduler_generation: Callable[[], int] = lambda: 1
+    scheduler_serving: Callable[[], bool] | None = None  # health()["scheduler"] alone (admission, per request)
     api_key: str | None = None
     latency: LatencyRecorder | None = None
     metrics_dir: str | None = None
@@ -77,7 +78,8 @@ class FrontendState:
     eos_id: int | None = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.watch = SchedulerWatch(self.link.receiver, self.health, self.health_detail, self.scheduler_generation)
+        self.watch = SchedulerWatch(self.link.receiver, self.health, self.health_detail, self.scheduler_generation,
+                                    self.scheduler_serving)
         self.tokenizer.encode_prompt("")  # (a backend's prompt tables built now, not at the first request)
         eos = self.tokenizer.special_tokens.eos
         self.eos_id = self.tokenizer.token_to_id(eos) if eos is not None else None

@@ -51,6 +51,7 @@ class FrontendParts:
     # a child frontend: a terminal's Ctrl-C reaches the whole process group, and the supervisor then
     # stops each frontend with SIGTERM; the SIGINT is not counted (a second signal skips the drain)
     ignore_sigint: bool = False
+    scheduler_serving: Callable[[], bool] | None = None  # health()["scheduler"] alone, cheaper (admission)
     keys: str | None = None  # CURVE keys directory for tcp endpoints (a frontend on another host)
     insecure: bool = False
 
@@ -84,6 +85,7 @@ def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.sock
         health=parts.health,
         health_detail=parts.health_detail,
         scheduler_generation=parts.scheduler_generation,
+        scheduler_serving=parts.scheduler_serving,
         api_key=cfg.api_key,
         latency=LatencyRecorder(frontend_metrics()),
         metrics_dir=parts.metrics_dir,
@@ -168,7 +170,7 @@ def frontend_main(spec: FrontendSpec, listener: socket.socket, ready: Connection
     view = HealthView(spec.health_file)
     parts = FrontendParts(tokenizer, spec.requests_endpoint, None, view.health, view.detail, view.generation,
                           spec.metrics_dir, spec.http, rid_base(spec.index, spec.generation), spec.index,
-                          ignore_sigint=True)
+                          ignore_sigint=True, scheduler_serving=view.scheduler_serving)
 
     def report_ready(server: Any) -> None:
         def wait() -> None:

@@ -32,9 +32,13 @@ class SchedulerWatch:
         health: Callable[[], dict[str, bool]],
         health_detail: Callable[[], dict[str, Any]],
         generation: Callable[[], int],
+        scheduler_serving: Callable[[], bool] | None = None,
     ) -> None:
         self.receiver = receiver
         self.health = health
+        # admission asks per request: the scheduler's state alone, where the stack can tell it
+        # without every component's (the pool's part walks its slots under a lock: ≈15 us a request)
+        self._scheduler_serving = scheduler_serving
         self.health_detail = health_detail
         self.generation = generation
         self.scheduler_down = False
@@ -53,6 +57,8 @@ class SchedulerWatch:
 
     def scheduler_up(self) -> bool:
         """The scheduler's state now (admission: not the last poll's, which may be 0.25 s old)."""
+        if self._scheduler_serving is not None:
+            return self._scheduler_serving()
         return bool(self.health().get("scheduler", False))
 
     # ---- /health --------------------------------------------------------------------------------

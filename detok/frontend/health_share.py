@@ -78,6 +78,12 @@ class HealthView:
             components["scheduler"] = False  # nobody supervises the stack any more
         return components
 
+    def scheduler_serving(self) -> bool:
+        """health()["scheduler"] alone (no copy of the components)."""
+        body = self._current()
+        components = body.get("components") or {}
+        return bool(components.get("scheduler", False)) and time.time() - float(body.get("published", 0.0)) <= STALE_AFTER_S
+
     def detail(self) -> dict[str, object]:
         return dict(self._current().get("detail") or {})
 

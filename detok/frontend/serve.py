@@ -207,7 +207,8 @@ def _serve_http(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics
         return _serve_many(cfg, stack, listener, metrics_root)
     assert stack.tokenizer is not None
     parts = FrontendParts(stack.tokenizer, stack.requests_endpoint, stack.receiver_endpoint, stack.health,
-                          stack.health_detail, lambda: stack.scheduler_generation, metrics_root, cfg.http_limits())
+                          stack.health_detail, lambda: stack.scheduler_generation, metrics_root, cfg.http_limits(),
+                          scheduler_serving=stack.scheduler_serving)
     base = f"http://{_url_host(cfg.host)}:{listener.getsockname()[1]}"
 
     def banner(server: uvicorn.Server) -> None:

@@ -256,10 +256,13 @@ class Stack:
     def health(self) -> dict[str, bool]:
         """"pool": every slot has a serving, non-stalled process; "scheduler": the stub serves."""
         pool_up = self.pool is not None and not self.pool.closed and all(s.serving for s in self.pool.slots())
+        return {"pool": pool_up, "scheduler": self.scheduler_serving()}
+
+    def scheduler_serving(self) -> bool:
+        """health()["scheduler"] alone."""
         stub = self._stub
         with self._lock:
-            stub_up = self._stub_state == "up" and stub is not None and stub.exitcode is None
-        return {"pool": pool_up, "scheduler": stub_up}
+            return self._stub_state == "up" and stub is not None and stub.exitcode is None
 
     def health_detail(self) -> dict[str, object]:
         """Per-part state for /health (JSON-able)."""

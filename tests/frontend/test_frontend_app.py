@@ -294,6 +294,25 @@ def test_requests_failing_after_acceptance_release_everything(tmp_path, tok):
 # ---- health and the watchdog -------------------------------------------------------------------
 
 
+def test_admission_asks_the_scheduler_alone_where_the_stack_can_tell(tmp_path, tok):
+    """With `scheduler_serving` (the stack's cheap check), admission asks it per request, not
+    health(): refused (503) while it says down though health() still says up, served again after."""
+    up = [True]
+
+    async def main() -> None:
+        async with running_app(tmp_path, tok, health=lambda: {"pool": True, "scheduler": True},
+                               scheduler_serving=lambda: up[0]) as run:
+            body = {"prompt": "x", "max_tokens": 2}
+            assert (await run.http.post("/v1/completions", json=body)).status_code == 200
+            up[0] = False
+            refused = await run.http.post("/v1/completions", json=body)
+            assert refused.status_code == 503 and refused.json()["error"]["type"] == "service_unavailable"
+            up[0] = True
+            assert (await run.http.post("/v1/completions", json=body)).status_code == 200
+
+    asyncio.run(main())
+
+
 def test_watchdog_fails_only_what_a_lost_scheduler_held(tmp_path, tok):
     parts = {"pool": True, "scheduler": True}
     generation = [1]

@@ -57,14 +57,15 @@ def test_health_view_reads_the_board_and_a_stale_board_means_the_scheduler_is_do
                                        "generation": 3})
     try:
         view = HealthView(path)
-        assert view.health() == {"pool": True, "scheduler": True}
+        assert view.health() == {"pool": True, "scheduler": True} and view.scheduler_serving() is True
         assert view.detail() == {"x": 1} and view.generation() == 3
     finally:
         board.close()
     with open(path, "w") as f:
         json.dump({"components": {"pool": True, "scheduler": True}, "published": time.time() - STALE_AFTER_S - 1}, f)
-    assert HealthView(path).health()["scheduler"] is False
+    assert HealthView(path).health()["scheduler"] is False and HealthView(path).scheduler_serving() is False
     assert HealthView(str(tmp_path / "missing.json")).health() == {"pool": False, "scheduler": False}
+    assert HealthView(str(tmp_path / "missing.json")).scheduler_serving() is False
 
 
 def test_a_frontend_keeps_its_start_up_heap_out_of_collections():

@@ -105,8 +105,12 @@ def test_a_killed_stub_is_restarted_and_serves_again(stack, frontend):
     old, generation = stack.stub_pid, stack.scheduler_generation  # relative: the module's stack is shared
     restarts = stack.health_detail()["scheduler"]["restarts"]  # type: ignore[index]
     assert old is not None and stack.health() == {"pool": True, "scheduler": True}
+    assert stack.scheduler_serving()
     os.kill(old, signal.SIGKILL)
     deadline = time.monotonic() + 120  # a hang fails; a slow box only takes longer
+    while stack.scheduler_serving() and stack.scheduler_generation == generation:  # (admission's check)
+        assert time.monotonic() < deadline, stack.health_detail()
+        time.sleep(0.001)
     seen_down = False
     while not (stack.health()["scheduler"] and stack.scheduler_generation == generation + 1):
         assert time.monotonic() < deadline, stack.health_detail()
