@@ -112,8 +112,10 @@ class SchedulerStub:
     def abort(self, rid: int) -> None:
         self._logprobs.pop(rid, None)
         if self.running.pop(rid, None) is not None:
-            self.client.abort(rid)  # tells the worker now, so it frees the request
+            # counted before the worker hears of it: the request's end reaches its frontend from
+            # the worker, and who saw that end may read these stats at once (a test did, and raced)
             self._count_finished(aborted=True)
+            self.client.abort(rid)  # tells the worker now, so it frees the request
             return
         if rid in self._waiting_rids:
             self._waiting_rids.discard(rid)
