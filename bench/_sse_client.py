@@ -161,10 +161,10 @@ class ResponseParser:
         complete = bytes(sse[:end])
         del sse[: end + 2]
         on_event = self._on_event
-        for event in complete.split(b"\n\n"):
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    on_event(line[6:] if line[5:6] == b" " else line[5:])
+        for event in complete.split(b"\n\n"):  # an event's data lines joined by newlines (the SSE rule)
+            data = [line[6:] if line[5:6] == b" " else line[5:] for line in event.split(b"\n") if line.startswith(b"data:")]
+            if data:
+                on_event(b"\n".join(data))
 
     def _finish(self) -> None:
         self._state = "done"
