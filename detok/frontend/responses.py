@@ -76,6 +76,12 @@ class ResponseContext:
     # its writer, for the receiving loop's chunk pusher (detok.frontend.chunk_push)
     direct: Any = None
 
+    @property
+    def opens_at_once(self) -> bool:
+        """A streamed body's first chunk is ready before any delta (chat's role chunks, echo):
+        `stream_events` yields it, joined, without waiting."""
+        return self.kind == "chat" or bool(self.echo)
+
     def typed_choice(self) -> TypedChoice | None:
         p = self.parsing
         if p is None or self.kind != "chat":
@@ -249,11 +255,14 @@ async def stream_events(
     out as one chunk, as vLLM's `--stream-interval`."""
     render = ChunkRenderer(ctx.kind, ctx.id, ctx.created, ctx.model, len(streams))
     choices = [ChoiceState(i, ctx, recorder) for i in range(len(streams))]
+    opening: list[bytes] = []  # (one chunk: the response's head goes out with it, see SseResponse)
     for c in choices:
         if ctx.kind == "chat":  # OpenAI's first chunk of a choice announces the role
-            yield _text_chunk(ctx, c.index, "", role=True, usage=c.running_usage(ctx))
+            opening.append(_text_chunk(ctx, c.index, "", role=True, usage=c.running_usage(ctx)))
         if ctx.echo:
-            yield render.text(c.index, ctx.echo, usage=c.running_usage(ctx))
+            opening.append(render.text(c.index, ctx.echo, usage=c.running_usage(ctx)))
+    if opening:  # (ctx.opens_at_once)
+        yield b"".join(opening)
     interval = ctx.stream_interval
     held: list[list[RequestDelta]] = [[] for _ in choices]
     sent_first = [interval <= 1] * len(choices)

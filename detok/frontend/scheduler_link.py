@@ -14,6 +14,7 @@ import zmq
 from detok.wire.endpoints import make_socket
 from detok.wire.security import CurveKeys, SocketSecurity
 from detok.frontend.errors import RequestError
+from detok.frontend.outbox import Outbox
 from detok.frontend.validation import GenerationJob
 from detok.wire.codec import new_encoder
 from detok.wire.to_scheduler import Abort, AbortRange, GenerateRequest
@@ -22,6 +23,7 @@ from detok.receiver.receiver import DeltaReceiver, RequestStream
 _RID_COUNTER_BITS = 48  # rids: a frontend id above a per-frontend counter (63 bits in all)
 _RID_GENERATION_BITS = 7  # `detok serve --frontends N`: index (8 bits) | restart generation (7) | counter
 MAX_FRONTENDS = 1 << (63 - _RID_COUNTER_BITS - _RID_GENERATION_BITS)
+_QUEUE_FULL = "the scheduler is not taking requests (its queue is full); retry later"
 
 
 def rid_base(index: int, generation: int) -> int:
@@ -89,6 +91,7 @@ class SchedulerLink:
         self._push = make_socket(self._ctx, zmq.PUSH, hwm=hwm)
         self._security.connect(self._push, scheduler_endpoint)
         self.receiver = receiver
+        self._outbox = Outbox(self._push, self._unsent)  # (a turn's messages sent in one run)
         self._encoder = new_encoder()
         # unique across frontends sharing a scheduler: given (`rid_base`), or random without coordination
         self._rid_base = secrets.randbits(63 - _RID_COUNTER_BITS) << _RID_COUNTER_BITS if base is None else base
@@ -100,12 +103,8 @@ class SchedulerLink:
     def _new_rid(self) -> int:
         return self._rid_base | (next(self._counter) & ((1 << _RID_COUNTER_BITS) - 1))
 
-    def _send(self, message: GenerateRequest | Abort) -> bool:
-        try:
-            self._push.send(self._encoder.encode(message), zmq.NOBLOCK)
-            return True
-        except zmq.Again:
-            return False
+    def _unsent(self, rid: int) -> None:
+        self.receiver.fail(rid, _QUEUE_FULL)
 
     def submit(self, job: GenerationJob, arrival_time: float | None = None) -> list[RequestStream]:
         """Send a request's choices to the scheduler (one GenerateRequest each, own rid and seed);
@@ -113,6 +112,7 @@ class SchedulerLink:
         streams: list[RequestStream] = []
         sent: list[int] = []
         arrival = arrival_time or time.time()
+        outbox = self._outbox
         try:
             for seed in job.choice_seeds():
                 rid = self._new_rid()
@@ -133,30 +133,29 @@ class SchedulerLink:
                     parsing=(msgspec.structs.replace(job.parsing, call_id_seed=f"{self._call_salt}-{rid:x}")
                              if job.parsing is not None else None),
                 )
-                if not self._send(request):
-                    raise RequestError(
-                        "the scheduler is not taking requests (its queue is full); retry later",
-                        status=503,
-                        type="service_unavailable",
-                    )
+                if not (outbox.can_send() and outbox.put(self._encoder.encode(request), rid)):
+                    raise RequestError(_QUEUE_FULL, status=503, type="service_unavailable")
                 sent.append(rid)
         except BaseException:
             for stream in streams:
                 self.receiver.discard(stream.rid)
+            taken_back = outbox.retract(set(sent))  # (queued this turn: they never leave)
             for rid in sent:  # the choices that did reach the scheduler stop there too
-                self._send(Abort(rid))
+                if rid not in taken_back:
+                    outbox.put(self._encoder.encode(Abort(rid)))
             raise
         return streams
 
     def abort(self, rid: int) -> None:
         """The client went away: stop generating (the scheduler tells the worker) and forget it."""
         self.receiver.discard(rid)
-        self._send(Abort(rid))  # best effort: if the queue is full the request ends on its own
+        self._outbox.put(self._encoder.encode(Abort(rid)))  # best effort: if the queue is full it ends on its own
 
     def close(self) -> None:
         """Close the socket (bounded linger), then the authenticator, then the context. Idempotent."""
         if self._push.closed:
             return
+        self._outbox.flush()  # (what the last turn queued: an abort, a request)
         self._push.close()
         self._security.close()
         self._ctx.term()

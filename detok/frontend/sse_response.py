@@ -66,10 +66,12 @@ class SseResponse(Response):
 
         watcher = asyncio.ensure_future(watch())
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": self._headers})
-            cycle = _uvicorn_cycle(raw_send, scope)
             last = b""
             async with contextlib.aclosing(self._body) as chunks:
+                # chat's role chunk (and an echo) is there at once: it goes out with the head
+                opening = await anext(chunks, b"") if self._ctx.opens_at_once else b""
+                await _start(send, raw_send, scope, self._headers, opening)
+                cycle = _uvicorn_cycle(raw_send, scope)
                 if cycle is None:
                     async for chunk in chunks:
                         if chunk.endswith(sse.DONE):
@@ -94,6 +96,61 @@ class SseResponse(Response):
         finally:
             watcher.cancel()
             self._release(client_gone=not self._ctx.completed)
+
+
+async def _start(send: Send, raw_send: Send, scope: Scope, headers: list[tuple[bytes, bytes]], opening: bytes) -> None:
+    """The response's start and its first body chunk (`opening`, if any). Under uvicorn's httptools
+    protocol, with nothing between the app and the server's `send`, both go out in one write:
+    uvicorn's `send` builds the head as always and writes it to a stand-in transport, whose bytes
+    then go to the connection with the chunk framed as uvicorn frames it (one syscall and one
+    wake-up of the client fewer per response, ≈5-20 µs of the frontend on loopback)."""
+    start = {"type": "http.response.start", "status": 200, "headers": headers}
+    cycle = _head_cycle(send, raw_send, scope) if opening else None
+    if cycle is None:
+        await send(start)
+        if opening:
+            await raw_send({"type": "http.response.body", "body": opening, "more_body": True})
+        return
+    transport = cycle.transport
+    head = _HeadCapture(transport)
+    cycle.transport = head  # (send's start does not wait: the writes are not paused, checked above)
+    try:
+        await send(start)
+    finally:
+        cycle.transport = transport
+    if cycle.chunked_encoding is True:
+        transport.write(b"%b%x\r\n%b\r\n" % (b"".join(head.parts), len(opening), opening))
+    else:  # (not chunked: uvicorn frames the body its own way)
+        if head.parts:
+            transport.write(b"".join(head.parts))
+        await raw_send({"type": "http.response.body", "body": opening, "more_body": True})
+
+
+def _head_cycle(send: Send, raw_send: Send, scope: Scope) -> Any:
+    """uvicorn's (httptools) request cycle where its head can be captured: `send` is the server's
+    own, the response not started, writes not paused (uvicorn's start then never waits)."""
+    cycle = getattr(raw_send, "__self__", None)
+    if send != raw_send or type(cycle).__name__ != "RequestResponseCycle" or scope.get("method") == "HEAD":
+        return None
+    if not all(hasattr(cycle, a) for a in ("flow", "transport", "disconnected", "chunked_encoding", "response_started")):
+        return None
+    if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
+        return None
+    return cycle
+
+
+class _HeadCapture:
+    """The connection's transport while uvicorn writes the head: writes kept, the rest its own."""
+
+    def __init__(self, transport: Any) -> None:
+        self.parts: list[bytes] = []
+        self._transport = transport
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(bytes(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def _uvicorn_cycle(raw_send: Send, scope: Scope) -> Any:

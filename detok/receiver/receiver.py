@@ -107,6 +107,13 @@ class DeltaReceiver:
         """Stop tracking a request (its client went away); later deltas for it are dropped."""
         self._streams.pop(rid, None)
 
+    def fail(self, rid: int, message: str) -> None:
+        """Finish `rid`'s open stream with reason "error" and `message` (its request never reached
+        the scheduler). Call on the receiving event loop's thread."""
+        stream = self._streams.get(rid)
+        if stream is not None:
+            stream._end(Finish("error", None, message), stream.num_tokens or 0)
+
     def fail_all(self, message: str) -> int:
         """Finish every open request with reason "error" and `message` (e.g. the scheduler died and
         no delta will ever come); returns how many. Call on the receiving event loop's thread."""
