@@ -9,11 +9,11 @@ together), one handler after another in one turn of the loop, and each used to s
 request. Now what the handlers of a turn send is queued and goes out in one run as the turn ends
 (`loop.call_soon`), in the order it was put: a request is still sent before its abort.
 
-A full scheduler queue still refuses a request at once (503): the first message of a turn asks the
-socket whether it takes one now (zmq's POLLOUT, ≈1.6 µs); the rest of the turn rides on that answer,
-and with the queue's bound far above a turn's requests (`SchedulerLink`'s hwm, 100,000) a request
-that still finds it full when the run is sent is the rare case: its stream ends with the same
-message as an error (`on_unsent`), nothing is lost silently. Without a running event loop (a
+A full scheduler queue still refuses requests at once (503): once a send found it full, each
+request asks the socket whether it takes one now (zmq's POLLOUT, ≈1.6 µs, asked only then) until
+it does again. The request whose run found the queue full (with its bound, `SchedulerLink`'s hwm
+of 100,000, the rare case) has its stream end with the same message as an error (`on_unsent`):
+nothing is lost silently. Without a running event loop (a
 synchronous caller) every message is sent at once, as before.
 """
 
@@ -41,7 +41,7 @@ OUTBOX_MAX_WAIT_S = 0.001
 class Outbox:
     """Sends `put` messages on `sock` at the end of the event-loop turn (see the module)."""
 
-    __slots__ = ("_first_at", "_loop", "_on_unsent", "_queued", "_sock")
+    __slots__ = ("_first_at", "_full", "_loop", "_on_unsent", "_queued", "_sock")
 
     def __init__(self, sock: zmq.Socket, on_unsent: Callable[[int], None]) -> None:
         self._sock = sock
@@ -49,13 +49,14 @@ class Outbox:
         self._queued: list[tuple[bytes, int | None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop whose turn-end flush is scheduled
         self._first_at = 0.0  # when the run's first message was queued (time.perf_counter)
+        self._full = False  # the last send found the scheduler's queue full
 
     def can_send(self) -> bool:
-        """Whether a message put now will be taken: asks the socket for the turn's first, else the
-        turn's answer stands."""
-        if self._queued:
-            return True
-        return bool(self._sock.get(zmq.EVENTS) & zmq.POLLOUT)
+        """Whether a message put now will be taken, as far as is known: once a send found the
+        scheduler's queue full, the socket is asked (POLLOUT) until it takes messages again."""
+        if self._full:
+            self._full = not self._sock.get(zmq.EVENTS) & zmq.POLLOUT
+        return not self._full
 
     def put(self, message: bytes, rid: int | None = None) -> bool:
         """Queue `message` (rid: the request it submits, told to `on_unsent` if it cannot be sent;
@@ -108,6 +109,8 @@ class Outbox:
     def _send_now(self, message: bytes) -> bool:
         try:
             self._sock.send(message, zmq.NOBLOCK)
-            return True
         except zmq.Again:
+            self._full = True
             return False
+        self._full = False
+        return True

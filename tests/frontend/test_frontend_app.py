@@ -223,6 +223,7 @@ def test_n_choices_have_own_rids_and_seeds_and_stream_as_they_collect(tmp_path, 
             assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens == 9  # summed
             assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens == len(sent[0].prompt_ids)  # once
             assert whole.id.startswith("chatcmpl-") and len(whole.id) == len("chatcmpl-") + 32
+            assert chunks[0].id != whole.id and int(whole.id[len("chatcmpl-"):], 16) >= 0  # (hex, one per response)
             assert str(sent[0].rid) not in whole.id and f"{sent[0].rid:016x}" not in whole.id
 
     asyncio.run(main())

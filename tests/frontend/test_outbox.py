@@ -175,8 +175,15 @@ def test_a_full_queue_refuses_at_once_or_ends_the_stream_with_the_reason(tmp_pat
             assert first.finish is None
             assert second.finish is not None and second.finish.reason == "error"
             assert "queue is full" in (second.finish.message or "")
-            with pytest.raises(RequestError) as refused:  # a later turn asks the socket: 503 at once
+            with pytest.raises(RequestError) as refused:  # the socket is asked now: 503 at once
                 link.submit(_job())
             assert refused.value.status == 503 and "queue is full" in str(refused.value)
+            _inbox.bind(link_endpoint)  # the scheduler reads again: taken again
+            assert _received(_inbox, 1000)
+            third = link.submit(_job())[0]
+            await asyncio.sleep(0)
+            assert third.finish is None
+            assert [m.rid for m in _received(_inbox, 1000)] == [third.rid]
 
+        link_endpoint = f"ipc://{tmp_path}/inbox"
         asyncio.run(turns())
