@@ -2,8 +2,9 @@
 
 A zmq send on its own is dear: libzmq hands the message to its I/O thread through a mailbox, which
 wakes that thread, which writes the socket and sleeps again; the scheduler wakes once per message
-too. Measured on this 2-core box (`/work/notes/s8/zsend2.py`, 300-byte messages over ipc): ≈18 µs
-of the sending thread per lone send, ≈2-4 µs each in runs of 8-64. Requests reach a frontend in
+too. Measured on a 2-core box (a PUSH over ipc to a PULL in another process, 300-byte messages, the
+sending thread's CPU): ≈18 µs per lone send, ≈3.7 µs each in runs of 8, ≈1.9 in runs of 64
+(README, "A turn's submissions in one run"). Requests reach a frontend in
 waves (a closed-loop client's users finish in the same scheduler step; an agent's calls go out
 together), one handler after another in one turn of the loop, and each used to send its own
 request. Now what the handlers of a turn send is queued and goes out in one run as the turn ends
@@ -13,8 +14,8 @@ A full scheduler queue still refuses requests at once (503): once a send found i
 request asks the socket whether it takes one now (zmq's POLLOUT, ≈1.6 µs, asked only then) until
 it does again. The request whose run found the queue full (with its bound, `SchedulerLink`'s hwm
 of 100,000, the rare case) has its stream end with the same message as an error (`on_unsent`):
-nothing is lost silently. Without a running event loop (a
-synchronous caller) every message is sent at once, as before.
+nothing is lost silently. Without a running event loop (a synchronous caller) every message is
+sent at once, as before.
 """
 
 from __future__ import annotations
