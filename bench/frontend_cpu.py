@@ -141,11 +141,21 @@ def measure(label: str, env: dict[str, str], cwd: str, serve_args: Sequence[str]
     }
 
 
+def serve_extras(label: str, frontends: int, after_args: Sequence[str]) -> list[str]:
+    """The serve arguments of one variant's run beyond the shared ones: its frontends (the 'before'
+    tree's only when not 1, so a tree without the flag still runs) and this tree's own."""
+    if label == "before":
+        return ["--frontends", str(frontends)] if frontends != 1 else []
+    return ["--frontends", str(frontends), *after_args]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--before-src", default=None, help="a source tree to run as 'before' (its detok/ first on PYTHONPATH)")
     p.add_argument("--users", default="512", help="comma list of concurrency levels")
     p.add_argument("--frontends", default="1", help="comma list of --frontends values (this tree only)")
+    p.add_argument("--before-frontends", type=int, default=1,
+                   help="--frontends of the --before-src tree's runs (1: the flag is not passed)")
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--logprobs", default="0,5", help="comma list: 0 = none, N = top-N logprobs")
     p.add_argument("--procs", type=int, default=1, help="client processes")
@@ -157,6 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--system-chars", type=int, default=0, help="a system message of this many characters per request")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if any(a.split("=")[0] == "--frontends" for a in [*args.serve_arg, *args.after_arg]):
+        # (it would reach one tree's runs and be overridden in the others', and the rows mislabelled)
+        p.error("set the frontends with --frontends (this tree) and --before-frontends, not --serve-arg/--after-arg")
     serve_args = ["--max-batch", "1024", "--no-spare", *args.serve_arg]
     # Each variant's server runs in its source tree (with it first on PYTHONPATH too): `-m` puts
     # the working directory first on sys.path, so a 'before' run from this tree's root would
@@ -168,12 +181,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         found = detok_source(env, tree)
         if found != os.path.realpath(tree):
             raise SystemExit(f"{label}: detok imports from {found}, not {tree}")
-        for f in (["1"] if label == "before" else args.frontends.split(",")):
+        for f in ([args.before_frontends] if label == "before" else args.frontends.split(",")):
             runs.append((label, env, tree, int(f)))
     for n in [int(x) for x in args.logprobs.split(",")]:
         for users in [int(u) for u in args.users.split(",")]:
             for label, env, tree, frontends in runs:
-                extra = [] if label == "before" else ["--frontends", str(frontends), *args.after_arg]
+                extra = serve_extras(label, frontends, args.after_arg)
                 row = measure(label, env, tree, [*serve_args, *extra], users, args.duration, n or None, args.procs,
                               args.max_tokens, args.system_chars)
                 row["frontends"] = frontends

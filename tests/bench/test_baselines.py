@@ -295,3 +295,17 @@ def test_frontend_cpu_runs_each_variant_from_its_own_tree(tmp_path: Path) -> Non
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     assert detok_source(env, str(tmp_path)) == os.path.realpath(tmp_path)
     assert detok_source(env, _REPO) == os.path.realpath(_REPO)  # (the trap the bench avoids)
+
+
+def test_frontend_cpu_sets_each_trees_frontends_and_refuses_them_in_serve_args() -> None:
+    """`--serve-arg=--frontends=2` reached the 'before' runs and was overridden by the 'after' runs'
+    own `--frontends 1`: a comparison of 2 frontends against 1, labelled as like for like."""
+    from bench.frontend_cpu import main, serve_extras
+
+    assert serve_extras("before", 1, ["--x"]) == []
+    assert serve_extras("before", 2, ["--x"]) == ["--frontends", "2"]
+    assert serve_extras("after", 2, ["--x"]) == ["--frontends", "2", "--x"]
+    for bad in (["--serve-arg=--frontends=2"], ["--after-arg=--frontends=2"], ["--serve-arg", "--frontends"]):
+        with pytest.raises(SystemExit) as refused:
+            main(bad)
+        assert refused.value.code == 2
