@@ -38,7 +38,7 @@ class SchedulerWatch:
         self.health = health
         # admission asks per request: the scheduler's state alone, where the stack can tell it
         # without every component's (the pool's part copies its slots under a lock: ≈5 us a call idle)
-        self._scheduler_serving = scheduler_serving
+        self._scheduler_serving = scheduler_serving or self._scheduler_from_health
         self.health_detail = health_detail
         self.generation = generation
         self.scheduler_down = False
@@ -57,8 +57,9 @@ class SchedulerWatch:
 
     def scheduler_up(self) -> bool:
         """The scheduler's state now (admission: not the last poll's, which may be 0.25 s old)."""
-        if self._scheduler_serving is not None:
-            return self._scheduler_serving()
+        return self._scheduler_serving()
+
+    def _scheduler_from_health(self) -> bool:
         return bool(self.health().get("scheduler", False))
 
     # ---- /health --------------------------------------------------------------------------------

@@ -52,6 +52,11 @@ class HealthBoard:
         self._thread.join(2.0)
 
 
+def _fresh(body: dict[str, Any]) -> bool:
+    """The snapshot was published recently: its supervisor is alive."""
+    return time.time() - float(body.get("published", 0.0)) <= STALE_AFTER_S
+
+
 class HealthView:
     """Frontend side: the last snapshot, as FrontendState's health callables."""
 
@@ -74,15 +79,14 @@ class HealthView:
     def health(self) -> dict[str, bool]:
         body = self._current()
         components = dict(body.get("components") or {"pool": False, "scheduler": False})
-        if time.time() - float(body.get("published", 0.0)) > STALE_AFTER_S:
+        if not _fresh(body):
             components["scheduler"] = False  # nobody supervises the stack any more
         return components
 
     def scheduler_serving(self) -> bool:
         """health()["scheduler"] alone (no copy of the components)."""
         body = self._current()
-        components = body.get("components") or {}
-        return bool(components.get("scheduler", False)) and time.time() - float(body.get("published", 0.0)) <= STALE_AFTER_S
+        return bool((body.get("components") or {}).get("scheduler", False)) and _fresh(body)
 
     def detail(self) -> dict[str, object]:
         return dict(self._current().get("detail") or {})

@@ -129,12 +129,19 @@ async def _start(send: Send, raw_send: Send, scope: Scope, headers: list[tuple[b
 def _head_cycle(send: Send, raw_send: Send, scope: Scope) -> Any:
     """uvicorn's (httptools) request cycle where its head can be captured: `send` is the server's
     own, the response not started, writes not paused (uvicorn's start then never waits)."""
+    cycle = _httptools_cycle(raw_send, scope) if send == raw_send else None
+    if cycle is None or cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
+        return None
+    return cycle
+
+
+def _httptools_cycle(raw_send: Send, scope: Scope) -> Any:
+    """uvicorn's httptools request cycle behind `raw_send`, with the state this module reads of it
+    (not for a HEAD request), else None."""
     cycle = getattr(raw_send, "__self__", None)
-    if send != raw_send or type(cycle).__name__ != "RequestResponseCycle" or scope.get("method") == "HEAD":
+    if type(cycle).__name__ != "RequestResponseCycle" or scope.get("method") == "HEAD":
         return None
     if not all(hasattr(cycle, a) for a in ("flow", "transport", "disconnected", "chunked_encoding", "response_started")):
-        return None
-    if cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
         return None
     return cycle
 
@@ -158,12 +165,8 @@ def _uvicorn_cycle(raw_send: Send, scope: Scope) -> Any:
     Chunks then go to the connection's transport as uvicorn's `send` would write them (same flow
     control, same framing) without an ASGI message and a coroutine per chunk; any other server,
     HTTP/1.0 or a HEAD request takes the ASGI path."""
-    cycle = getattr(raw_send, "__self__", None)
-    if type(cycle).__name__ != "RequestResponseCycle" or scope.get("method") == "HEAD":
-        return None
-    if not all(hasattr(cycle, a) for a in ("flow", "transport", "disconnected", "chunked_encoding")):
-        return None
-    return cycle if cycle.chunked_encoding is True and cycle.response_started else None
+    cycle = _httptools_cycle(raw_send, scope)
+    return cycle if cycle is not None and cycle.chunked_encoding is True and cycle.response_started else None
 
 
 class DirectWriter:
