@@ -13,10 +13,15 @@ reads slowly (the transport's writes paused: its deltas wait and go out joined),
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from detok.frontend.chunks import ChunkRenderer
+
+try:  # the text-only chunk in one C call (optional: without it, ChunkPusher does it in Python)
+    from detok.frontend._chunkpush import TextPusher as _TextPusher
+except ImportError:  # pragma: no cover - a build without its C extensions
+    _TextPusher = None
 
 if TYPE_CHECKING:
     from detok.frontend.responses import ChoiceState, ResponseContext
@@ -52,6 +57,10 @@ class ChunkPusher:
         # no logprobs and no usage per chunk: a chunk is its text alone (plain_chunk's result for it)
         self._text_only = ctx.logprobs is None and not ctx.continuous_usage
 
+    @property
+    def text_only(self) -> bool:
+        return self._text_only
+
     def __call__(self, stream: RequestStream) -> bool:
         if not self._writer.ready():
             return False  # the consumer's: a paused or gone client
@@ -72,12 +81,21 @@ class ChunkPusher:
 
 
 def pusher_for(ctx: ResponseContext, render: ChunkRenderer, choices: Sequence[ChoiceState],
-               streams: Sequence[RequestStream]) -> ChunkPusher | None:
+               streams: Sequence[RequestStream]) -> Callable[[RequestStream], bool] | None:
     """A pusher where the response can have one: written straight to its connection
-    (`ctx.direct`), one choice, every delta its own chunk, plain text."""
+    (`ctx.direct`), one choice, every delta its own chunk, plain text. Without logprobs or
+    per-chunk usage, on uvicorn's connection (`DirectWriter.parts`), the compiled `TextPusher`
+    (`_chunkpush.c`): the same chunks as ChunkPusher's text-only branch, which it calls for
+    anything but text alone."""
     if ctx.direct is None or len(streams) != 1 or ctx.stream_interval > 1 or choices[0].typed is not None:
         return None
-    return ChunkPusher(ctx, render, choices[0], ctx.direct)
+    pusher = ChunkPusher(ctx, render, choices[0], ctx.direct)
+    parts: Callable[[], tuple[Any, Any, Callable[[bytes], object]]] | None = getattr(ctx.direct, "parts", None)
+    if _TextPusher is None or not pusher.text_only or parts is None:
+        return pusher
+    flow, cycle, write = parts()
+    prefix, suffix = render.text_frame(0)
+    return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix)
 
 
 class pushing:  # noqa: N801 - used as a context manager, named as one
@@ -85,7 +103,7 @@ class pushing:  # noqa: N801 - used as a context manager, named as one
 
     __slots__ = ("_pusher", "_streams")
 
-    def __init__(self, streams: Sequence[RequestStream], pusher: ChunkPusher | None) -> None:
+    def __init__(self, streams: Sequence[RequestStream], pusher: Callable[[RequestStream], bool] | None) -> None:
         self._streams, self._pusher = streams, pusher
 
     async def __aenter__(self) -> None:

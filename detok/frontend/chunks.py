@@ -44,6 +44,11 @@ class ChunkRenderer:
         self._delta_heads = [head + str(i).encode() + b',"delta":{' for i in range(choices)]
         self._keys: dict[str, bytes] = {}  # delta key -> its encoded `"key":`
 
+    def text_frame(self, index: int) -> tuple[bytes, bytes]:
+        """(before, after) the text's JSON string in `text(index, text)` without logprobs, extra
+        fields or usage: that chunk is before + msgspec.json.encode(text) + after."""
+        return self._heads[index], (b"}" if self._chat else b"") + _OPEN_TAIL + _NULL + _END
+
     def field(self, index: int, key: str, value: Any, logprobs: Any = None, usage: Any = None) -> bytes:
         """A chat chunk whose delta is the one field `key` (the reasoning, or `tool_calls`)."""
         prefix = self._keys.get(key)

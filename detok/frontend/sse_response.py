@@ -184,6 +184,11 @@ class DirectWriter:
     def write(self, chunk: bytes) -> None:
         self._write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
 
+    def parts(self) -> tuple[Any, Any, Callable[[bytes], object]]:
+        """(flow, cycle, the transport's write): what `ready` reads and `write` calls, for a
+        compiled pusher that does both itself (`detok.frontend.chunk_push`)."""
+        return self._flow, self._cycle, self._write
+
 
 async def _write_chunked(writer: DirectWriter, chunks: AsyncIterator[bytes]) -> bytes:
     """Writes the chunks up to the last one (the one ending with [DONE], the body's last): returns it."""

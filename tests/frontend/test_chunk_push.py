@@ -154,6 +154,35 @@ class _Writer:
         self.out.append(chunk)
 
 
+class _Flow:
+    def __init__(self, writer: _Writer) -> None:
+        self._writer = writer
+
+    @property
+    def write_paused(self) -> bool:
+        return not self._writer.open
+
+
+class _Cycle:
+    disconnected = False
+
+
+class _FramedWriter(_Writer):
+    """A connection as `DirectWriter` shows it to the compiled pusher (`parts`): its chunks come
+    framed as HTTP chunks, unframed here."""
+
+    def write(self, chunk: bytes) -> None:
+        self._raw_write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+
+    def parts(self) -> tuple[Any, Any, Any]:
+        return _Flow(self), _Cycle(), self._raw_write
+
+    def _raw_write(self, framed: bytes) -> None:
+        size, _, rest = framed.partition(b"\r\n")
+        assert int(size, 16) == len(rest) - 2 and rest.endswith(b"\r\n"), framed
+        _Writer.write(self, rest[:-2])
+
+
 def _parsed(chunks: list[bytes]) -> tuple[str, list[Any]]:
     text, tail = [], []
     for payload in (event[6:] for c in chunks for event in c.split(b"\n\n")[:-1]):
@@ -172,14 +201,15 @@ _EVENTS = st.lists(st.one_of(st.text(min_size=1, max_size=6).map(lambda t: ("tex
                              st.sampled_from([("pause", ""), ("resume", ""), ("turn", "")])), max_size=40)
 
 
-@settings(max_examples=60, deadline=None)
-@given(events=_EVENTS, push=st.booleans(), usage=st.booleans())
-def test_pushed_chunks_make_the_consumers_response(events: list[tuple[str, str]], push: bool, usage: bool) -> None:
+@settings(max_examples=80, deadline=None)
+@given(events=_EVENTS, push=st.booleans(), usage=st.booleans(), framed=st.booleans())
+def test_pushed_chunks_make_the_consumers_response(events: list[tuple[str, str]], push: bool, usage: bool,
+                                                   framed: bool) -> None:
     """(`usage`: continuous usage stats, a chunk that is not its text alone: the pusher's general
-    path; without, its text-only one.)"""
+    path; without, its text-only one, compiled where the writer shows its `parts`: `framed`.)"""
     async def main() -> tuple[str, list[Any], int, int]:
         rx = DeltaReceiver()
-        writer = _Writer()
+        writer = _FramedWriter() if framed else _Writer()
         try:
             s = rx.open(7)
             ctx = ResponseContext("chat", "id-1", "m", 3, False, 0.0)  # type: ignore[arg-type]
@@ -219,13 +249,14 @@ def test_pushed_chunks_make_the_consumers_response(events: list[tuple[str, str]]
         assert pushed == 0
 
 
-def test_most_chunks_of_a_steady_stream_are_pushed() -> None:
+@pytest.mark.parametrize("framed", [False, True], ids=["python", "compiled"])
+def test_most_chunks_of_a_steady_stream_are_pushed(framed: bool) -> None:
     events = [("text", f"w{k} ") for k in range(30)]
     events = [e for pair in zip(events, [("turn", "")] * 30) for e in pair]
 
     async def main() -> tuple[int, int]:
         rx = DeltaReceiver()
-        writer = _Writer()
+        writer = _FramedWriter() if framed else _Writer()
         try:
             s = rx.open(7)
             ctx = ResponseContext("completion", "id-1", "m", 3, False, 0.0)  # type: ignore[arg-type]
