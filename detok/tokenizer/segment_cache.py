@@ -27,6 +27,8 @@ from typing import Any
 
 import tokenizers
 
+from detok.tokenizer.ascii_pieces import AsciiPieces
+
 # Pieces whose ids are kept, least recently used dropped first; a piece longer than the second
 # limit is encoded each time. At most ENTRIES x (MAX_CHARS characters, up to 4 bytes each, and
 # their ids, 4 bytes each): ≈20 MB per frontend process if every entry were a full-size piece.
@@ -56,7 +58,13 @@ def _no_normalizer(normalizer: dict[str, Any] | None) -> bool:
 
 
 def _piece_encoder(tok: tokenizers.Tokenizer) -> Any:
+    ascii_pieces = AsciiPieces.of(tok)  # (an ASCII piece without `tokenizers`' pre-tokenizer, where exact)
+
     def encode_piece(piece: str) -> array[int]:
+        if ascii_pieces is not None:
+            ids = ascii_pieces.encode(piece)
+            if ids is not None:
+                return array("I", ids)
         # (encode_batch_fast: the GIL is released while it works, as Tokenizer.encode_batch's callers
         # expect; the ids kept packed, 4 bytes each, not as a tuple of int objects)
         return array("I", tok.encode_batch_fast([piece], add_special_tokens=False)[0].ids)
