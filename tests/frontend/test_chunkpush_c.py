@@ -120,7 +120,7 @@ def test_a_client_that_does_not_read_declines_with_nothing_taken(where: str) -> 
 
 
 @pytest.mark.parametrize("answer", [True, False])
-@pytest.mark.parametrize("what", ["logprobs", "finish", "typed", "nothing", "surrogate"])
+@pytest.mark.parametrize("what", ["logprobs", "finish", "typed", "nothing"])
 def test_anything_but_text_alone_is_the_python_pushers(what: str, answer: bool) -> None:
     pusher, stream, conn, fallback, _ = _setup(answer)
     stream._chunks.append("a")
@@ -132,12 +132,25 @@ def test_anything_but_text_alone_is_the_python_pushers(what: str, answer: bool) 
         stream._typed = object()  # type: ignore[assignment]
     elif what == "nothing":
         stream._chunks.clear()
-    else:
-        stream._chunks.append("\ud800")
     before = list(stream._chunks)
     assert pusher(stream) is answer
     assert fallback.calls == [(before, stream.finish)] and conn.out == [] and conn.log == []
     assert stream._chunks == before
+
+
+def test_a_text_without_utf8_is_taken_and_raises_as_the_python_pushers() -> None:
+    pusher, stream, conn, fallback, render = _setup()
+    python = ChunkPusher(types.SimpleNamespace(logprobs=None, continuous_usage=False), render,  # type: ignore[arg-type]
+                         types.SimpleNamespace(timer=types.SimpleNamespace(text=lambda: None)),  # type: ignore[arg-type]
+                         types.SimpleNamespace(ready=lambda: True, write=conn.out.append))  # type: ignore[arg-type]
+    twin = RequestStream(2, types.SimpleNamespace(gaps=0))  # type: ignore[arg-type]
+    for s in (stream, twin):
+        s._chunks += ["a", "\ud800"]
+    with pytest.raises(UnicodeEncodeError):
+        pusher(stream)
+    with pytest.raises(UnicodeEncodeError):
+        python(twin)
+    assert stream._chunks == twin._chunks == [] and conn.out == [] and fallback.calls == []
 
 
 @pytest.mark.parametrize("which", ["write", "timer", "fallback"])
@@ -175,8 +188,10 @@ def test_hostile_construction_and_calls_are_clean_errors() -> None:
     conn = _Conn()
     on_int = TextPusher(lambda s: "fallback", conn.flow, conn.cycle, conn.write, None, b"", b"")
     stream = RequestStream(1, types.SimpleNamespace(gaps=0))  # type: ignore[arg-type]
-    stream._chunks.append(5)  # type: ignore[arg-type]  # (not a str: the fallback's)
-    assert on_int(stream) == "fallback" and conn.out == []
+    stream._chunks.append(5)  # type: ignore[arg-type]  # (not a str: refused, nothing written)
+    with pytest.raises(TypeError, match="must be a str"):
+        on_int(stream)
+    assert conn.out == []
 
 
 def test_no_reference_is_leaked_over_many_pushes() -> None:
