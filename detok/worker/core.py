@@ -241,9 +241,16 @@ class WorkerCore(BatchStepping):
         self._remember_finished(rid, gen)
         if text:
             entry.out.add(rid, text, offset, num_tokens)
-        if message is None and finish is not None:
-            message = finish.message
-        self._emit_finish(entry.out, rid, Finish(reason, matched, message), num_tokens, gen, _calls(entry.stream))  # type: ignore[arg-type]
+        if reason != "error" and finish is not None and finish.reason == "stop" and type(finish.matched) is str:
+            # the text released at the end (held bytes become U+FFFD) completed a stop string: the
+            # request ends at it, as DecodeStream's finish says (its text is cut there); an error
+            # stays an error, its message is what the client must see
+            self.counts.stops["string"] = self.counts.stops.get("string", 0) + 1
+        else:
+            if message is None and finish is not None:
+                message = finish.message
+            finish = Finish(reason, matched, message)  # type: ignore[arg-type]
+        self._emit_finish(entry.out, rid, finish, num_tokens, gen, _calls(entry.stream))
 
     def _finish_live(self, rid: int, finish: Finish, *, notify: bool) -> None:
         """End a live request for a reason of the worker's own (idle, shutdown, conflict)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from detok.pool.pool import DetokPool
@@ -45,9 +45,15 @@ def tok():
     return load_tokenizer(str(hf_qwen2_dir()))
 
 
+MIXED = " 北京欢迎你 🫨👍🏽 नमस्ते «quotes» "
+
+
 @pytest.fixture(scope="module")
 def ids(tok):
-    return tok.encode(corpus_text()[:20_000] + " 北京欢迎你 🫨👍🏽 नमस्ते «quotes»")
+    # mixed-script text every 1,000 characters: requests often start, cut and stop inside
+    # characters of several tokens (a stop string cut from such text can end in U+FFFD)
+    corpus = corpus_text()[:20_000]
+    return tok.encode("".join(corpus[i : i + 1000] + MIXED for i in range(0, len(corpus), 1000)))
 
 
 @pytest.fixture(scope="module", params=["ipc", "tcp"])
@@ -60,7 +66,11 @@ def rig(request):
             yield pool, client, rx
 
 
-@settings(max_examples=25 if SLOW else 4, deadline=None, suppress_health_check=list(HealthCheck))
+# No shrinking: each example starts requests on real processes and kills workers, so shrinking a
+# failure took over five minutes in CI (past the suite's budget); the failing example is printed
+# as found.
+@settings(max_examples=25 if SLOW else 4, deadline=None, suppress_health_check=list(HealthCheck),
+          phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(rounds=rounds_st, seed=st.integers(0, 2**16))
 def test_reused_rids_get_their_own_text_through_every_finish_and_kill(tok, ids, rig, rounds, seed) -> None:
     pool, client, rx = rig
