@@ -205,6 +205,14 @@ class ServingLoop:
     # ---- output -------------------------------------------------------------------------------
     def _send(self, outputs: Outputs) -> None:
         encode = self.encoder.encode
+        # The scheduler's notice first: a frontend that sees a finish should not learn of it
+        # before the scheduler client does (a rid reused at once waits for that notice).
+        if outputs.notice is not None and self.notify is not None:
+            try:
+                self.notify.send(encode(outputs.notice), zmq.NOBLOCK)
+            except zmq.Again:
+                self.core.counts.dropped_messages += 1
+                self._warn("full:notify", "worker %d: scheduler notice queue full, StopNotice dropped", self.worker)
         for reply_to, batch in outputs.deltas:
             sock, error = self.frontends.get(reply_to)
             if sock is None:
@@ -216,12 +224,6 @@ class ServingLoop:
             except zmq.Again:
                 self.core.counts.dropped_messages += 1
                 self._warn("full:" + reply_to, "worker %d: frontend %s queue full, deltas dropped", self.worker, reply_to)
-        if outputs.notice is not None and self.notify is not None:
-            try:
-                self.notify.send(encode(outputs.notice), zmq.NOBLOCK)
-            except zmq.Again:
-                self.core.counts.dropped_messages += 1
-                self._warn("full:notify", "worker %d: scheduler notice queue full, StopNotice dropped", self.worker)
 
     def _admit_frontend(self, reply_to: str) -> str | None:
         """For a new registration: None if its frontend can be reached, else why not."""
