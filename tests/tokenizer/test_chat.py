@@ -151,6 +151,34 @@ def test_runtime_set_template_and_variables(qwen2: HFTokenizer) -> None:
     assert out == "[user:a][user:b]|<|endoftext|>|<|endoftext|>|<|endoftext|>|False|<|im_start|>,<|im_end|>|kw|True"
 
 
+def test_tokenizers_sharing_a_template_render_their_own_special_tokens(qwen2: HFTokenizer, llama3: HFTokenizer) -> None:
+    """The compiled template and the named special tokens are cached (per template string, per
+    special-tokens object): renders never mix two tokenizers' tokens, and a render cannot change
+    what the next one sees."""
+    template = (
+        "{{ bos_token }}|{{ eos_token }}|{{ additional_special_tokens | length }}|{{ range(2) | list }}"
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}|{{ ns.n }}"
+        "|{{ strftime_now('%Y') | length }}"
+    )
+    old = llama3.chat_template
+    try:
+        for tok in (qwen2, llama3):
+            tok.set_chat_template(template)
+        messages = [{"role": "user", "content": "Hi"}]
+        for _ in range(2):
+            assert qwen2.apply_chat_template(messages) == "<|endoftext|>|<|endoftext|>|2|[0, 1]|1|4"
+            assert llama3.apply_chat_template(messages) == "<|begin_of_text|>|<|eot_id|>|254|[0, 1]|1|4"
+        qwen2.set_chat_template("{{ additional_special_tokens.append('x') }}")
+        with pytest.raises(ChatTemplateError, match="SecurityError"):
+            qwen2.apply_chat_template(messages)
+        qwen2.set_chat_template("{% set b = bos_token %}{{ bos_token_extra is defined }}")
+        assert qwen2.apply_chat_template(messages, bos_token_extra=1) == "True"
+        qwen2.set_chat_template(template)
+        assert qwen2.apply_chat_template(messages) == "<|endoftext|>|<|endoftext|>|2|[0, 1]|1|4"
+    finally:
+        llama3.set_chat_template(old)
+
+
 def test_continue_final_message(qwen2: HFTokenizer) -> None:
     messages = [{"role": "user", "content": "Count"}, {"role": "assistant", "content": "1, 2, "}]
     out = render_chat_template(qwen2, messages, add_generation_prompt=False, continue_final_message=True)
