@@ -1,10 +1,10 @@
 """A request a worker finishes (a stop string) and a rid the scheduler reuses as soon as the frontend
 saw that finish. The worker hands the scheduler's notice to its socket before the frontend's
-deltas, so a worker SIGKILLed right after the step does not leave the frontend knowing of a finish
+deltas, so a worker SIGKILLed right after the step seldom leaves the frontend knowing of a finish
 the scheduler client hears of only after the replay (add_request of the rid then waited
 REUSE_NOTICE_WAIT_S and raised RequestIdInUse: 3 of 90 rounds with the deltas sent first, 0 of
-120 with the notice first). The real-process race runs a bounded sample here, the long one with
-DETOK_SLOW=1."""
+270 with the notice first, some under load). The real-process race runs a bounded sample here,
+the long one with DETOK_SLOW=1."""
 
 from __future__ import annotations
 
