@@ -277,9 +277,12 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
         tail = self._text.flush()
         if self._stop is not None:
             tail, hit = self._stop.feed(tail, self.num_tokens > self._min_tokens)
-            if hit is not None:
+            if hit is not None and reason != "error":
                 return self._finished_by_string(text + tail, hit)
-            tail += self._stop.release()
+            if hit is None:
+                tail += self._stop.release()
+            # (an error whose released text completes a stop string: the text ends at the stop
+            # string, the finish stays the error, whose message is what the caller must see)
         if reason == "stop" and isinstance(matched, int):
             self.stop_kind = "token"
         text += tail

@@ -241,10 +241,10 @@ class WorkerCore(BatchStepping):
         self._remember_finished(rid, gen)
         if text:
             entry.out.add(rid, text, offset, num_tokens)
-        if reason != "error" and finish is not None and finish.reason == "stop" and type(finish.matched) is str:
+        if finish is not None and finish.reason == "stop" and type(finish.matched) is str:
             # the text released at the end (held bytes become U+FFFD) completed a stop string: the
-            # request ends at it, as DecodeStream's finish says (its text is cut there); an error
-            # stays an error, its message is what the client must see
+            # request ends at it, as DecodeStream's finish says (its text is cut there; an error
+            # stays an error there, its message is what the client must see)
             self.counts.stops["string"] = self.counts.stops.get("string", 0) + 1
         else:
             if message is None and finish is not None:

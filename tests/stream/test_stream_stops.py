@@ -214,3 +214,26 @@ def test_stream_finish_releases_jail_and_later_steps_are_empty() -> None:
     end = stream.finish("length")
     assert end.text == "world" and end.finish == Finish("length")
     assert stream.step(ids).text == "" and stream.step(ids).finish is None
+
+
+@pytest.mark.parametrize("end", ["length", "abort", "error", "oov"])
+def test_an_end_whose_released_tail_completes_a_stop_string(end: str) -> None:
+    """Held bytes become U+FFFD at the end; when that completes a stop string, the text ends at
+    the stop string. The finish is the stop string's, except for an error (the scheduler's, or an
+    id outside the vocabulary), which stays the error with its message."""
+    tok = stream_roster.get("qwen2")
+    tokens = tok.encode(" नमस्ते")[:5]  # ' नमस्' and the first byte of 'त'
+    stream = DecodeStream(tok, [], DecodeParams(stop=["्\ufffd"]))
+    text = "".join(stream.step([t]).text for t in tokens)
+    assert text == " नमस" and stream.held_text == "्"
+    if end == "oov":
+        last = stream.step([tok.vocab_size + 5])
+    else:
+        last = stream.finish(end, "failed" if end == "error" else None)  # type: ignore[arg-type]
+    assert last.text == ""  # the virama and the U+FFFD are the stop string: dropped
+    if end == "length" or end == "abort":
+        assert last.finish == Finish("stop", "्\ufffd") and stream.stop_kind == "string"
+    elif end == "error":
+        assert last.finish == Finish("error", None, "failed") and stream.stop_kind is None
+    else:
+        assert last.finish is not None and last.finish.reason == "error" and "vocabulary" in (last.finish.message or "")
