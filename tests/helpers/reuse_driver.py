@@ -49,7 +49,10 @@ class _Live:
     text: str = ""
 
 
-def expected(tok, context: list[int], tokens: list[int], params: DecodeParams, end: str, message: str | None) -> tuple[str, Finish]:
+def expected(tok, context: list[int], tokens: list[int], params: DecodeParams, end: str, message: str | None,
+             matched: int | None = None) -> tuple[str, Finish]:
+    """Text and finish of `tokens` stepped one by one in an in-process DecodeStream, then ended by
+    the scheduler (`end`, with its `message` and stop id `matched`) unless they finished it."""
     stream = DecodeStream(tok, context, params)
     text = []
     for t in tokens:
@@ -57,9 +60,12 @@ def expected(tok, context: list[int], tokens: list[int], params: DecodeParams, e
         text.append(d.text)
         if d.finish is not None:
             return "".join(text), d.finish
-    d = stream.finish(end)  # type: ignore[arg-type]
-    finish = d.finish if end != "error" else Finish("error", None, message)
-    return "".join(text) + d.text, finish  # type: ignore[return-value]
+    d = stream.finish(end, message)  # type: ignore[arg-type]
+    finish = d.finish
+    assert finish is not None
+    if matched is not None and finish.reason == end and finish.matched is None:
+        finish = Finish(end, matched, message)  # type: ignore[arg-type]  # (the stream knows no scheduler's stop id)
+    return "".join(text) + d.text, finish
 
 
 class ReuseRun:

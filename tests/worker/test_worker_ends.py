@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import detok
-from detok.stream import DecodeStream
 from detok.stream.params import DecodeParams, Finish
 from detok.wire.to_workers import EndRequest, Registration
 from detok.worker.core import WorkerCore
+from tests.helpers.reuse_driver import expected
 from tests.helpers.tokenizers_available import hf_qwen2_dir
 from tests.worker.test_worker_core import FE, MIXED, Collector, batch
 
@@ -31,24 +31,6 @@ def tok() -> detok.Tokenizer:
 @pytest.fixture(scope="module")
 def mixed_ids(tok) -> list[int]:
     return tok.encode(MIXED)
-
-
-def _reference(tok, context: list[int], tokens: list[int], params: DecodeParams, reason: str, matched: int | None) -> tuple[str, Finish]:
-    stream = DecodeStream(tok, context, params)
-    text = ""
-    for t in tokens:
-        delta = stream.step([t])
-        text += delta.text
-        if delta.finish is not None:
-            return text, delta.finish
-    delta = stream.finish(reason)  # type: ignore[arg-type]
-    finish = delta.finish
-    assert finish is not None
-    if reason == "error":
-        finish = Finish("error", None, FAILED)
-    elif not (finish.reason == "stop" and isinstance(finish.matched, str)):
-        finish = Finish(reason, matched)  # type: ignore[arg-type]
-    return text + delta.text, finish
 
 
 def _end(reason: str, matched: int | None, rid: int) -> EndRequest:
@@ -112,7 +94,7 @@ def test_ended_requests_with_stop_strings_match_a_local_stream(tok, mixed_ids, d
     stop = full[at : at + width] or "zz"
     params = DecodeParams(stop=(stop,))
     reason, matched = data.draw(st.sampled_from([*ENDS, ("error", None)]), label="end")
-    want = _reference(tok, context, tokens, params, reason, matched)
+    want = expected(tok, context, tokens, params, reason, FAILED if reason == "error" else None, matched)
 
     core, got = WorkerCore(tok), Collector()
     got.take(core.handle_batch(batch([], [], [], new=[Registration(3, FE, context, params)])))
