@@ -27,6 +27,9 @@ class ReasoningParser(ABC):
     # Set True by OutputParser when a tool parser reads this parser's content: a family whose tool
     # calls are messages of its own format (Harmony) then passes them on raw instead of leaving them out.
     tools_follow: bool = False
+    # Set by OutputParser with `tools_follow`: the names of the request's tools (Harmony's calls may
+    # name one without the `functions.` prefix).
+    tool_names: frozenset[str] = frozenset()
 
     def __init__(self, *, starts_in_reasoning: bool | None, token_markers: frozenset[str]) -> None:
         """`token_markers`: the markers that are single tokens of this tokenizer (fed as marker

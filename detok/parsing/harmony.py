@@ -33,6 +33,25 @@ HEADER_LIMIT = 1024
 
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 
+FUNCTIONS = "functions."  # the recipient prefix of a call of the request's tools
+# gpt-oss's built-in tools (vLLM's BUILTIN_TOOL_TO_MCP_SERVER_LABEL): never calls of the request's tools
+BUILTIN_TOOLS = frozenset(("python", "browser", "container"))
+
+
+def called_function(recipient: str | None, tool_names: frozenset[str]) -> str | None:
+    """The function a message's recipient calls, or None: `functions.NAME` (NAME not empty), or a bare
+    NAME of one of the request's tools (gpt-oss drops the prefix in long contexts; vLLM's
+    is_function_recipient takes such calls, vLLM #42454), never a built-in tool (`python`,
+    `browser.*`, `container.*`). (vLLM's Chat Completions path also takes a bare name it does not
+    know; detok only the request's own.)"""
+    if not recipient:
+        return None
+    if recipient.startswith(FUNCTIONS):
+        return recipient[len(FUNCTIONS) :] or None
+    if recipient in tool_names and recipient.split(".", 1)[0] not in BUILTIN_TOOLS:
+        return recipient
+    return None
+
 
 class Head(NamedTuple):
     channel: str

@@ -74,12 +74,13 @@ class Steady(NamedTuple):
     json_string: bool = False
     # a family's own string value (XML formats), streamed as the JSON string body of the raw text
     # (quotes, backslashes, control characters escaped); its trailing whitespace is held until more
-    # text shows it is inside the value: VALUE_NEWLINE one newline (qwen3_coder), VALUE_SPACE the
-    # whole run (glm45). The text of an id then need not pass unchanged (see detok.stream.typed_fast)
+    # text shows it is inside the value: VALUE_NEWLINE one newline (qwen3_coder); VALUE_VERBATIM
+    # nothing (glm45: the value is all the text between its tags). The text of an id then need not
+    # pass unchanged (see detok.stream.typed_fast)
     value: str = ""
 
 
-VALUE_NEWLINE, VALUE_SPACE = "newline", "space"
+VALUE_NEWLINE, VALUE_VERBATIM = "newline", "verbatim"
 
 
 # text a JSON string takes as it is and stays open with nothing held (with `str.isprintable`)
@@ -87,8 +88,10 @@ JSON_STRING_TEXT = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
 
 
 class Piece(NamedTuple):
-    """Raw text fed to a parser: plain text (`marker` None), or exactly the text of one marker token
-    (`marker` is that marker's string, e.g. "<think>"), detected by token id by the worker."""
+    """Raw text fed to a parser: plain text (`marker` None), or one marker token detected by id by the
+    worker (`marker` is that marker's string, e.g. "<think>"; `text` the text the decoder gave for it:
+    the marker itself, or "" where `skip_special_tokens` skipped it). Parsers tell markers apart by
+    `marker`; a reasoning family that passes a marker on as text passes on `text`."""
 
     text: str
     marker: str | None = None

@@ -36,7 +36,7 @@ import numpy as np
 
 from detok.parsing.tools.schema_values import json_string_body
 from detok.parsing.tools.value_holds import HOLDS, SPACE
-from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, VALUE_SPACE, Steady
+from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, VALUE_VERBATIM, Steady
 from detok.stream.byte_text import ByteTables
 from detok.stream.mode_tables import ModeSpec, ModeTables
 from detok.stream.numpy_step import _MAX_PENDING, _NOT_PLAIN
@@ -155,7 +155,8 @@ class _VocabChars:
 
     def value_chain(self, steady: Steady, markers: frozenset[int]) -> list[ModeSpec]:
         """A family's string value's modes (`Steady.value`), one per text it may hold at its end
-        (`_HELD`: nothing, a newline, and for glm45 a space): an id's text goes out as its JSON
+        (`_HELD`: nothing, and a newline for qwen3_coder's VALUE_NEWLINE; glm45's VALUE_VERBATIM
+        holds nothing, one mode): an id's text goes out as its JSON
         string body less what the family then holds, which decides the next mode; in a mode
         holding text, that text goes out first (escaped; a prefix flag), unless the id has no
         text. Holding anything else (a run of whitespace) is an id for the request's stream."""
@@ -224,8 +225,8 @@ class _VocabChars:
 
 
 # what a family's string value may hold at its end while on the compiled path, by `Steady.value`
-_HELD = {VALUE_NEWLINE: ("", "\n"), VALUE_SPACE: ("", "\n", " ")}
-_CHAIN_MAX = 3  # the longest chain of modes a steady state needs
+_HELD = {VALUE_NEWLINE: ("", "\n"), VALUE_VERBATIM: ("",)}
+_CHAIN_MAX = 2  # the longest chain of modes a steady state needs
 
 
 def _value_step(hold: str, text: str, held: str) -> tuple[str, str] | None:

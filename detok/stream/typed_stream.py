@@ -7,10 +7,11 @@ request (this is a `DecodeStream`); only the text that survives them is fed to t
 Markers that are one token are cut out by id: a step's ids are split at the parser's marker ids so
 each marker id is pushed to the text decoder alone, and the decoder (wrapped by `_RawText`) records
 where that id's text lies in the raw text. The emitted text (a prefix of the raw text: stop rules only
-hold back or cut) is then fed as plain pieces and `Piece(marker, marker)` at those places; a marker
+hold back or cut) is then fed as plain pieces and marker pieces at those places; a marker
 whose text is only partly emitted (a stop-string prefix held back) waits for the rest, and one cut
 by a stop string becomes plain text. A marker id is a marker even where its text is skipped
-(`skip_special_tokens`): the parser still sees it, by id, as vLLM's parsers see the ids.
+(`skip_special_tokens`): the parser still sees it, by id, as vLLM's parsers see the ids; its piece's
+text is then empty, so a marker the reasoning parser passes on as text adds none.
 
 Nothing this object steps goes into the plain text columns (its row's text is empty); its output
 leaves as `TypedRow`s handed to `emit`, each stream (reasoning, content, each call's arguments) with
@@ -243,7 +244,9 @@ class TypedStream(DecodeStream):
             marks.popleft()
             if s > fed:
                 _add(out, feed(Piece(tail[: s - fed])))
-            _add(out, feed(Piece(marker, marker)))
+            # the marker with the text the decoder gave for it: its own, or none where
+            # skip_special_tokens skipped it (a marker the parser passes on as text then adds none)
+            _add(out, feed(Piece(tail[max(0, s - fed) : e - fed], marker)))
             tail = tail[e - fed :]
             fed = e
         if final:

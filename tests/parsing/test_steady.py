@@ -41,7 +41,7 @@ WORDS = ["plain words ", "北京 ", "🫨", "x", "\n", "\t", "</", "<", "[", "{"
 def _qualifies(piece: Piece, steady: Steady) -> bool:
     text = piece.text
     if steady.value:  # a family's string value: any text but held whitespace at its end
-        held = "\n" if steady.value == VALUE_NEWLINE else " \t\n\r"
+        held = "\n" if steady.value == VALUE_NEWLINE else ""  # VALUE_VERBATIM holds nothing
         return (piece.marker is None and bool(text) and not any(c in text for c in steady.triggers)
                 and text[-1] not in held)
     return (piece.marker is None and bool(text) and not any(c in text for c in steady.triggers)

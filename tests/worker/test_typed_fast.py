@@ -213,31 +213,36 @@ def test_escapes_keep_a_json_string_on_the_compiled_path(case, monkeypatch) -> N
 
 
 def test_a_string_values_chain_of_modes_on_a_real_vocabulary() -> None:
-    """glm45's string value (`Steady.value` VALUE_SPACE): modes for nothing held, a newline held and a
-    space held; an id's text goes out as its JSON string body less what is held, the held text goes
-    out (escaped) before the next id's text, and a run of whitespace goes to the request's stream."""
-    from detok.parsing.types import KIND_ARGUMENTS, VALUE_SPACE, Steady
+    """qwen3_coder's string value (`Steady.value` VALUE_NEWLINE): modes for nothing held and a
+    newline held; an id's text goes out as its JSON string body less what is held, and the held text
+    goes out (escaped) before the next id's text.
+    glm45's (VALUE_VERBATIM) is one mode: it holds nothing."""
+    from detok.parsing.types import KIND_ARGUMENTS, VALUE_NEWLINE, VALUE_VERBATIM, Steady
     from detok.stream.table import StreamTable
     from detok.stream.typed_fast import _VocabChars
 
     tok = vocabularies.qwen_glm()
     table = StreamTable(tok)
     chars = _VocabChars(table._tables, table.plan.tables(True, True))
-    none, newline, space = chars.value_chain(Steady(KIND_ARGUMENTS, "<", value=VALUE_SPACE), frozenset())
-    ids = {t: v[0] for t in ["\n", " ", '"', " the", "\n\n", "  ", ".\n", "<"] if len(v := tok.encode(t)) == 1}
+    none, newline = chars.value_chain(Steady(KIND_ARGUMENTS, "<", value=VALUE_NEWLINE), frozenset())
+    ids = {t: v[0] for t in ["\n", " ", '"', " the", "\n\n", ".\n", "<"] if len(v := tok.encode(t)) == 1}
     assert {"\n", " ", '"', " the"} <= ids.keys()
-    assert (newline.prefix, space.prefix) == ("\\n", " ") and none.prefixed is None
-    i = ids[" the"]  # plain text: out as it is; after a held character, back to the first mode
-    assert not none.slow[i] and none.shift[i] == 0 and newline.shift[i] == -1 and space.shift[i] == -2
-    assert newline.prefixed[i] and space.prefixed[i]
+    assert newline.prefix == "\\n" and none.prefixed is None and newline.prefixed is not None
+    i = ids[" the"]  # plain text: out as it is; after the held newline, back to the first mode
+    assert not none.slow[i] and none.shift[i] == 0 and newline.shift[i] == -1 and newline.prefixed[i]
     assert none.rewrite[ids['"']] == '\\"' and not none.slow[ids['"']]  # escaped on the way
-    assert none.shift[ids["\n"]] == 1 and none.shift[ids[" "]] == 2  # held: the mode that holds it
-    assert none.rewrite[ids["\n"]] == ""  # (what it holds goes out with the next id's text)
-    assert newline.slow[ids["\n"]] and space.slow[ids[" "]]  # a run of two: the stream's
-    if "\n\n" in ids:
-        assert none.slow[ids["\n\n"]]
+    assert none.shift[ids["\n"]] == 1 and none.rewrite[ids["\n"]] == ""  # held: out with the next id's text
+    assert none.shift[ids[" "]] == 0 and not none.slow[ids[" "]]  # a space is not held
+    assert not newline.slow[ids["\n"]] and newline.shift[ids["\n"]] == 0  # the held one out, this one held
+    if ".\n" in ids:
+        assert none.rewrite[ids[".\n"]] == "." and none.shift[ids[".\n"]] == 1
+    if "\n\n" in ids:  # the first newline out, the second held
+        assert none.rewrite[ids["\n\n"]] == "\\n" and none.shift[ids["\n\n"]] == 1
     if "<" in ids:
         assert none.slow[ids["<"]] and newline.slow[ids["<"]]  # a trigger in every mode
+    (verbatim,) = chars.value_chain(Steady(KIND_ARGUMENTS, "<", value=VALUE_VERBATIM), frozenset())
+    assert verbatim.prefixed is None and not verbatim.slow[ids["\n"]] and verbatim.shift[ids["\n"]] == 0
+    assert verbatim.rewrite[ids["\n"]] == "\\n"  # escaped, not held
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
@@ -319,8 +324,8 @@ def test_past_the_mode_bound_requests_stay_off_the_path_and_exact(monkeypatch) -
     _, reasoning, tool, text = CASES[case]
     ids = tok.encode(text)
     want, _, _ = _run(tok, case, [1] * len(ids), fast=False)
-    # room for the first (reasoning) mode only: none for a chain of up to three after it
-    monkeypatch.setattr(typed_fast, "MAX_TYPED_MODES", 3)
+    # room for the first (reasoning) mode only: none for a chain of up to two after it
+    monkeypatch.setattr(typed_fast, "MAX_TYPED_MODES", 2)
     core = WorkerCore(tok)
     batches = run_request(core, 7, ids, [1] * len(ids), OutputParsing(reasoning, tool, TOOLS), DecodeParams(),
                           EndRequest(7, "length"))

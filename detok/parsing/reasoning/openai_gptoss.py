@@ -1,17 +1,20 @@
 """gpt-oss (Harmony): vLLM's `openai_gptoss`, SGLang's `gpt-oss`.
 
 As vLLM's parse_chat_output: `analysis` messages are reasoning; `final` messages and `commentary`
-without a recipient (preambles) are content; messages of one kind are joined with "\n". A message with
-a recipient is a tool call: passed on as its raw Harmony message to the tool parser (`openai`) when one
-follows (`tools_follow`), else left out of the content as vLLM does. Messages on other channels (and
-built-in tool calls to `browser.*` / `python`) are left out as in vLLM; text outside any message is
-content. `starts_in_reasoning` does not apply: the channel says what a message is.
+without a recipient (preambles) are content; messages of one kind are joined with "\n". A message to a
+function (`functions.NAME`, or a bare NAME of the request's tools: `harmony.called_function`) is a tool
+call on any channel, `analysis` included (as vLLM's `openai` tool parser and its streamed Harmony
+deltas): passed on as its raw Harmony message to the tool parser (`openai`) when one follows
+(`tools_follow`), else left out of the content as vLLM does (an `analysis` one stays reasoning, as in
+vLLM's parse_chat_output). Messages on other channels (and built-in tool calls to `browser.*` /
+`python`) are left out as in vLLM; text outside any message is content. `starts_in_reasoning` does not
+apply: the channel says what a message is.
 """
 
 from __future__ import annotations
 
 from detok.parsing.base import ReasoningParser
-from detok.parsing.harmony import CALL, CLOSE, HEAD, MARKERS, STRAY, TEXT, HarmonyReader, Head
+from detok.parsing.harmony import CALL, CLOSE, HEAD, MARKERS, STRAY, TEXT, HarmonyReader, Head, called_function
 from detok.parsing.types import KIND_CONTENT, KIND_REASONING, Piece, Steady
 
 _REASONING, _CONTENT, _TOOL, _NONE = range(4)
@@ -88,11 +91,14 @@ class GptOssParser(ReasoningParser):
         return "".join(reasoning), content
 
     def _kind_of(self, head: Head) -> int:
+        # A function recipient decides before the channel: gpt-oss also writes calls on the analysis
+        # channel (`<|channel|>analysis to=functions.f`), and vLLM's `openai` tool parser and its
+        # streamed Harmony deltas make those calls too, as the tool parser alone does here.
+        if self.tools_follow and called_function(head.recipient, self.tool_names) is not None:
+            return _TOOL
         if head.channel == "analysis":
             return _REASONING
         if head.recipient is not None:
-            if head.recipient.startswith("functions.") and self.tools_follow:
-                return _TOOL
             return _NONE
         if head.channel in ("final", "commentary"):
             return _CONTENT

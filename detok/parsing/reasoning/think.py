@@ -51,16 +51,17 @@ class ThinkParser(ReasoningParser):
         sir = self.default_starts_in_reasoning if starts_in_reasoning is None else starts_in_reasoning
         self._state = _REASONING if sir else _BEFORE
         # what depends only on the family and the tokenizer's marker tokens: made once, shared
-        self._live, self._text_markers, self._imp_piece, self._firsts, self._steadies = self._tables(token_markers)
+        self._live, self._text_markers, self._firsts, self._steadies = self._tables(token_markers)
         self._held = ""  # a tail of text that may still become a text marker
         self._pending = ""  # text after an unconfirmed implicit end
+        self._imp_at: Piece | None = None  # that implicit end's piece (its text: "" if the decoder skipped it)
         self._r: list[str] = []
         self._c: list[Piece] = []
         self._quiet = not self._live[self._state]  # no text can hold a marker now: the fast path
 
     @classmethod
     def _tables(cls, token_markers: frozenset[str]) -> tuple[dict[int, tuple[str, ...]], tuple[str, ...],
-                                                             Piece | None, dict[int, str], dict[int, Steady]]:
+                                                             dict[int, str], dict[int, Steady]]:
         key = (cls, token_markers)
         tables = _TABLES.get(key)
         if tables is not None:
@@ -76,13 +77,12 @@ class ThinkParser(ReasoningParser):
             _AFTER: text_start + text_end,
         }
         text_markers = text_start + text_end + text_imp  # searched once per text
-        imp_piece = Piece(imp, imp if imp in token_markers else None) if imp else None
         # first characters of each state's text markers: text without them holds no marker
         firsts = {st: "".join(sorted({m[0] for m in markers})) for st, markers in live.items()}
         steadies = {st: Steady(KIND_REASONING if st == _REASONING else KIND_CONTENT, f) for st, f in firsts.items()}
         if len(_TABLES) >= 256:
             _TABLES.clear()
-        tables = _TABLES[key] = (live, text_markers, imp_piece, firsts, steadies)
+        tables = _TABLES[key] = (live, text_markers, firsts, steadies)
         return tables
 
     def _settle(self) -> None:
@@ -116,7 +116,7 @@ class ThinkParser(ReasoningParser):
 
     def finish(self) -> tuple[str, list[Piece]]:
         if self._state == _PENDING:  # never confirmed: it was reasoning (vLLM)
-            self._r.append(self.implicit_end or "")
+            self._r.append(self._pending_marker_text())
             self._r.append(self._pending)
             self._pending = ""
             self._state = _REASONING
@@ -178,16 +178,17 @@ class ThinkParser(ReasoningParser):
         window = buf[i : i + IMPLICIT_END_LOOKAHEAD]
         after = window.lstrip()
         confirm = self.implicit_confirm
-        assert confirm is not None and self._imp_piece is not None
+        assert confirm is not None and self._imp_at is not None
         if confirm.match(after):
             self._state = _AFTER
-            self._c.append(self._imp_piece)
+            self._c.append(self._imp_at)  # for the tool parser: by id if it was a marker token
+            self._imp_at = None
             return True
         full = len(window) == IMPLICIT_END_LOOKAHEAD
         if not full and (not after or self.implicit_confirm_prefix.startswith(after)):
             return False  # could still be confirmed
         self._state = _REASONING
-        self._r.append(self.implicit_end or "")
+        self._r.append(self._pending_marker_text())
         return True
 
     def _marker(self, piece: Piece) -> None:
@@ -197,13 +198,19 @@ class ThinkParser(ReasoningParser):
         if self._state == _PENDING:  # a marker token cannot confirm the implicit end: a mention
             rest, self._pending = self._pending, ""
             self._state = _REASONING
-            self._r.append(self.implicit_end or "")
+            self._r.append(self._pending_marker_text())
             if rest:
                 self._text(rest)
         self._on_marker(piece)
 
+    def _pending_marker_text(self) -> str:
+        """The text of the implicit end awaiting confirmation, now known to be reasoning."""
+        imp, self._imp_at = self._imp_at, None
+        return imp.text if imp is not None else ""
+
     def _on_marker(self, piece: Piece) -> None:
-        m, st = piece.text, self._state
+        # told apart by the marker; the text passed on is the piece's (none where it was skipped)
+        m, st = (piece.text if piece.marker is None else piece.marker), self._state
         if m == self.start:
             if st == _BEFORE or (st == _AFTER and self.reopen):
                 self._state = _REASONING
@@ -222,7 +229,8 @@ class ThinkParser(ReasoningParser):
             else:
                 self._state = _PENDING
                 self._pending = ""
+                self._imp_at = piece
         elif st == _REASONING:  # another parser's marker (a tool marker) inside reasoning
-            self._r.append(m)
+            self._r.append(piece.text)
         else:
             self._c.append(piece)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from detok.parsing.tools import json_values
 from detok.parsing.tools.json_stream import JsonValueStream
 
 ARG_KEYS = ("arguments", "parameters")
@@ -23,11 +24,13 @@ _READ_KEY, _READ_NAME, _READ_ARGS, _READ_OTHER = range(4)
 
 
 def string_arguments(literal: str) -> str:
-    """The arguments text for a string-valued arguments (its complete JSON literal)."""
+    """The arguments text for a string-valued arguments (its complete JSON literal). The decoded
+    text may hold lone surrogates (from `\\ud800` escapes) and nest deeper than `json.loads` goes:
+    see `json_values`."""
     try:
         inner = json.loads(literal)
-        if isinstance(inner, str) and isinstance(json.loads(inner), dict):
-            return inner
+        if isinstance(inner, str) and isinstance(json_values.loads(inner), dict):
+            return json_values.escape_surrogates(inner)
     except ValueError:
         pass
     return literal
@@ -168,8 +171,12 @@ class CallObjectStream:
             self._key = json.loads("".join(self._collected))
             self._state = _COLON
         elif reading == _READ_NAME:
-            name = json.loads("".join(self._collected))
-            if not isinstance(name, str) or not name:
+            raw = "".join(self._collected)
+            # only a string is a name: anything else fails without being decoded (a nested array
+            # or a huge number would make `json.loads` raise); a name holding a lone surrogate
+            # cannot be sent (not UTF-8), so it is not a call either
+            name = json.loads(raw) if raw.startswith('"') else None
+            if not isinstance(name, str) or not name or json_values.has_surrogate(name):
                 self.failed = True
                 return None
             self.name = name

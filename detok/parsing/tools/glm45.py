@@ -6,11 +6,13 @@
     </tool_call>
 
 The name is the first line after `<tool_call>` (ended also by `<arg_key>` or `</tool_call>`, for calls
-without arguments), stripped. Keys and values are stripped. A value whose parameter the request's
-schema types `"string"` stays a string and streams escaped while it arrives (trailing whitespace
-held until more text shows it is inside); any other value is read as JSON, then as a Python
-literal, else kept as a string (vLLM's `_deserialize`), and goes out when its `</arg_value>` arrives.
-The arguments are formatted as `json.dumps` would (`{"a": 1, "b": "x"}`).
+without arguments), stripped. Keys are stripped. A value whose parameter the request's schema types
+`"string"` stays a string, all the text between its tags (its leading and trailing whitespace too:
+vLLM strips only other values since #42026, SGLang none since #20543; GLM's template writes the
+value inline, so that whitespace is the model's, e.g. code's indentation), and streams escaped as it
+arrives; any other value is stripped and read as JSON, then as a Python literal, else kept as a
+string (vLLM's `_deserialize`), and goes out when its `</arg_value>` arrives. The arguments are
+formatted as `json.dumps` would (`{"a": 1, "b": "x"}`).
 
 Edges (README): text around calls is content. A call cut by the end of output is closed with what
 was parsed (a value cut short is taken as it stands). A key without a value is left out.
@@ -22,11 +24,10 @@ import ast
 import json
 from typing import Any
 
-from detok.parsing.tools import schema_values as sv
+from detok.parsing.tools import json_values, schema_values as sv
 from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
-from detok.parsing.tools.value_holds import SPACE as _SPACE, hold_trailing_space
-from detok.parsing.types import VALUE_SPACE
+from detok.parsing.types import VALUE_VERBATIM
 
 
 START, END = "<tool_call>", "</tool_call>"
@@ -38,7 +39,7 @@ _CONTENT, _NAME, _BODY, _KEY, _VALUE, _SKIP = range(6)
 
 def deserialize(text: str) -> Any:
     try:
-        return json.loads(text)
+        return json_values.loads(text)
     except ValueError:
         pass
     try:
@@ -49,14 +50,14 @@ def deserialize(text: str) -> Any:
 
 def value_json(text: str) -> str:
     try:
-        return json.dumps(deserialize(text), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):
+        return json_values.dumps(deserialize(text))
+    except ValueError:
         return json.dumps(text, ensure_ascii=False)
 
 
 class Glm45ToolParser(StreamingToolParser):
     names = ("glm45", "glm47", "glm")
-    value_hold = VALUE_SPACE
+    value_hold = VALUE_VERBATIM
     markers = (START, END, KEY, KEY_END, VALUE, VALUE_END)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -67,8 +68,6 @@ class Glm45ToolParser(StreamingToolParser):
         self._props: dict = {}
         self._params = 0
         self._string = False
-        self._started = False  # a string value's first non-space character was seen
-        self._space = ""  # a string value's trailing whitespace, held
 
     def _on_marker(self, marker: str) -> None:
         st = self._state
@@ -126,16 +125,10 @@ class Glm45ToolParser(StreamingToolParser):
         return TEXT_SINK if self._state == _VALUE and self._string else None
 
     def _text_value_steady(self) -> bool:
-        return self._started and not self._space
-
-    def _resume_held_value(self, text: str) -> None:
-        self._space = text
+        return True  # a string value holds nothing back: any text goes out (escaped) as it comes
 
     def _fast_text(self, text: str) -> str | None:
-        # inside a string value after its first character, no whitespace held or at the end
-        if not text or not self._started or self._space or text[-1] in _SPACE:
-            return None
-        return sv.json_string_body(text)
+        return sv.json_string_body(text) if text else None
 
     def _begin_call(self) -> bool:
         name = "".join(self._text).strip()
@@ -159,22 +152,13 @@ class Glm45ToolParser(StreamingToolParser):
         self._params += 1
         self._args(f"{sep}{json.dumps(key, ensure_ascii=False)}: " + ('"' if self._string else ""))
         self._text = []
-        self._started = False
-        self._space = ""
         self._state = _VALUE
 
     def _value_text(self, text: str) -> None:
-        if not self._string:
+        if self._string:
+            self._args(sv.json_string_body(text))
+        else:
             self._text.append(text)
-            return
-        if not self._started:
-            text = text.lstrip(_SPACE)
-            if not text:
-                return
-            self._started = True
-        out, self._space = hold_trailing_space(text, self._space)
-        if out:
-            self._args(sv.json_string_body(out))
 
     def _end_value(self) -> None:
         if self._string:
@@ -182,7 +166,6 @@ class Glm45ToolParser(StreamingToolParser):
         else:
             self._args(value_json("".join(self._text).strip()))
         self._text = []
-        self._space = ""
 
     def _end_call(self) -> None:
         if self._state == _VALUE:

@@ -15,11 +15,10 @@ without calls is content, a cut call keeps its arguments closed to valid JSON.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from detok.parsing.tools import schema_values as sv
+from detok.parsing.tools import json_values, schema_values as sv
 from detok.parsing.tools.core import TextSink
 from detok.parsing.tools.deepseek import SectionToolParser
 from detok.parsing.tools.json_stream import JsonValueStream
@@ -86,7 +85,7 @@ class KimiK2ToolParser(SectionToolParser):
         """The one tool whose parameters hold every argument (vLLM's bare-counter rule); None when
         none or several do, or the arguments are not a JSON object."""
         try:
-            value = json.loads(args)
+            value = json_values.loads(args)
         except ValueError:
             return None
         if not isinstance(value, dict):

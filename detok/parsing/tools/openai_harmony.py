@@ -1,13 +1,15 @@
 """gpt-oss tool calls (Harmony): vLLM's `openai` tool-call parser.
 
-A message with a recipient `functions.NAME` is a call of NAME; its body is the arguments text, streamed
-as it comes (leading whitespace skipped; a call whose body is empty gets `"{}"`). It reads the raw
-Harmony output (no reasoning parser: `analysis` messages are left out, `final` and preamble messages
-are content joined with "\n", as vLLM's parse_chat_output) or what `openai_gptoss` passes on (content
-text, and each tool-call message raw). Recipients outside `functions.` (built-in tools) are not calls
-of the request's tools and are left out, as in vLLM. Names are not checked against the request's tools
-here (vLLM does not either), and the arguments are passed on as the model wrote them, JSON or not
-(as vLLM; OpenAI's API documents that arguments may be invalid JSON). Calls past MAX_TOOL_CALLS are left out.
+A message with a recipient `functions.NAME`, or a bare NAME of the request's tools (gpt-oss drops the
+prefix in long contexts; `harmony.called_function`), is a call of NAME on any channel; its body is the
+arguments text, streamed as it comes (leading whitespace skipped; a call whose body is empty gets
+`"{}"`). It reads the raw Harmony output (no reasoning parser: `analysis` messages are left out,
+`final` and preamble messages are content joined with "\n", as vLLM's parse_chat_output) or what
+`openai_gptoss` passes on (content text, and each tool-call message raw). Other recipients (built-in
+tools, unknown bare names) are not calls of the request's tools and are left out, as in vLLM. A
+`functions.` name is not checked against the request's tools (vLLM does not either), and the arguments
+are passed on as the model wrote them, JSON or not (as vLLM; OpenAI's API documents that arguments may
+be invalid JSON). Calls past MAX_TOOL_CALLS are left out.
 """
 
 from __future__ import annotations
@@ -15,12 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from detok.parsing.base import ToolParser
-from detok.parsing.harmony import CLOSE, HEAD, MARKERS, STRAY, TEXT, HarmonyReader, Head
+from detok.parsing.harmony import CLOSE, HEAD, MARKERS, STRAY, TEXT, HarmonyReader, Head, called_function
 from detok.parsing.tools.core import MAX_TOOL_CALLS
 from detok.parsing.types import KIND_ARGUMENTS, KIND_CONTENT, Piece, Steady, ToolCallDelta, ToolSpec
 
 _CONTENT, _CALL, _NONE = range(3)
-_PREFIX = "functions."
 
 
 # (kept objects: OutputParser caches combined states by the identity of its parsers' answers)
@@ -39,6 +40,7 @@ class OpenAIHarmonyToolParser(ToolParser):
         call_id: Callable[[int], str],
     ) -> None:
         self._reader = HarmonyReader(token_markers)
+        self._names = frozenset(t.name for t in tools)  # a call may name one without `functions.`
         self._call_id = call_id
         self._calls = 0
         self._kind = _NONE
@@ -107,12 +109,13 @@ class OpenAIHarmonyToolParser(ToolParser):
         self._started = False
         if head.recipient is not None:
             # past MAX_TOOL_CALLS a call is left out, as every family does (a bound on one response)
-            if head.recipient.startswith(_PREFIX) and len(head.recipient) > len(_PREFIX) and self._calls < MAX_TOOL_CALLS:
+            name = called_function(head.recipient, self._names)
+            if name is not None and self._calls < MAX_TOOL_CALLS:
                 index = self._calls
                 self._calls += 1
                 self._kind = _CALL
                 self._args_started = False
-                calls.append(ToolCallDelta(index, id=self._call_id(index), name=head.recipient[len(_PREFIX) :]))
+                calls.append(ToolCallDelta(index, id=self._call_id(index), name=name))
             else:
                 self._kind = _NONE
         elif head.channel in ("final", "commentary"):

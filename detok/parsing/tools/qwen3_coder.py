@@ -17,9 +17,12 @@ are text.
 
 Edges (README): a `<function=` without `<tool_call>` is a call too (vLLM's fallback). A missing
 `</parameter>` is implied by a `<parameter=` or `</function>` at the start of a line (vLLM also checks
-the next name against the schema, which needs text not yet seen). A name with `<>{}"'` or whitespace
-is not a call (vLLM rejects it too); its text is dropped. A call cut by the end of output is closed
-with what was parsed (vLLM streams the same, unclosed).
+the next name against the schema, which needs text not yet seen). A `</parameter>` ends the value
+only when the next text that is not whitespace is `<parameter=`, `</function>`, `</tool_call>` or the
+end of output (vLLM's `_find_true_param_end`): until then it is held with the whitespace after it,
+and any other text makes it the value's own (code or XML that mentions the tag). A name with
+`<>{}"'` or whitespace is not a call (vLLM rejects it too); its text is dropped. A call cut by the
+end of output is closed with what was parsed (vLLM streams the same, unclosed).
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ FUNC, FUNC_END = "<function=", "</function>"
 PARAM, PARAM_END = "<parameter=", "</parameter>"
 MAX_NAME = 256  # a function or parameter name longer than this is not a name
 
-_CONTENT, _CALL, _FNAME, _BODY, _PNAME, _VALUE, _FEND, _SKIP = range(8)
+# _PEND: a `</parameter>` came inside a value; the next tag or text tells whether it ended it
+_CONTENT, _CALL, _FNAME, _BODY, _PNAME, _VALUE, _FEND, _SKIP, _PEND = range(9)
 _BAD_NAME = set("{}<>\"' \t\n\r")
 
 
@@ -60,22 +64,32 @@ class Qwen3CoderToolParser(StreamingToolParser):
         self._vstarted = False  # the value's first character was seen (its leading newline dropped)
         self._held_nl = False  # a newline at the value's end so far (dropped if the value ends here)
         self._last_nl = False  # the value's raw text so far ends with a newline (a tag may start a line)
+        self._pending = ""  # in _PEND: the `</parameter>` and the whitespace after it
 
     # ---- events ------------------------------------------------------------------------------
     def _on_marker(self, marker: str) -> None:
         st = self._state
-        if st == _VALUE:
+        if st == _PEND:
+            if marker not in (PARAM, FUNC_END, END):  # the `</parameter>` was the value's text
+                self._resume_value()
+                self._on_marker(marker)
+                return
+            self._pending = ""
+            self._end_value()
+            st = self._state = _BODY
+        elif st == _VALUE:
+            if marker == PARAM_END:  # held until the next tag or text shows whether it ends the value
+                self._pending = marker
+                self._state = _PEND
+                return
             line_start = self._last_nl or not self._vstarted
-            structural = marker == PARAM_END or (
-                line_start and marker in (PARAM, FUNC_END)) or (
+            structural = (line_start and marker in (PARAM, FUNC_END)) or (
                 marker == END and (END in self.token_markers or line_start))
             if not structural:
                 self._value_text(marker)
                 return
             self._end_value()
             st = self._state = _BODY
-            if marker == PARAM_END:
-                return
         if st == _CONTENT:
             if marker == START:
                 self._state = _CALL
@@ -115,6 +129,12 @@ class Qwen3CoderToolParser(StreamingToolParser):
             self._content(text)
         elif st == _VALUE:
             self._value_text(text)
+        elif st == _PEND:
+            if text.isspace():  # (vLLM skips any whitespace, `str.lstrip()`)
+                self._pending += text
+            else:
+                self._resume_value()
+                self._value_text(text)
         elif st == _FNAME or st == _PNAME:
             end = text.find(">")
             if end < 0:
@@ -147,6 +167,9 @@ class Qwen3CoderToolParser(StreamingToolParser):
     def _on_finish(self) -> None:
         if self._state == _PNAME:
             self._state = _BODY
+        if self._state == _PEND:  # the end of output: the `</parameter>` ended the value
+            self._pending = ""
+            self._state = _VALUE
         if self._state == _VALUE:
             self._end_value()
             self._state = _BODY
@@ -210,6 +233,12 @@ class Qwen3CoderToolParser(StreamingToolParser):
             self._args(sv.json_string_body(text))
         else:
             self._value.append(text)
+
+    def _resume_value(self) -> None:
+        """The held `</parameter>` and whitespace are the value's text: back inside the value."""
+        pending, self._pending = self._pending, ""
+        self._state = _VALUE
+        self._value_text(pending)
 
     def _end_value(self) -> None:
         self._held_nl = False

@@ -13,6 +13,8 @@ import ast
 import json
 from typing import Any
 
+from detok.parsing.tools import json_values
+
 _STRING_TYPES = ("string", "str", "text", "varchar", "char", "enum")
 
 
@@ -74,7 +76,7 @@ def convert(text: str, kind: str, nullable: bool) -> Any:
     container = kind in ("object", "array", "arr") or kind.startswith(("dict", "list"))
     if container:
         try:
-            value = json.loads(text)
+            value = json_values.loads(text)
             if isinstance(value, str):
                 try:
                     value = ast.literal_eval(value)
@@ -99,8 +101,8 @@ def value_json(text: str, kind: str, nullable: bool) -> str:
     """The JSON text of a finished value (the string itself when the converted value is not JSON)."""
     value = convert(text, kind, nullable)
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):
+        return json_values.dumps(value)
+    except ValueError:
         return json.dumps(text, ensure_ascii=False)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from detok.parsing.types import VALUE_NEWLINE, VALUE_SPACE
+from detok.parsing.types import VALUE_NEWLINE, VALUE_VERBATIM
 
 SPACE = " \t\n\r"
 
@@ -20,12 +20,10 @@ def hold_one_newline(text: str, held: str) -> tuple[str, str]:
     return text, ""
 
 
-def hold_trailing_space(text: str, held: str) -> tuple[str, str]:
-    """glm45: the same; the whole run of whitespace at the end is held."""
-    body = text.rstrip(SPACE)
-    if not body:
-        return "", held + text
-    return held + body, text[len(body) :]
+def hold_nothing(text: str, held: str) -> tuple[str, str]:
+    """glm45: nothing is held; a string value is all the text between its tags (vLLM #42026)."""
+    return held + text, ""
 
 
-HOLDS: dict[str, Callable[[str, str], tuple[str, str]]] = {VALUE_NEWLINE: hold_one_newline, VALUE_SPACE: hold_trailing_space}
+HOLDS: dict[str, Callable[[str, str], tuple[str, str]]] = {
+    VALUE_NEWLINE: hold_one_newline, VALUE_VERBATIM: hold_nothing}
