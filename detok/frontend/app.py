@@ -245,6 +245,7 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             eos_id=state.eos_id,
             ignore_eos=job.ignore_eos,
             echo=job.echo,
+            role=job.role,
             logprobs=job.logprobs,
             stream_interval=state.stream_interval,
             continuous_usage=job.continuous_usage,

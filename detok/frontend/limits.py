@@ -15,14 +15,16 @@ MAX_STOP_STRINGS = 64
 MAX_STOP_STRING_CHARS = 1024  # the longest stop string
 MAX_STOP_TOTAL_BYTES = 16 * 1024  # all stop strings of a request together, UTF-8
 MAX_STOP_TOKEN_IDS = 256
-MAX_LOGIT_BIAS = 1024  # entries; each value within +-LOGIT_BIAS_RANGE (OpenAI's range)
-LOGIT_BIAS_RANGE = 100.0
+MAX_LOGIT_BIAS = 1024  # entries
+LOGIT_BIAS_RANGE = 100.0  # OpenAI's range: a value past it is clamped to it (as vLLM), not refused
 MAX_MESSAGES = 2048
 MAX_TOOLS = 256
 MAX_TOOL_CALLS = 256  # per assistant message
 MAX_DOCUMENTS = 256
-MAX_CHAT_LOGPROBS = 20  # top_logprobs (OpenAI's bound)
-MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs (OpenAI's bound)
+MAX_CHAT_LOGPROBS = 20  # top_logprobs (OpenAI's bound, vLLM's default max_logprobs)
+# completions' logprobs: vLLM's max_logprobs (20) for both APIs, not OpenAI's 5 for this one
+# (vLLM's tests/entrypoints/openai/test_completion.py accepts up to 20 and refuses 21)
+MAX_COMPLETION_LOGPROBS = 20
 
 # ---- HTTP ----------------------------------------------------------------------------------------
 DEFAULT_PORT = 8000  # `detok serve --port`; taken is an error, 0 picks a free port

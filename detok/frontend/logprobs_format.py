@@ -3,7 +3,7 @@ frontend only formats, the token strings were made in the workers.
 
 Chat (`logprobs: true`, `top_logprobs` 0-20):
     {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}
-Completions (`logprobs` 0-5):
+Completions (`logprobs` 0-20):
     {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}
 
 The frontend writes the chat shape with `chat_logprobs_json` (the same bytes, no Struct per token);
@@ -156,7 +156,7 @@ def chat_logprobs(entries: TokenLogprobs, top_logprobs: int) -> ChatLogprobs:
 
 
 def completion_logprobs(entries: TokenLogprobs, logprobs: int, offsets: CompletionOffsets) -> CompletionLogprobs:
-    """The completions `logprobs` object of `entries` for a request with `logprobs` (0-5);
+    """The completions `logprobs` object of `entries` for a request with `logprobs` (0-20);
     `offsets` carries `text_offset` across the chunks of one response."""
     ids, tokens, lps = entries.top_ids, entries.top_tokens, entries.top_logprobs
     out = CompletionLogprobs([], [], [], [])

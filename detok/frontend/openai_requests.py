@@ -105,7 +105,9 @@ class ToolCall(_Request):
 
 
 class ChatMessage(_Request):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    # any role, as vLLM's custom roles (`ipython`, `observation`, ...): the template decides; an
+    # assistant's tool calls and reasoning and a tool message's tool_call_id are read for those roles only
+    role: str
     # a string, or content parts (text only: see detok.frontend.chat_messages)
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
@@ -148,6 +150,8 @@ class ChatCompletionRequest(_SamplingRequest):
     chat_template_kwargs: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None  # false: only the first tool call is returned (as vLLM)
     include_reasoning: bool | None = None  # false: the reasoning is parsed out and dropped (vLLM)
+    # a template variable, and enable_thinking unless chat_template_kwargs sets it (vLLM's values)
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     # refused (detok.frontend.refusals)
     functions: Any = None
     function_call: Any = None

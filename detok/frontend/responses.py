@@ -62,6 +62,7 @@ class ResponseContext:
     eos_id: int | None = None  # the primary end-of-sequence id: vLLM's `stop_reason: null`
     ignore_eos: bool = False
     echo: str = ""  # text each choice starts with
+    role: str = "assistant"  # chat: the reply's role (GenerationJob.role)
     logprobs: int | None = None
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     stream_interval: int = 1  # deltas joined into one streamed chunk (the first goes out alone)
@@ -174,7 +175,7 @@ def _usage(ctx: ResponseContext, choices: Sequence[ChoiceState]) -> Usage:
 def _text_chunk(ctx: ResponseContext, index: int, text: str, logprobs: Any = None, role: bool = False,
                 usage: Usage | None = None) -> bytes:
     if ctx.kind == "chat":
-        delta = ChatDelta(role="assistant", content=text) if role else ChatDelta(content=text)
+        delta = ChatDelta(role=ctx.role, content=text) if role else ChatDelta(content=text)
         chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(
             ctx.id, ctx.created, ctx.model, [ChatChunkChoice(index, delta, logprobs=logprobs)], usage
         )
@@ -341,8 +342,9 @@ async def collect_body(
         raise RequestError("the request ended without a result", status=500, type="server_error")
     usage = _usage(ctx, choices)
     if ctx.kind == "chat":
-        chat = [ChatChoice(c.index, c.typed.message("".join(c.parts)) if c.typed is not None else
-                           ChatMessageOut("".join(c.parts)), c.finish_reason(), stop_reason(ctx, f), c.body_logprobs())
+        chat = [ChatChoice(c.index, c.typed.message("".join(c.parts), ctx.role) if c.typed is not None else
+                           ChatMessageOut("".join(c.parts), ctx.role), c.finish_reason(), stop_reason(ctx, f),
+                           c.body_logprobs())
                 for c, f in zip(choices, finishes) if f is not None]
         return _ENCODER.encode(ChatCompletion(ctx.id, ctx.created, ctx.model, chat, usage))
     text = [CompletionChoice(c.index, "".join(c.parts), f.reason, stop_reason(ctx, f), c.body_logprobs())

@@ -11,7 +11,8 @@ scheduler client keeps for replay, and the worker's copy, hold no descriptions o
 Whether the output starts inside reasoning: the rendered prompt decides first (a template that
 opens the family's start marker, e.g. `<think>\\n`, at the end of the prompt: inside; one that
 closes it, `</think>`, as Qwen3's does for enable_thinking=false: outside), then
-`chat_template_kwargs` `enable_thinking` / `thinking`; else the family's default.
+`chat_template_kwargs` `enable_thinking` / `thinking` (or the one `reasoning_effort` sets); else the
+family's default.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from detok.parsing.limits import ParsingLimitError, check_parsing
 from detok.parsing.registry import reasoning_parser_class
 from detok.parsing.types import OutputParsing, ToolSpec
 
-_THINKING_KWARGS = ("enable_thinking", "thinking")
+THINKING_KWARGS = ("enable_thinking", "thinking")
 
 
 def starts_in_reasoning(reasoning_parser: str, prompt_text: str, template_kwargs: dict[str, object]) -> bool | None:
@@ -37,7 +38,7 @@ def starts_in_reasoning(reasoning_parser: str, prompt_text: str, template_kwargs
         return True
     if len(markers) > 1 and tail.endswith(markers[1]):
         return False
-    for key in _THINKING_KWARGS:
+    for key in THINKING_KWARGS:
         value = template_kwargs.get(key)
         if isinstance(value, bool):
             return value
@@ -70,9 +71,12 @@ def slim_parameters(parameters: Any) -> dict[str, Any] | None:
 
 
 def output_parsing(
-    req: ChatCompletionRequest, prompt_text: str, reasoning_parser: str | None, tool_parser: str | None
+    req: ChatCompletionRequest, prompt_text: str, reasoning_parser: str | None, tool_parser: str | None,
+    template_kwargs: dict[str, object] | None = None,
 ) -> OutputParsing | None:
-    """The request's parsing (None: plain text); RequestError (400) for tools past the limits."""
+    """The request's parsing (None: plain text); RequestError (400) for tools past the limits.
+    `template_kwargs`: the variables the template got (reasoning_effort's enable_thinking included);
+    the request's chat_template_kwargs if not given."""
     tools: tuple[ToolSpec, ...] = ()
     parse_tools = tool_parser is not None and req.tools is not None and req.tool_choice in (None, "auto")
     if parse_tools:
@@ -81,7 +85,8 @@ def output_parsing(
         return None
     start = None
     if reasoning_parser is not None:
-        start = starts_in_reasoning(reasoning_parser, prompt_text, req.chat_template_kwargs or {})
+        kwargs = template_kwargs if template_kwargs is not None else req.chat_template_kwargs or {}
+        start = starts_in_reasoning(reasoning_parser, prompt_text, kwargs)
     parsing = OutputParsing(reasoning_parser, tool_parser if parse_tools else None, tools, start)
     try:
         check_parsing(parsing)  # the whole schemas: what the client sent is what is bounded

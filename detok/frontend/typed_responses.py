@@ -89,8 +89,8 @@ class TypedChoice:
             if d.arguments:
                 call[2].append(d.arguments)
 
-    def message(self, content: str) -> ChatMessageOut:
-        msg = ChatMessageOut(content or None)
+    def message(self, content: str, role: str = "assistant") -> ChatMessageOut:
+        msg = ChatMessageOut(content or None, role)
         if self.include_reasoning:
             setattr(msg, self.field, "".join(self.reasoning) or None)
         if self.tools:

@@ -8,6 +8,7 @@ the scheduler or a worker. Every bound is a named constant of `detok.frontend.li
 from __future__ import annotations
 
 import dataclasses
+import math
 import secrets
 
 from detok.frontend import limits
@@ -15,7 +16,7 @@ from detok.frontend.chat_messages import message_text, template_messages
 from detok.frontend.errors import RequestError
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest, _SamplingRequest
 from detok.frontend.refusals import refuse_unsupported
-from detok.frontend.typed_requests import output_parsing
+from detok.frontend.typed_requests import THINKING_KWARGS, output_parsing
 from detok.parsing.types import OutputParsing
 from detok.stream.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
@@ -55,6 +56,7 @@ class GenerationJob:
     parsing: OutputParsing | None = None  # reasoning / tool-call parsing by the workers (chat)
     include_reasoning: bool = True  # false: parsed reasoning is dropped
     parallel_tool_calls: bool = True  # false: only the first tool call is returned
+    role: str = "assistant"  # chat: the reply's role (the last message's without a generation prompt)
 
     def choice_seeds(self) -> list[int]:
         """One seed per choice, distinct, within the int64 range (wrapping around)."""
@@ -116,9 +118,10 @@ def _check_logit_bias(bias: dict[str, float] | None, tok: Tokenizer) -> None:
         if not (key.isascii() and key.isdigit() and int(key) < tok.vocab_size):
             raise RequestError(f"logit_bias: {key!r} is not a token id of the vocabulary (size {tok.vocab_size})",
                                "logit_bias")
-        if not -limits.LOGIT_BIAS_RANGE <= value <= limits.LOGIT_BIAS_RANGE:
-            raise RequestError(f"logit_bias: bias {value} for token {key} is outside "
-                               f"[-{limits.LOGIT_BIAS_RANGE:g}, {limits.LOGIT_BIAS_RANGE:g}]", "logit_bias")
+        # a bias past +-LOGIT_BIAS_RANGE counts as that bound: vLLM's SamplingParams.from_optional
+        # clamps it (to OpenAI's range) rather than refusing it; NaN has no place in the range
+        if math.isnan(value):
+            raise RequestError(f"logit_bias: bias for token {key} is not a number", "logit_bias")
 
 
 def _context_error(lim: ServingLimits, count: str, param: str) -> RequestError:
@@ -150,6 +153,9 @@ def _job(
     logprobs: int | None,
     echo: str,
     parsing: OutputParsing | None = None,
+    max_tokens_param: str = "max_tokens",
+    role: str = "assistant",
+    keep_special_tokens: bool = False,
 ) -> GenerationJob:
     if not prompt_ids:
         raise RequestError(f"{prompt_param}: the prompt is empty", prompt_param)
@@ -157,13 +163,15 @@ def _job(
     if room < 1:
         raise _context_error(lim, str(len(prompt_ids)), prompt_param)
     if max_tokens is None:
-        max_tokens = room if default_max_tokens is None else min(default_max_tokens, room)
-    elif max_tokens > room:
+        # chat: the rest of the context. Completions: OpenAI's 16, which must fit as an explicit
+        # max_tokens must (vLLM and OpenAI refuse the request rather than shorten the completion)
+        max_tokens = room if default_max_tokens is None else default_max_tokens
+    if max_tokens > room:
         raise RequestError(
             f"This model's maximum context length is {lim.max_model_len} tokens. However, you "
             f"requested {len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the input, "
             f"{max_tokens} for the completion). Please reduce the length of the input or the completion.",
-            "max_tokens",
+            max_tokens_param,
             code="context_length_exceeded",
         )
     min_tokens = req.min_tokens or 0
@@ -171,7 +179,7 @@ def _job(
         raise RequestError(f"min_tokens ({min_tokens}) must not exceed max_tokens ({max_tokens})", "min_tokens")
     _check_logit_bias(req.logit_bias, tok)
     params = DecodeParams(
-        skip_special_tokens=req.skip_special_tokens is not False,
+        skip_special_tokens=req.skip_special_tokens is not False and not keep_special_tokens,
         spaces_between_special_tokens=req.spaces_between_special_tokens is not False,
         stop=_stop_strings(req.stop),
         stop_token_ids=_stop_token_ids(req.stop_token_ids, tok),
@@ -181,20 +189,26 @@ def _job(
     if logprobs is not None and echo:
         raise RequestError("echo: with logprobs, echo needs prompt logprobs, which this server does not implement",
                            "echo")
+    n = req.n or 1
+    if n > 1 and req.temperature == 0:
+        # vLLM's SamplingParams._verify_greedy_sampling (a positive temperature is at least 0.01
+        # there, so only 0 is greedy): greedy choices would all be the same
+        raise RequestError(f"n: must be 1 when using greedy sampling (temperature 0), got {n}", "n")
     stream = bool(req.stream)
     return GenerationJob(
         prompt_ids=prompt_ids,
         max_tokens=max_tokens,
         params=params,
-        # no seed: seed 0 for the stub (deterministic), a random one for a real model (as vLLM)
-        seed=req.seed if req.seed is not None else secrets.randbits(63) if lim.random_seed else 0,
+        # no seed (or -1, a random seed for vLLM #4531, OpenAI and llama.cpp): seed 0 for the stub
+        # (deterministic), a random one for a real model (as vLLM)
+        seed=req.seed if req.seed not in (None, -1) else secrets.randbits(63) if lim.random_seed else 0,
         ignore_eos=bool(req.ignore_eos),
         stream=stream,
         include_usage=bool(stream and req.stream_options and req.stream_options.include_usage),
         # as vLLM: running usage in every chunk only together with include_usage
         continuous_usage=bool(stream and req.stream_options and req.stream_options.include_usage
                               and req.stream_options.continuous_usage_stats),
-        n=req.n or 1,
+        n=n,
         logprobs=logprobs,
         echo=echo,
         temperature=1.0 if req.temperature is None else req.temperature,
@@ -203,6 +217,7 @@ def _job(
         parsing=parsing,
         include_reasoning=getattr(req, "include_reasoning", None) is not False,
         parallel_tool_calls=getattr(req, "parallel_tool_calls", None) is not False,
+        role=role,
     )
 
 
@@ -240,6 +255,12 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
     reserved = sorted(_RESERVED_TEMPLATE_KWARGS & kwargs.keys())
     if reserved:
         raise RequestError(f"chat_template_kwargs: {', '.join(reserved)} may not be set here", "chat_template_kwargs")
+    if req.reasoning_effort is not None:
+        # as vLLM's build_chat_params: the effort is a template variable (over the kwargs' own) and
+        # turns thinking on, "none" off, unless the client set enable_thinking itself
+        kwargs["reasoning_effort"] = req.reasoning_effort
+        kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
+    thinking = {k: kwargs[k] for k in THINKING_KWARGS if k in kwargs}  # (read by the output parsing)
     if template is not None:  # as vLLM: only variables the template reads
         wanted = template_variables(template)
         kwargs = {k: v for k, v in kwargs.items() if k in wanted}
@@ -255,11 +276,23 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
         text = tok.apply_chat_template(messages, tools=tools, **kwargs)
     except ChatTemplateError as e:
         raise RequestError(f"messages: {e}", "messages") from None
-    echo = ""
-    if req.echo and req.messages[-1].role == "assistant":  # vLLM: the last message, if it is the reply's role
-        echo = message_text(req.messages[-1])
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    # The reply's role, as vLLM's get_chat_request_role: without a generation prompt the output
+    # continues the last message, in that message's role. Echo: the last message, if it has the reply's role.
+    last = req.messages[-1]
+    role = "assistant" if req.add_generation_prompt is not False else last.role
+    echo = message_text(last) if req.echo and last.role == role else ""
+    max_tokens, max_tokens_param = ((req.max_completion_tokens, "max_completion_tokens")
+                                    if req.max_completion_tokens is not None else (req.max_tokens, "max_tokens"))
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    if req.include_reasoning is False and (lim.reasoning_parser or lim.tool_parser):
+        # as vLLM with a parser: no logprobs at all (null), streamed or not; their tokens would show
+        # the reasoning the client asked to leave out
+        logprobs = None
     ids = encode_prompt(tok, text, bool(req.add_special_tokens), lim, "messages")
-    parsing = output_parsing(req, text, lim.reasoning_parser, lim.tool_parser)
-    return _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing)
+    parsing = output_parsing(req, text, lim.reasoning_parser, lim.tool_parser, thinking)
+    # Tool calls parsed: special tokens are not skipped, whatever the request says (vLLM's tool
+    # parsers' adjust_request and SGLang's chat serving do the same, since tool markers are special
+    # tokens in many vocabularies); the text around them (a marker mentioned in reasoning) keeps them
+    keep_special = parsing is not None and parsing.tool_parser is not None
+    return _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing, max_tokens_param, role,
+                keep_special)

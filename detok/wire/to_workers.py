@@ -36,8 +36,8 @@ pack_tokens = pack_u32
 unpack_tokens = unpack_u32
 
 SchedulerEndReason = Literal["stop", "length", "abort", "error"]
-# Alternatives per token a worker turns into strings (OpenAI's chat top_logprobs allows 0-20,
-# completions' logprobs 0-5; vLLM's default max_logprobs is 20). A batch with more is malformed.
+# Alternatives per token a worker turns into strings (chat's top_logprobs and completions' logprobs
+# allow 0-20, vLLM's default max_logprobs). A batch with more is malformed.
 MAX_TOP_LOGPROBS = 20
 
 

@@ -167,7 +167,7 @@ def test_null_means_not_given_for_every_optional_field(tmp_path, tok):
         ({"seed": 2**64}, "seed"),
         ({"n": 0}, "n"),
         ({"logit_bias": {"999999999": 1}}, "logit_bias"),
-        ({"logit_bias": {"5": 101}}, "logit_bias"),
+        ({"n": 2, "temperature": 0}, "n"),  # greedy choices would be equal (vLLM refuses them too)
         ({"stop": ["é" * 1000] * 20}, "stop"),  # 20 x 2000 bytes: past the total
         ({"stop_token_ids": [1] * 257}, "stop_token_ids"),
         ({"messages": [{"role": "user", "content": "x"}] * 2049}, "messages"),

@@ -436,7 +436,7 @@ def test_non_streaming_disconnect_aborts(server):
         ({"stop": [""]}, "stop"),
         ({"extra_body": {"min_tokens": 10}, "max_tokens": 5}, "min_tokens"),
         ({"extra_body": {"stop_token_ids": [10**9]}}, "stop_token_ids"),
-        ({"logprobs": 6}, "logprobs"),
+        ({"logprobs": 21}, "logprobs"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
     ],
 )
@@ -449,7 +449,7 @@ def test_bad_completion_requests_are_400(client, kwargs, param):
 
 def test_bad_chat_requests_are_400(client):
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "wizard", "content": "x"}])
+        client.chat.completions.create(model=MODEL, messages=[{"role": ["wizard"], "content": "x"}])
     assert info.value.response.json()["error"]["param"] == "messages.0.role"
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=MODEL, messages=[])

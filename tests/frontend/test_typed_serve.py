@@ -130,6 +130,18 @@ def test_include_reasoning_false_and_one_call_without_parallel(client) -> None: 
     assert r.choices[0].finish_reason == "tool_calls"
 
 
+def test_include_reasoning_false_hides_logprobs_streamed_or_not(client) -> None:  # type: ignore[no-untyped-def]
+    # vLLM: with a parser, include_reasoning=false makes every choice's and chunk's logprobs null
+    # (the reasoning's tokens must not show through them); with reasoning kept, they are there
+    hidden = {"include_reasoning": False}
+    assert _ask(client, logprobs=True, top_logprobs=2, extra_body=hidden).choices[0].logprobs is None
+    chunks = list(_ask(client, logprobs=True, top_logprobs=2, extra_body=hidden, stream=True))
+    assert chunks and all(c.logprobs is None for chunk in chunks for c in chunk.choices)
+    shown = _ask(client, logprobs=True, top_logprobs=2).choices[0].logprobs
+    assert shown is not None and any("The user" in "".join(e.token for e in shown.content[i:i + 3])
+                                     for i in range(len(shown.content)))
+
+
 def test_no_call_is_stop_with_null_tool_calls_content(client) -> None:  # type: ignore[no-untyped-def]
     r = _ask(client, content="<think>hmm</think>Just text.")
     assert r.choices[0].finish_reason == "stop" and r.choices[0].message.content == "Just text."
@@ -144,6 +156,14 @@ def test_tool_choice_none_parses_no_calls_and_enable_thinking_false(client) -> N
     plain = _ask(client, content="no think markers", extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     assert plain.choices[0].message.content == "no think markers"
     thinking = _ask(client, content="all reasoning")  # qwen3: thinking on by default, no </think>
+    assert thinking.choices[0].message.model_extra["reasoning"] == "all reasoning"
+
+
+def test_reasoning_effort_none_turns_thinking_off(client) -> None:  # type: ignore[no-untyped-def]
+    # vLLM: reasoning_effort "none" is enable_thinking false for the template and the parser
+    plain = _ask(client, content="no think markers", reasoning_effort="none")
+    assert plain.choices[0].message.content == "no think markers"
+    thinking = _ask(client, content="all reasoning", reasoning_effort="low")
     assert thinking.choices[0].message.model_extra["reasoning"] == "all reasoning"
 
 

@@ -1,0 +1,191 @@
+"""OpenAI fields where detok must answer as vLLM does for the same request (its
+`vllm/entrypoints/openai/{chat_completion,completion}/protocol.py` and `serving.py`,
+`vllm/sampling_params.py`, `vllm/renderers/params.py`): the bounds of completions' `logprobs`, a
+completion's default `max_tokens` against the context, the reply's role without a generation
+prompt, logprobs hidden with `include_reasoning: false`, `logit_bias` clamped, greedy `n`, and
+`seed: -1`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pydantic
+import pytest
+
+from detok.frontend import sse
+from detok.frontend.errors import RequestError, from_validation_error
+from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
+from detok.frontend.validation import ServingLimits, chat_job, completion_job
+from detok.tokenizer.default import load_default_tokenizer
+from tests.helpers.frontend_harness import MODEL, running_app
+
+LIMITS = ServingLimits("m", 64)
+USER = [{"role": "user", "content": "Once upon"}]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_default_tokenizer()
+
+
+def _job(tok, kind: str, lim: ServingLimits = LIMITS, **body):  # type: ignore[no-untyped-def]
+    model, build = (ChatCompletionRequest, chat_job) if kind == "chat" else (CompletionRequest, completion_job)
+    return build(model.model_validate_json(json.dumps({"model": "m", **body})), tok, lim)
+
+
+def _refused(tok, kind: str, **body) -> RequestError:  # type: ignore[no-untyped-def]
+    model = ChatCompletionRequest if kind == "chat" else CompletionRequest
+    with pytest.raises((RequestError, pydantic.ValidationError)) as info:
+        _job(tok, kind, **body)
+    error = info.value
+    return from_validation_error(error, model) if isinstance(error, pydantic.ValidationError) else error
+
+
+# ---- request bounds ---------------------------------------------------------------------------------
+
+
+def test_completion_logprobs_up_to_vllms_max_logprobs(tok):
+    # vLLM: max_logprobs (20) for both APIs ("vLLM has higher default max_logprobs (20 instead of 5)
+    # to support both Completion API and Chat Completion API", tests/entrypoints/openai/test_completion.py)
+    assert _job(tok, "completion", prompt="hi", logprobs=20).logprobs == 20
+    error = _refused(tok, "completion", prompt="hi", logprobs=21)
+    assert error.status == 400 and error.param == "logprobs"
+
+
+def test_completion_default_max_tokens_is_not_shrunk_to_fit(tok):
+    # vLLM (and OpenAI): a completion without max_tokens asks for 16; a prompt that leaves less room
+    # is a 400, not a shorter completion (TokenizeParams.max_input_tokens = max_model_len - 16)
+    prompt = " word" * 55
+    assert len(tok.encode(prompt)) + 16 > LIMITS.max_model_len
+    error = _refused(tok, "completion", prompt=prompt)
+    assert error.status == 400 and error.code == "context_length_exceeded"
+    assert _job(tok, "completion", prompt=prompt, max_tokens=5).max_tokens == 5
+    assert _job(tok, "completion", prompt="hi").max_tokens == 16
+
+
+def test_context_error_names_max_completion_tokens_when_that_was_sent(tok):
+    error = _refused(tok, "chat", messages=USER, max_completion_tokens=100)
+    assert error.code == "context_length_exceeded" and error.param == "max_completion_tokens"
+    assert _refused(tok, "chat", messages=USER, max_tokens=100).param == "max_tokens"
+
+
+def test_logit_bias_is_clamped_as_vllm(tok):
+    # vLLM's SamplingParams.from_optional clamps each bias to [-100, 100]; the key must be a vocabulary id
+    _job(tok, "completion", prompt="hi", logit_bias={"5": 150.0, "6": -1000.0})
+    assert _refused(tok, "completion", prompt="hi", logit_bias={"x": 1.0}).param == "logit_bias"
+    with pytest.raises(RequestError) as info:  # (a JSON NaN literal, which pydantic takes as a float)
+        completion_job(CompletionRequest.model_validate_json('{"prompt": "hi", "logit_bias": {"5": NaN}}'), tok, LIMITS)
+    assert info.value.param == "logit_bias"
+
+
+def test_greedy_sampling_takes_one_choice(tok):
+    # vLLM: SamplingParams._verify_greedy_sampling, "n must be 1 when using greedy sampling"
+    error = _refused(tok, "completion", prompt="hi", n=2, temperature=0)
+    assert error.status == 400 and error.param == "n"
+    assert _job(tok, "completion", prompt="hi", n=2, temperature=0.5).n == 2
+    assert _job(tok, "chat", messages=USER, n=1, temperature=0).n == 1
+
+
+def test_seed_minus_one_means_no_seed(tok):
+    # vLLM #4531: seed -1 is a random seed (as OpenAI and llama.cpp take it), i.e. not given
+    assert _job(tok, "completion", prompt="hi", seed=-1).seed == _job(tok, "completion", prompt="hi").seed == 0
+    random = ServingLimits("m", 64, random_seed=True)
+    assert len({_job(tok, "completion", random, prompt="hi", seed=-1).seed for _ in range(4)}) > 1
+
+
+def test_include_reasoning_false_hides_logprobs(tok):
+    # vLLM: with a parser, include_reasoning=false suppresses the logprobs of every chunk and of the
+    # body ("to prevent leaking reasoning tokens through decoded token text in logprob entries")
+    parsed = ServingLimits("m", 64, reasoning_parser="qwen3")
+    assert _job(tok, "chat", parsed, messages=USER, logprobs=True, top_logprobs=2, include_reasoning=False).logprobs \
+        is None
+    assert _job(tok, "chat", parsed, messages=USER, logprobs=True, top_logprobs=2).logprobs == 2
+    assert _job(tok, "chat", messages=USER, logprobs=True, include_reasoning=False).logprobs == 0  # nothing parsed
+
+
+# ---- the reply's role --------------------------------------------------------------------------------
+
+
+def _events(raw: str) -> list[dict]:
+    return [json.loads(p) for p in sse.parse_events(iter(raw.splitlines(keepends=True))) if p != "[DONE]"]
+
+
+def test_reply_role_without_generation_prompt_is_the_last_messages(tmp_path, tok):
+    # vLLM's get_chat_request_role: the response role is the last message's when add_generation_prompt
+    # is false, and echo prepends the last message when its role is the reply's
+    async def main() -> None:
+        async with running_app(tmp_path, tok) as run:
+            body = {"model": MODEL, "messages": USER, "add_generation_prompt": False, "echo": True, "seed": 4}
+            whole = (await run.http.post("/v1/chat/completions", json=body)).json()
+            assert whole["choices"][0]["message"] == {"content": "Once uponseed 4 says hello", "role": "user"}
+            chunks = _events((await run.http.post("/v1/chat/completions", json={**body, "stream": True})).text)
+            assert chunks[0]["choices"][0]["delta"] == {"role": "user", "content": ""}
+            streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+            assert streamed == whole["choices"][0]["message"]["content"]
+            # with the generation prompt: the assistant's reply, a user message is not echoed
+            plain = (await run.http.post("/v1/chat/completions", json={**body, "add_generation_prompt": True})).json()
+            assert plain["choices"][0]["message"] == {"content": "seed 4 says hello", "role": "assistant"}
+
+    asyncio.run(main())
+
+
+def test_custom_roles_reach_the_template(tok):
+    # vLLM's CustomChatCompletionMessageParam ("Enables custom roles in the Chat Completion API"):
+    # any role string, e.g. Llama 3.1's `ipython` tool results or GLM's `observation`
+    messages = [{"role": "user", "content": "weather?"}, {"role": "ipython", "content": '{"t": 21}'}]
+    job = _job(tok, "chat", messages=messages)
+    assert job.prompt_ids == tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
+    assert "<|im_start|>ipython\n" in tok.decode(job.prompt_ids, skip_special_tokens=False)
+    assert _refused(tok, "chat", messages=[{"role": 5, "content": "x"}]).param == "messages.0.role"
+
+
+EFFORT_TEMPLATE = ("effort={{ reasoning_effort | default('unset') }} thinking={{ enable_thinking | default('unset') }}"
+                   "{% for m in messages %} {{ m.content }}{% endfor %}")
+
+
+@pytest.fixture
+def effort_tok():
+    from pathlib import Path
+
+    from detok.tokenizer.hf import HFTokenizer
+
+    t = HFTokenizer.from_path(Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "qwen2")
+    t.set_chat_template(EFFORT_TEMPLATE)
+    return t
+
+
+@pytest.mark.parametrize(("body", "rendered"), [
+    ({}, "effort=unset thinking=unset"),
+    ({"reasoning_effort": "low"}, "effort=low thinking=True"),
+    ({"reasoning_effort": "none"}, "effort=none thinking=False"),
+    # the client's own enable_thinking stands; the top-level effort wins over the kwargs' one
+    ({"reasoning_effort": "none", "chat_template_kwargs": {"enable_thinking": True, "reasoning_effort": "high"}},
+     "effort=none thinking=True"),
+])
+def test_reasoning_effort_reaches_the_template(effort_tok, body, rendered):
+    # vLLM's ChatCompletionRequest.build_chat_params: reasoning_effort is a template variable and turns
+    # enable_thinking on ("none": off) unless chat_template_kwargs sets it (vLLM #43401, #54616)
+    job = _job(effort_tok, "chat", messages=USER, **body)
+    assert effort_tok.decode(job.prompt_ids, skip_special_tokens=False) == f"{rendered} Once upon"
+
+
+def test_reasoning_effort_values_are_vllms(tok):
+    assert _refused(tok, "chat", messages=USER, reasoning_effort="extreme").param == "reasoning_effort"
+
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+def test_parsed_tool_calls_keep_special_tokens(tok):
+    # vLLM's tool parsers (hermes, qwen3_coder, mistral, ... `adjust_request`) and SGLang's chat serving
+    # set skip_special_tokens=False for a request whose tool calls are parsed: their markers are special
+    # tokens in many vocabularies; any text around them (a marker mentioned in reasoning) keeps them too
+    tools = ServingLimits("m", 64, reasoning_parser="qwen3", tool_parser="hermes")
+    assert not _job(tok, "chat", tools, messages=USER, tools=[TOOL]).params.skip_special_tokens
+    assert not _job(tok, "chat", tools, messages=USER, tools=[TOOL], skip_special_tokens=True).params.skip_special_tokens
+    # nothing parsed as calls: the request's value (default true)
+    assert _job(tok, "chat", tools, messages=USER, tools=[TOOL], tool_choice="none").params.skip_special_tokens
+    assert _job(tok, "chat", tools, messages=USER).params.skip_special_tokens
+    assert _job(tok, "chat", messages=USER, tools=[TOOL], tool_choice="none").params.skip_special_tokens
+    assert not _job(tok, "chat", tools, messages=USER, skip_special_tokens=False).params.skip_special_tokens
