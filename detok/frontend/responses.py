@@ -151,9 +151,8 @@ class ChoiceState:
 
 
 def _error(finish: Finish) -> RequestError:
-    if finish.reason == "abort":
-        return RequestError(finish.message or "the request was aborted", status=500, type="server_error")
-    return RequestError(finish.message or "the request failed", status=500, type="server_error")
+    default = "the request was aborted" if finish.reason == "abort" else "the request failed"
+    return RequestError(finish.message or default, status=500, type="server_error")
 
 
 def stop_reason(ctx: ResponseContext, finish: Finish) -> str | int | None:
@@ -342,9 +341,8 @@ async def collect_body(
         raise RequestError("the request ended without a result", status=500, type="server_error")
     usage = _usage(ctx, choices)
     if ctx.kind == "chat":
-        chat = [ChatChoice(c.index, c.typed.message("".join(c.parts), ctx.role) if c.typed is not None else
-                           ChatMessageOut("".join(c.parts), ctx.role), c.finish_reason(), stop_reason(ctx, f),
-                           c.body_logprobs())
+        chat = [ChatChoice(c.index, (c.typed.message if c.typed is not None else ChatMessageOut)("".join(c.parts), ctx.role),
+                           c.finish_reason(), stop_reason(ctx, f), c.body_logprobs())
                 for c, f in zip(choices, finishes) if f is not None]
         return _ENCODER.encode(ChatCompletion(ctx.id, ctx.created, ctx.model, chat, usage))
     text = [CompletionChoice(c.index, "".join(c.parts), f.reason, stop_reason(ctx, f), c.body_logprobs())
