@@ -15,14 +15,18 @@ when its `</parameter>` arrives. One newline after `>` and one before `</paramet
 the value (as in vLLM). `<tool_call>`/`</tool_call>` are tokens in Qwen's vocabulary; the other tags
 are text.
 
-Edges (README): a `<function=` without `<tool_call>` is a call too (vLLM's fallback). A missing
+Edges (README): a `<function=` without `<tool_call>` is a call too (vLLM's fallback); after its
+`</function>` the text is content again, a further `<function=` a further call, and a `</tool_call>`
+right after it (whitespace aside) closes it as in a region and is dropped. A missing
 `</parameter>` is implied by a `<parameter=` or `</function>` at the start of a line (vLLM also checks
 the next name against the schema, which needs text not yet seen). A `</parameter>` ends the value
 only when the next text that is not whitespace is `<parameter=`, `</function>`, `</tool_call>` or the
 end of output (vLLM's `_find_true_param_end`): until then it is held with the whitespace after it,
 and any other text makes it the value's own (code or XML that mentions the tag). A name with
 `<>{}"'` or whitespace is not a call (vLLM rejects it too); its text is dropped. A call cut by the
-end of output is closed with what was parsed (vLLM streams the same, unclosed).
+end of output is closed with what was parsed (vLLM streams the same, unclosed). A parameter written
+twice is written twice (`json.loads` keeps the last, as vLLM's non-streamed dict; its streamed text
+repeats it too): a key already sent is not taken back.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ PARAM, PARAM_END = "<parameter=", "</parameter>"
 MAX_NAME = 256  # a function or parameter name longer than this is not a name
 
 # _PEND: a `</parameter>` came inside a value; the next tag or text tells whether it ended it
-_CONTENT, _CALL, _FNAME, _BODY, _PNAME, _VALUE, _FEND, _SKIP, _PEND = range(9)
+# _AFTER: a bare call's `</function>` came; only whitespace since (a `</tool_call>` may still close it)
+_CONTENT, _CALL, _FNAME, _BODY, _PNAME, _VALUE, _FEND, _SKIP, _PEND, _AFTER = range(10)
 _BAD_NAME = set("{}<>\"' \t\n\r")
 
 
@@ -64,7 +69,9 @@ class Qwen3CoderToolParser(StreamingToolParser):
         self._vstarted = False  # the value's first character was seen (its leading newline dropped)
         self._held_nl = False  # a newline at the value's end so far (dropped if the value ends here)
         self._last_nl = False  # the value's raw text so far ends with a newline (a tag may start a line)
-        self._pending = ""  # in _PEND: the `</parameter>` and the whitespace after it
+        # in _PEND: the `</parameter>` and the whitespace after it; in _AFTER: the whitespace
+        self._pending = ""
+        self._bare = False  # the call was opened by `<function=` in content, without `<tool_call>`
 
     # ---- events ------------------------------------------------------------------------------
     def _on_marker(self, marker: str) -> None:
@@ -90,10 +97,18 @@ class Qwen3CoderToolParser(StreamingToolParser):
                 return
             self._end_value()
             st = self._state = _BODY
+        elif st == _AFTER:
+            space, self._pending = self._pending, ""
+            st = self._state = _CONTENT
+            if marker == END:  # it closes the bare call as it closes a region: dropped, with the space
+                return
+            self._content(space)  # (held as whitespace after a call: dropped if a call or the end follows)
         if st == _CONTENT:
             if marker == START:
+                self._bare = False
                 self._state = _CALL
-            elif marker == FUNC:
+            elif marker == FUNC:  # a call without `<tool_call>`: after its `</function>` comes content
+                self._bare = True
                 self._begin_name()
             else:
                 self._content(marker)
@@ -103,12 +118,13 @@ class Qwen3CoderToolParser(StreamingToolParser):
             elif marker == END:
                 self._state = _CONTENT
             elif marker == START:
+                self._bare = False
                 self._state = _CALL
             elif marker == FUNC_END and st == _SKIP:
-                self._state = _FEND
+                self._state = self._function_ended()
         elif st in (_FNAME, _PNAME):  # a tag inside a name: not a call / not a parameter
-            if st == _FNAME:
-                self._state = _CALL
+            if st == _FNAME:  # (a bare one is a bad name: skipped to its `</function>`)
+                self._state = _SKIP if self._bare else _CALL
             else:
                 self._state = _BODY
             self._on_marker(marker)
@@ -119,8 +135,10 @@ class Qwen3CoderToolParser(StreamingToolParser):
             elif marker in (FUNC_END, END, START, FUNC):
                 self._args("}")
                 self._close_call()
-                self._state = _FEND
-                if marker != FUNC_END:
+                if marker == FUNC_END:
+                    self._state = self._function_ended()
+                else:
+                    self._state = _FEND
                     self._on_marker(marker)
 
     def _on_text(self, text: str) -> None:
@@ -135,6 +153,13 @@ class Qwen3CoderToolParser(StreamingToolParser):
             else:
                 self._resume_value()
                 self._value_text(text)
+        elif st == _AFTER:
+            if text.isspace():
+                self._pending += text
+            else:
+                self._state = _CONTENT
+                self._content(self._pending + text)
+                self._pending = ""
         elif st == _FNAME or st == _PNAME:
             end = text.find(">")
             if end < 0:
@@ -177,6 +202,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
             self._args("}")
             self._close_call()
         self._state = _CONTENT
+        self._pending = ""  # (in _AFTER: whitespace after the last call, dropped)
 
     def _current_sink(self) -> JsonValueStream | TextSink | None:
         return TEXT_SINK if self._state == _VALUE and self._streaming else None
@@ -199,6 +225,10 @@ class Qwen3CoderToolParser(StreamingToolParser):
         return sv.json_string_body(text)
 
     # ---- names and values --------------------------------------------------------------------
+    def _function_ended(self) -> int:
+        # in a region text is dropped until `</tool_call>`; after a bare call it is content
+        return _AFTER if self._bare else _FEND
+
     def _begin_name(self) -> None:
         self._name = []
         self._state = _FNAME
