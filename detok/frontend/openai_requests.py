@@ -82,7 +82,9 @@ class _SamplingRequest(_Request):
     allowed_token_ids: Any = None
     bad_words: Any = None
     logits_processors: Any = None
-    truncate_prompt_tokens: Any = None
+    # the prompt cut to its last (or first) k ids (detok.frontend.prompt_truncation); -1: all the room
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
+    truncation_side: Literal["left", "right"] | None = None
 
 
 class CompletionRequest(_SamplingRequest):

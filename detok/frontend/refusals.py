@@ -46,7 +46,6 @@ _COMMON: dict[str, Rule] = {
     "allowed_token_ids": (_GIVEN, f"allowed_token_ids {_SAMPLING}"),
     "bad_words": (lambda v: v in (None, []), f"bad_words {_SAMPLING}"),
     "logits_processors": (_GIVEN, f"logits processors {_SAMPLING}"),
-    "truncate_prompt_tokens": (_GIVEN, "prompt truncation is not implemented by this server"),
 }
 _COMPLETION: dict[str, Rule] = {
     "suffix": (_GIVEN, "suffix (text insertion) is not implemented by this server"),

@@ -15,6 +15,7 @@ from detok.frontend import limits
 from detok.frontend.chat_messages import message_text, template_messages
 from detok.frontend.errors import RequestError
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest, _SamplingRequest
+from detok.frontend.prompt_truncation import Side, cut_ids, encode_truncated, truncation_size
 from detok.frontend.refusals import refuse_unsupported
 from detok.frontend.typed_requests import THINKING_KWARGS, output_parsing
 from detok.parsing.types import OutputParsing
@@ -133,9 +134,13 @@ def _context_error(lim: ServingLimits, count: str, param: str) -> RequestError:
     )
 
 
-def encode_prompt(tok: Tokenizer, text: str, add_special_tokens: bool, lim: ServingLimits, param: str) -> list[int]:
+def encode_prompt(tok: Tokenizer, text: str, add_special_tokens: bool, lim: ServingLimits, param: str,
+                  keep: int | None = None, side: Side | None = None) -> list[int]:
     """The prompt's ids (exactly `tok.encode`'s), or the context-length 400 as soon as counting
-    shows the text cannot fit: a prompt of a million tokens is not tokenized whole to refuse it."""
+    shows the text cannot fit: a prompt of a million tokens is not tokenized whole to refuse it.
+    With `keep` (truncate_prompt_tokens), the ids cut to it instead (prompt_truncation)."""
+    if keep is not None:
+        return encode_truncated(tok, text, add_special_tokens, keep, side or "left")
     ids = encode_within(tok, text, lim.max_model_len - 1, add_special_tokens)
     if isinstance(ids, TooLong):
         raise _context_error(lim, f"at least {ids.at_least}", param)
@@ -223,7 +228,10 @@ def _job(
 
 def completion_job(req: CompletionRequest, tok: Tokenizer, lim: ServingLimits) -> GenerationJob:
     _check_common(req, lim)
-    prompt_ids, prompt_text = _completion_prompt(req.prompt, tok, req.add_special_tokens is not False, lim)
+    max_output = req.max_tokens if req.max_tokens is not None else _COMPLETIONS_DEFAULT_MAX_TOKENS
+    keep = truncation_size(req.truncate_prompt_tokens, lim.max_model_len, max_output, "max_tokens")
+    prompt_ids, prompt_text = _completion_prompt(req.prompt, tok, req.add_special_tokens is not False, lim, keep,
+                                                 req.truncation_side or "left")
     echo = ""
     if req.echo:  # the prompt as given, or decoded from its ids as vLLM does
         echo = prompt_text if prompt_text is not None else tok.decode(prompt_ids, skip_special_tokens=False)
@@ -233,16 +241,17 @@ def completion_job(req: CompletionRequest, tok: Tokenizer, lim: ServingLimits) -
 
 def _completion_prompt(
     prompt: str | list[str] | list[int] | list[list[int]], tok: Tokenizer, add_special_tokens: bool,
-    lim: ServingLimits,
+    lim: ServingLimits, keep: int | None, side: Side,
 ) -> tuple[list[int], str | None]:
     if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
         if len(prompt) != 1:
             raise RequestError("prompt: send one prompt per request (batched prompts are not supported)", "prompt")
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return encode_prompt(tok, prompt, add_special_tokens, lim, "prompt"), prompt
+        return encode_prompt(tok, prompt, add_special_tokens, lim, "prompt", keep, side), prompt
     _check_ids(prompt, tok, "prompt")  # type: ignore[arg-type]
-    return list(prompt), None  # type: ignore[arg-type]
+    ids = list(prompt)  # type: ignore[arg-type]
+    return (ids if keep is None else cut_ids(ids, keep, side)), None
 
 
 def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> GenerationJob:
@@ -288,7 +297,8 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
         # as vLLM with a parser: no logprobs at all (null), streamed or not; their tokens would show
         # the reasoning the client asked to leave out
         logprobs = None
-    ids = encode_prompt(tok, text, bool(req.add_special_tokens), lim, "messages")
+    keep = truncation_size(req.truncate_prompt_tokens, lim.max_model_len, max_tokens or 0, max_tokens_param)
+    ids = encode_prompt(tok, text, bool(req.add_special_tokens), lim, "messages", keep, req.truncation_side)
     parsing = output_parsing(req, text, lim.reasoning_parser, lim.tool_parser, thinking)
     # Tool calls parsed: special tokens are not skipped, whatever the request says (vLLM's tool
     # parsers' adjust_request and SGLang's chat serving do the same, since tool markers are special
