@@ -38,6 +38,7 @@ from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequ
 from detok.frontend.openai_types import ModelCard, ModelList
 from detok.frontend.responses import ResponseContext, collect_body, stream_events
 from detok.frontend.scheduler_link import SchedulerLink
+from detok.frontend.stream_interval import effective_interval
 from detok.frontend.sse_response import RAW_SEND, SseResponse
 from detok.frontend.validation import GenerationJob, ServingLimits, chat_job, completion_job
 from detok.metrics import CONTENT_TYPE, render_metrics
@@ -247,7 +248,7 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             echo=job.echo,
             role=job.role,
             logprobs=job.logprobs,
-            stream_interval=state.stream_interval,
+            stream_interval=effective_interval(state.stream_interval, job.stream_interval),
             continuous_usage=job.continuous_usage,
             parsing=job.parsing,
             reasoning_field=state.reasoning_field,

@@ -85,6 +85,8 @@ class _SamplingRequest(_Request):
     # the prompt cut to its last (or first) k ids (detok.frontend.prompt_truncation); -1: all the room
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
     truncation_side: Literal["left", "right"] | None = None
+    # output tokens per streamed chunk after the first: raises the server's --stream-interval
+    stream_interval: int | None = Field(default=None, ge=1)
 
 
 class CompletionRequest(_SamplingRequest):

@@ -29,6 +29,7 @@ from detok.frontend.errors import RequestError, error_json
 from detok.frontend.latency import LatencyRecorder, RequestTimer
 from detok.frontend.chat_logprobs_json import chat_logprobs_json, joined_chat_logprobs
 from detok.frontend.logprobs_format import CompletionLogprobs, CompletionOffsets, completion_logprobs
+from detok.frontend.stream_interval import ChunkInterval
 from detok.frontend.openai_types import (
     ChatChoice,
     ChatChunkChoice,
@@ -43,9 +44,7 @@ from detok.frontend.openai_types import (
 from detok.frontend.typed_responses import TypedChoice
 from detok.parsing.types import OutputParsing
 from detok.receiver.receiver import RequestDelta, RequestStream
-from detok.receiver.typed import join_calls
 from detok.wire.to_frontends import openai_finish_reason
-from detok.receiver.token_logprobs import TokenLogprobs
 from detok.stream.params import Finish
 
 _ENCODER = msgspec.json.Encoder()
@@ -65,7 +64,7 @@ class ResponseContext:
     role: str = "assistant"  # chat: the reply's role (GenerationJob.role)
     logprobs: int | None = None
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
-    stream_interval: int = 1  # deltas joined into one streamed chunk (the first goes out alone)
+    stream_interval: int = 1  # output tokens per streamed chunk after the first (the server's or the request's)
     completed: bool = False  # the response was built to its end (not cut short by its client)
     continuous_usage: bool = False  # usage in every chunk (stream_options.continuous_usage_stats)
     # output parsing (detok.frontend.typed_responses): None for plain text
@@ -230,18 +229,6 @@ async def merged_deltas(streams: Sequence[RequestStream]) -> AsyncIterator[tuple
             task.cancel()
 
 
-def _joined(pending: list[RequestDelta]) -> RequestDelta:
-    """Several waiting deltas of one choice as one: texts concatenated, logprob entries joined."""
-    if len(pending) == 1:
-        return pending[0]
-    runs = [d.logprobs for d in pending if d.logprobs is not None]
-    last = pending[-1]
-    logprobs = TokenLogprobs.concat(runs) if runs else None
-    calls = tuple(c for d in pending for c in d.tool_calls)
-    return RequestDelta("".join(d.text for d in pending), last.finish, last.num_tokens, logprobs,
-                        "".join(d.reasoning for d in pending), tuple(join_calls(list(calls))), last.calls)
-
-
 async def stream_events(
     ctx: ResponseContext, streams: Sequence[RequestStream], recorder: LatencyRecorder | None
 ) -> AsyncIterator[bytes]:
@@ -251,8 +238,8 @@ async def stream_events(
     Per chunk the hot path is: take what the choice's stream has (the receiver already joins the
     deltas of several batches a slow consumer did not take yet), format its logprobs if asked, and
     splice the text into the response's byte template (`ChunkRenderer`). With `stream_interval`
-    N > 1, a choice's deltas after its first are held until N of them (or its finish) arrived and go
-    out as one chunk, as vLLM's `--stream-interval`."""
+    N > 1, a choice's deltas after its first wait until N more output tokens arrived (or its finish)
+    and go out as one chunk, as vLLM's (`stream_interval.ChunkInterval`)."""
     render = ChunkRenderer(ctx.kind, ctx.id, ctx.created, ctx.model, len(streams))
     choices = [ChoiceState(i, ctx, recorder) for i in range(len(streams))]
     opening: list[bytes] = []  # (one chunk: the response's head goes out with it, see SseResponse)
@@ -263,25 +250,15 @@ async def stream_events(
             opening.append(render.text(c.index, ctx.echo, usage=c.running_usage(ctx)))
     if opening:  # (ctx.opens_at_once)
         yield b"".join(opening)
-    interval = ctx.stream_interval
-    held: list[list[RequestDelta]] = [[] for _ in choices]
-    sent_first = [interval <= 1] * len(choices)
+    interval = ChunkInterval(ctx.stream_interval, len(choices))
     finished = 0
     # one choice written straight to its connection: plain deltas go out from the receiving loop
     pusher = pusher_for(ctx, render, choices, streams)
     tail: list[bytes] = []  # the response's last events: written with [DONE] and the body's end, one write
     async with contextlib.aclosing(merged_deltas(streams)) as deltas, pushing(streams, pusher):
         async for index, delta in deltas:
-            if not sent_first[index]:
-                if delta.text or delta.logprobs is not None or delta.reasoning or delta.tool_calls:
-                    sent_first[index] = True  # the first text goes out at once: time to first token
-            elif interval > 1:
-                pending = held[index]
-                pending.append(delta)
-                if len(pending) < interval and delta.finish is None:
-                    continue
-                delta = _joined(pending)
-                pending.clear()
+            if (delta := interval.take(index, delta)) is None:  # (stream_interval: it waits)
+                continue
             choice = choices[index]
             if choice.typed is not None:
                 logprobs = choice.logprobs(delta)

@@ -125,9 +125,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "connection bound is divided among them; auto: half the cores, at most 8 "
                         "(default: %(default)s)")
     p.add_argument("--stream-interval", type=_positive_int, default=1, metavar="N",
-                   help="a streamed choice's text after its first chunk goes out every N deltas (one delta per "
-                        "scheduler step) or at its finish, joined; fewer, larger chunks cost the frontend less "
-                        "(as vLLM's --stream-interval; default: %(default)s)")
+                   help="a streamed choice's text after its first chunk goes out every N output tokens or at its "
+                        "finish, joined; fewer, larger chunks cost the frontend less (as vLLM's "
+                        "--stream-interval; a request's stream_interval may raise it; default: %(default)s)")
     p.add_argument("--demo", action="store_true",
                    help="once up, stream one chat completion through the API and print it (what `make run` does)")
     limits_group = p.add_argument_group("HTTP limits")

@@ -58,6 +58,7 @@ class GenerationJob:
     include_reasoning: bool = True  # false: parsed reasoning is dropped
     parallel_tool_calls: bool = True  # false: only the first tool call is returned
     role: str = "assistant"  # chat: the reply's role (the last message's without a generation prompt)
+    stream_interval: int = 1  # the request's own stream_interval (the server's applies if larger)
 
     def choice_seeds(self) -> list[int]:
         """One seed per choice, distinct, within the int64 range (wrapping around)."""
@@ -223,6 +224,7 @@ def _job(
         include_reasoning=getattr(req, "include_reasoning", None) is not False,
         parallel_tool_calls=getattr(req, "parallel_tool_calls", None) is not False,
         role=role,
+        stream_interval=req.stream_interval or 1,
     )
 
 

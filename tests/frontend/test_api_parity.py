@@ -16,6 +16,7 @@ import pytest
 from detok.frontend import sse
 from detok.frontend.errors import RequestError, from_validation_error
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
+from detok.frontend.stream_interval import effective_interval
 from detok.frontend.validation import ServingLimits, chat_job, completion_job
 from detok.tokenizer.default import load_default_tokenizer
 from tests.helpers.frontend_harness import MODEL, running_app
@@ -189,3 +190,23 @@ def test_parsed_tool_calls_keep_special_tokens(tok):
     assert _job(tok, "chat", tools, messages=USER).params.skip_special_tokens
     assert _job(tok, "chat", messages=USER, tools=[TOOL], tool_choice="none").params.skip_special_tokens
     assert not _job(tok, "chat", tools, messages=USER, skip_special_tokens=False).params.skip_special_tokens
+
+
+def test_a_requests_stream_interval_may_only_raise_the_servers(tmp_path, tok):
+    # vLLM's per-request `stream_interval` (ge=1): "Raises the server's --stream-interval for this
+    # request. Values below the server setting are clamped up to it." (How chunks are then cut:
+    # tests/frontend/test_chunks.py, on stream_events itself; here the request's way there.)
+    assert _job(tok, "chat", messages=USER, stream=True, stream_interval=3).stream_interval == 3
+    assert _job(tok, "completion", prompt="hi", stream=True).stream_interval == 1
+    assert effective_interval(1, 3) == 3 and effective_interval(4, 2) == 4 and effective_interval(4, 1) == 4
+    for bad in (0, -1, 1.5, "2"):
+        assert _refused(tok, "chat", messages=USER, stream=True, stream_interval=bad).param == "stream_interval"
+
+    async def main() -> None:
+        async with running_app(tmp_path, tok, stream_interval=2) as run:  # served, joined text unchanged
+            body = {"model": MODEL, "messages": USER, "seed": 4, "stream": True, "stream_interval": 3}
+            events = _events((await run.http.post("/v1/chat/completions", json=body)).text)
+            assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) \
+                == "seed 4 says hello"
+
+    asyncio.run(main())

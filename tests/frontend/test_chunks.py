@@ -75,8 +75,8 @@ def _events(kind: str, deltas: list[RequestDelta], interval: int) -> list[dict]:
 @given(texts=st.lists(_texts, min_size=1, max_size=12), interval=st.integers(1, 5),
        kind=st.sampled_from(["chat", "completion"]))
 def test_stream_interval_joins_text_and_logprobs(texts: list[str], interval: int, kind: str):
-    deltas = [RequestDelta(t, logprobs=_run(i, [f"t{i}"])) for i, t in enumerate(texts)]
-    deltas[-1] = deltas[-1]._replace(finish=Finish("length", None), num_tokens=len(texts))
+    deltas = [RequestDelta(t, num_tokens=i + 1, logprobs=_run(i, [f"t{i}"])) for i, t in enumerate(texts)]
+    deltas[-1] = deltas[-1]._replace(finish=Finish("length", None))
     one, joined = _events(kind, deltas, 1), _events(kind, deltas, interval)
 
     def content(events: list[dict]) -> tuple[str, list]:
@@ -92,3 +92,27 @@ def test_stream_interval_joins_text_and_logprobs(texts: list[str], interval: int
     # the first delta alone, then at most one chunk per `interval` deltas (+ the finish chunk)
     text_chunks = sum(1 for e in joined if e["choices"] and e["choices"][0].get("finish_reason") is None) - (kind == "chat")
     assert text_chunks <= 1 + -(-(len(texts) - 1) // interval)
+
+
+def _chunk_texts(events: list[dict]) -> list[str]:
+    return [e["choices"][0]["delta"].get("content") or "" for e in events
+            if e["choices"] and e["choices"][0]["delta"].get("role") is None]
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.integers(1, 4), min_size=1, max_size=12), interval=st.integers(2, 6))
+def test_stream_interval_counts_output_tokens_as_vllm(steps: list[int], interval: int):
+    # vLLM's RequestState.make_request_output: the first output at once, then a chunk once
+    # `interval` tokens arrived since the last one sent (a step of several tokens counts as that
+    # many), and the finish at once
+    totals = [sum(steps[: i + 1]) for i in range(len(steps))]
+    deltas = [RequestDelta(f"<{n}>", num_tokens=n) for n in totals]
+    deltas[-1] = deltas[-1]._replace(finish=Finish("length", None))
+    want, group, sent = [], [], None
+    for i, n in enumerate(totals):
+        group.append(f"<{n}>")
+        if sent is None or n - sent >= interval or i == len(totals) - 1:
+            want.append("".join(group))
+            group, sent = [], n
+    got = [t for t in _chunk_texts(_events("chat", deltas, interval)) if t]
+    assert got == want
