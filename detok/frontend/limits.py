@@ -25,6 +25,8 @@ MAX_CHAT_LOGPROBS = 20  # top_logprobs (OpenAI's bound, vLLM's default max_logpr
 # completions' logprobs: vLLM's max_logprobs (20) for both APIs, not OpenAI's 5 for this one
 # (vLLM's tests/entrypoints/openai/test_completion.py accepts up to 20 and refuses 21)
 MAX_COMPLETION_LOGPROBS = 20
+MAX_REQUEST_ID_CHARS = 256  # a request's own id (request_id, X-Request-Id): it is in every chunk it gets
+MAX_CACHE_SALT_CHARS = 1024  # cache_salt (vLLM's bound)
 
 # ---- HTTP ----------------------------------------------------------------------------------------
 DEFAULT_PORT = 8000  # `detok serve --port`; taken is an error, 0 picks a free port

@@ -16,11 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from detok.frontend.limits import (
     INT64_MAX,
     INT64_MIN,
+    MAX_CACHE_SALT_CHARS,
     MAX_CHAT_LOGPROBS,
     MAX_COMPLETION_LOGPROBS,
     MAX_DOCUMENTS,
     MAX_MESSAGES,
     MAX_N,
+    MAX_REQUEST_ID_CHARS,
     MAX_TOOL_CALLS,
     MAX_TOOLS,
 )
@@ -87,6 +89,21 @@ class _SamplingRequest(_Request):
     truncation_side: Literal["left", "right"] | None = None
     # output tokens per streamed chunk after the first: raises the server's --stream-interval
     stream_interval: int | None = Field(default=None, ge=1)
+    # the response's id after "chatcmpl-" / "cmpl-" (an X-Request-Id header wins), as vLLM's
+    request_id: str | None = Field(default=None, max_length=MAX_REQUEST_ID_CHARS)
+    # accepted without effect (README): the stack's scheduler keeps no prefix cache to salt
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
+    # refused (detok.frontend.refusals): vLLM options that need its engine
+    thinking_token_budget: Any = None
+    logprob_token_ids: Any = None
+    repetition_detection: Any = None
+    priority: Any = None
+    kv_transfer_params: Any = None
+    ec_transfer_params: Any = None
+    vllm_xargs: Any = None
+    watermarking: Any = None
+    return_token_ids: Any = None
+    return_tokens_as_token_ids: Any = None
 
 
 class CompletionRequest(_SamplingRequest):

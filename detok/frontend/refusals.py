@@ -27,6 +27,7 @@ _CONSTRAINED = (
 )
 _STRUCTURED = "structured output (constrained decoding) is not implemented by this server"
 _SAMPLING = "is not implemented by this server (the scheduler samples without it)"
+_ENGINE = "is not implemented by this server (its scheduler protocol does not carry it)"
 
 Rule = tuple[Callable[[Any], bool], str]  # (is the value harmless?, why it is refused)
 
@@ -46,6 +47,18 @@ _COMMON: dict[str, Rule] = {
     "allowed_token_ids": (_GIVEN, f"allowed_token_ids {_SAMPLING}"),
     "bad_words": (lambda v: v in (None, []), f"bad_words {_SAMPLING}"),
     "logits_processors": (_GIVEN, f"logits processors {_SAMPLING}"),
+    # vLLM options its engine honours, which the scheduler protocol does not carry
+    "thinking_token_budget": (lambda v: v in (None, -1), f"a thinking token budget {_ENGINE}"),
+    "logprob_token_ids": (_GIVEN, f"logprobs of chosen token ids {_ENGINE}"),
+    "repetition_detection": (_GIVEN, f"repetition detection {_ENGINE}"),
+    "priority": (lambda v: v in (None, 0), f"priority scheduling {_ENGINE}"),
+    "kv_transfer_params": (_GIVEN, f"KV transfer (disaggregated serving) {_ENGINE}"),
+    "ec_transfer_params": (_GIVEN, f"encoder-cache transfer {_ENGINE}"),
+    "vllm_xargs": (_GIVEN, "vLLM's extension arguments have no extension to reach here"),
+    "watermarking": (lambda v: v in (None, False), f"watermarking {_ENGINE}"),
+    "return_token_ids": (lambda v: v in (None, False), "returning token ids is not implemented by this server"),
+    "return_tokens_as_token_ids": (lambda v: v in (None, False),
+                                   "logprob tokens as token ids are not implemented by this server"),
 }
 _COMPLETION: dict[str, Rule] = {
     "suffix": (_GIVEN, "suffix (text insertion) is not implemented by this server"),

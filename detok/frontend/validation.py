@@ -59,6 +59,7 @@ class GenerationJob:
     parallel_tool_calls: bool = True  # false: only the first tool call is returned
     role: str = "assistant"  # chat: the reply's role (the last message's without a generation prompt)
     stream_interval: int = 1  # the request's own stream_interval (the server's applies if larger)
+    request_id: str | None = None  # the response id's tail the client chose (request_id)
 
     def choice_seeds(self) -> list[int]:
         """One seed per choice, distinct, within the int64 range (wrapping around)."""
@@ -225,6 +226,7 @@ def _job(
         parallel_tool_calls=getattr(req, "parallel_tool_calls", None) is not False,
         role=role,
         stream_interval=req.stream_interval or 1,
+        request_id=req.request_id,
     )
 
 

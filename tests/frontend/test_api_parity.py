@@ -210,3 +210,50 @@ def test_a_requests_stream_interval_may_only_raise_the_servers(tmp_path, tok):
                 == "seed 4 says hello"
 
     asyncio.run(main())
+
+
+# ---- vLLM's own fields: served, or refused by name (none silently ignored) ----------------------------
+
+
+@pytest.mark.parametrize("field,value", [
+    ("thinking_token_budget", 100), ("logprob_token_ids", [1, 2]), ("repetition_detection", {"n": 3}),
+    ("priority", 5), ("kv_transfer_params", {"a": 1}), ("ec_transfer_params", {}), ("vllm_xargs", {"k": 1}),
+    ("watermarking", True), ("return_token_ids", True), ("return_tokens_as_token_ids", True),
+])
+def test_vllm_engine_options_are_refused_by_name(tok, field, value):
+    for kind, body in (("chat", {"messages": USER}), ("completion", {"prompt": "hi"})):
+        error = _refused(tok, kind, **body, **{field: value})
+        assert error.status == 400 and error.param == field, (kind, field)
+
+
+def test_vllm_options_at_their_defaults_are_served(tok):
+    defaults = {"thinking_token_budget": -1, "priority": 0, "watermarking": False, "return_token_ids": False,
+                "return_tokens_as_token_ids": False, "cache_salt": "s" * 1024, "session_id": "conversation-7"}
+    assert _job(tok, "chat", messages=USER, **defaults).prompt_ids
+    for salt in ("", "s" * 1025):  # vLLM's bounds
+        assert _refused(tok, "chat", messages=USER, cache_salt=salt).param == "cache_salt"
+
+
+def test_the_response_id_is_the_clients_request_id_or_x_request_id(tmp_path, tok):
+    # vLLM's _base_request_id: an X-Request-Id header, else the body's request_id, else a random uuid hex
+    async def main() -> None:
+        async with running_app(tmp_path, tok) as run:
+            body = {"model": MODEL, "messages": USER, "request_id": "trace-42"}
+            assert (await run.http.post("/v1/chat/completions", json=body)).json()["id"] == "chatcmpl-trace-42"
+            chunks = _events((await run.http.post("/v1/chat/completions", json={**body, "stream": True})).text)
+            assert {c["id"] for c in chunks} == {"chatcmpl-trace-42"}
+            headed = await run.http.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "request_id": "b"},
+                                         headers={"X-Request-Id": "from-the-gateway"})
+            assert headed.json()["id"] == "cmpl-from-the-gateway"
+            plain = (await run.http.post("/v1/completions", json={"model": MODEL, "prompt": "hi"})).json()["id"]
+            assert plain.startswith("cmpl-") and len(plain) == 5 + 32 and int(plain[5:], 16) >= 0
+            # bounded: the id is in every chunk of the response
+            long_header = await run.http.post("/v1/completions", json={"model": MODEL, "prompt": "hi"},
+                                              headers={"X-Request-Id": "x" * 257})
+            assert long_header.status_code == 400 and long_header.json()["error"]["param"] == "X-Request-Id"
+            long_body = await run.http.post("/v1/completions", json={"model": MODEL, "prompt": "hi",
+                                                                     "request_id": "x" * 257})
+            assert long_body.status_code == 400 and long_body.json()["error"]["param"] == "request_id"
+            assert len(run.scheduler.requests) == 4  # (the refused ones reached no scheduler)
+
+    asyncio.run(main())
