@@ -266,6 +266,7 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             reasoning_field=state.reasoning_field,
             include_reasoning=job.include_reasoning,
             parallel_tool_calls=job.parallel_tool_calls,
+            prompt_text=job.prompt_text,
         )
         if job.stream:
             return SseResponse(stream_events(ctx, streams, state.latency), release, ctx, state.frontend_index)

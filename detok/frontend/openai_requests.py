@@ -173,6 +173,7 @@ class ChatCompletionRequest(_SamplingRequest):
     include_reasoning: bool | None = None  # false: the reasoning is parsed out and dropped (vLLM)
     # a template variable, and enable_thinking unless chat_template_kwargs sets it (vLLM's values)
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    return_prompt_text: bool | None = None  # the rendered prompt in the response (vLLM's)
     # refused (detok.frontend.refusals)
     functions: Any = None
     function_call: Any = None

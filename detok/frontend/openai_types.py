@@ -76,6 +76,7 @@ class ChatCompletion(msgspec.Struct, omit_defaults=True, tag_field="object", tag
     model: str
     choices: list[ChatChoice]
     usage: Usage | None = None
+    prompt_text: str | None = None  # vLLM's `return_prompt_text`
 
 
 class ChatDelta(msgspec.Struct, gc=False, omit_defaults=True):
@@ -97,6 +98,7 @@ class ChatCompletionChunk(msgspec.Struct, omit_defaults=True, tag_field="object"
     model: str
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
+    prompt_text: str | None = None  # vLLM's `return_prompt_text` (the first chunk)
 
 
 class ModelCard(msgspec.Struct, tag_field="object", tag="model"):

@@ -72,6 +72,7 @@ class ResponseContext:
     reasoning_field: str = "reasoning"
     include_reasoning: bool = True
     parallel_tool_calls: bool = True
+    prompt_text: str | None = None  # chat `return_prompt_text`: the rendered prompt, in the first chunk or the body
     # while a streamed body is written straight to its connection (SseResponse under uvicorn):
     # its writer, for the receiving loop's chunk pusher (detok.frontend.chunk_push)
     direct: Any = None
@@ -175,7 +176,8 @@ def _text_chunk(ctx: ResponseContext, index: int, text: str, logprobs: Any = Non
     if ctx.kind == "chat":
         delta = ChatDelta(role=ctx.role, content=text) if role else ChatDelta(content=text)
         chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(
-            ctx.id, ctx.created, ctx.model, [ChatChunkChoice(index, delta, logprobs=logprobs)], usage
+            ctx.id, ctx.created, ctx.model, [ChatChunkChoice(index, delta, logprobs=logprobs)], usage,
+            ctx.prompt_text if role and index == 0 else None,  # (vLLM: the first chunk only)
         )
     else:
         chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, text, None, logprobs=logprobs)], usage)
@@ -321,7 +323,7 @@ async def collect_body(
         chat = [ChatChoice(c.index, (c.typed.message if c.typed is not None else ChatMessageOut)("".join(c.parts), ctx.role),
                            c.finish_reason(), stop_reason(ctx, f), c.body_logprobs())
                 for c, f in zip(choices, finishes) if f is not None]
-        return _ENCODER.encode(ChatCompletion(ctx.id, ctx.created, ctx.model, chat, usage))
+        return _ENCODER.encode(ChatCompletion(ctx.id, ctx.created, ctx.model, chat, usage, ctx.prompt_text))
     text = [CompletionChoice(c.index, "".join(c.parts), f.reason, stop_reason(ctx, f), c.body_logprobs())
             for c, f in zip(choices, finishes) if f is not None]
     return _ENCODER.encode(Completion(ctx.id, ctx.created, ctx.model, text, usage))

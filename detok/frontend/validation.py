@@ -60,6 +60,7 @@ class GenerationJob:
     role: str = "assistant"  # chat: the reply's role (the last message's without a generation prompt)
     stream_interval: int = 1  # the request's own stream_interval (the server's applies if larger)
     request_id: str | None = None  # the response id's tail the client chose (request_id)
+    prompt_text: str | None = None  # chat `return_prompt_text`: the rendered prompt
 
     def choice_seeds(self) -> list[int]:
         """One seed per choice, distinct, within the int64 range (wrapping around)."""
@@ -308,5 +309,6 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
     # parsers' adjust_request and SGLang's chat serving do the same, since tool markers are special
     # tokens in many vocabularies); the text around them (a marker mentioned in reasoning) keeps them
     keep_special = parsing is not None and parsing.tool_parser is not None
-    return _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing, max_tokens_param, role,
+    job = _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing, max_tokens_param, role,
                 keep_special)
+    return dataclasses.replace(job, prompt_text=text) if req.return_prompt_text else job

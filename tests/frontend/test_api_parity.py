@@ -257,3 +257,22 @@ def test_the_response_id_is_the_clients_request_id_or_x_request_id(tmp_path, tok
             assert len(run.scheduler.requests) == 4  # (the refused ones reached no scheduler)
 
     asyncio.run(main())
+
+
+def test_return_prompt_text_gives_the_rendered_prompt_in_the_body_or_the_first_chunk(tmp_path, tok):
+    # vLLM 0.21's `return_prompt_text`: the chat-templated prompt as `prompt_text` of the response,
+    # or of the stream's first chunk only
+    rendered = tok.apply_chat_template(USER, add_generation_prompt=True)
+    assert _job(tok, "chat", messages=USER, return_prompt_text=True).prompt_text == rendered
+
+    async def main() -> None:
+        async with running_app(tmp_path, tok) as run:
+            body = {"model": MODEL, "messages": USER, "seed": 3, "return_prompt_text": True}
+            whole = (await run.http.post("/v1/chat/completions", json=body)).json()
+            assert whole["prompt_text"] == rendered and whole["choices"][0]["message"]["content"] == "seed 3 says hello"
+            assert "prompt_text" not in (await run.http.post("/v1/chat/completions", json={**body, "return_prompt_text": False})).json()
+            chunks = _events((await run.http.post("/v1/chat/completions", json={**body, "stream": True, "n": 2})).text)
+            assert chunks[0]["prompt_text"] == rendered and chunks[0]["choices"][0]["index"] == 0
+            assert all("prompt_text" not in c for c in chunks[1:])
+
+    asyncio.run(main())
