@@ -267,6 +267,8 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             include_reasoning=job.include_reasoning,
             parallel_tool_calls=job.parallel_tool_calls,
             prompt_text=job.prompt_text,
+            return_token_ids=job.return_token_ids,
+            prompt_ids=job.prompt_ids,
         )
         if job.stream:
             return SseResponse(stream_events(ctx, streams, state.latency), release, ctx, state.frontend_index)

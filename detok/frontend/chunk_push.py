@@ -40,11 +40,11 @@ def plain_chunk(ctx: ResponseContext, render: ChunkRenderer, choice: ChoiceState
                 delta: RequestDelta) -> bytes | None:
     """The chunk of a delta without typed output (None: it carries nothing to send), the
     choice's clock and usage advanced as its sending does."""
-    logprobs = choice.logprobs(delta)
-    if not (delta.text or logprobs is not None):
+    logprobs, ids = choice.logprobs(delta), (choice.token_ids(delta) if choice.ids is not None else b"")
+    if not (delta.text or logprobs is not None or ids):
         return None
     choice.timer.text()
-    return render.text(index, delta.text, logprobs, usage=choice.running_usage(ctx, delta))
+    return render.text(index, delta.text, logprobs, usage=choice.running_usage(ctx, delta), choice_extra=ids)
 
 
 class ChunkPusher:
@@ -87,7 +87,8 @@ def pusher_for(ctx: ResponseContext, render: ChunkRenderer, choices: Sequence[Ch
     per-chunk usage, on uvicorn's connection (`DirectWriter.parts`), the compiled `TextPusher`
     (`_chunkpush.c`): the same chunks as ChunkPusher's text-only branch, which it calls for
     anything but text alone."""
-    if ctx.direct is None or len(streams) != 1 or ctx.stream_interval > 1 or choices[0].typed is not None:
+    if (ctx.direct is None or len(streams) != 1 or ctx.stream_interval > 1 or choices[0].typed is not None
+            or ctx.return_token_ids):
         return None
     pusher = ChunkPusher(ctx, render, choices[0], ctx.direct)
     parts: Callable[[], tuple[Any, Any, Callable[[bytes], object]]] | None = getattr(ctx.direct, "parts", None)

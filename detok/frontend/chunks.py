@@ -9,7 +9,9 @@ OpenAI Structs and encoding them whole cost ~3 us a chunk; the template costs on
 checks it), so a client cannot tell the two apart.
 
 Extra delta fields (reasoning content, tool calls, ...): pass them as `extra`, an ordered mapping of
-key -> JSON-able value, written after `content` in the chat delta (`ChunkRenderer.text`).
+key -> JSON-able value, written after `content` in the chat delta (`ChunkRenderer.text`). Extra
+choice fields (vLLM's `token_ids`, `prompt_token_ids`): `choice_extra`, encoded `,"key":value`
+bytes written after the choice's `logprobs`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class ChunkRenderer:
         fields or usage: that chunk is before + msgspec.json.encode(text) + after."""
         return self._heads[index], (b"}" if self._chat else b"") + _OPEN_TAIL + _NULL + _END
 
-    def field(self, index: int, key: str, value: Any, logprobs: Any = None, usage: Any = None) -> bytes:
+    def field(self, index: int, key: str, value: Any, logprobs: Any = None, usage: Any = None,
+              choice_extra: bytes = b"") -> bytes:
         """A chat chunk whose delta is the one field `key` (the reasoning, or `tool_calls`)."""
         prefix = self._keys.get(key)
         if prefix is None:
@@ -57,10 +60,10 @@ class ChunkRenderer:
                 raise ValueError("delta fields are for chat chunks only")
             prefix = self._keys[key] = _encode(key) + b":"
         return b"".join((self._delta_heads[index], prefix, _encode(value), b"}", _OPEN_TAIL,
-                         _NULL if logprobs is None else _encode(logprobs),
+                         _NULL if logprobs is None else _encode(logprobs), choice_extra,
                          _END if usage is None else b'}],"usage":' + _encode(usage) + b"}\n\n"))
 
-    def fields(self, index: int, fields: Mapping[str, Any], logprobs: Any = None) -> bytes:
+    def fields(self, index: int, fields: Mapping[str, Any], logprobs: Any = None, choice_extra: bytes = b"") -> bytes:
         """A chat chunk whose delta holds only `fields` (in order): a reasoning chunk
         (`{"reasoning": ...}`) or a tool-call chunk (`{"tool_calls": [...]}`)."""
         if not self._chat:
@@ -73,11 +76,12 @@ class ChunkRenderer:
         parts.append(b"}")
         parts.append(_OPEN_TAIL)
         parts.append(_NULL if logprobs is None else _encode(logprobs))
+        parts.append(choice_extra)
         parts.append(_END)
         return b"".join(parts)
 
     def text(self, index: int, text: str, logprobs: Any = None,
-             extra: Mapping[str, Any] | None = None, usage: Any = None) -> bytes:
+             extra: Mapping[str, Any] | None = None, usage: Any = None, choice_extra: bytes = b"") -> bytes:
         """The chunk carrying `text` (and `logprobs`, a Struct or None; `extra` delta fields, chat
         only; `usage`, a Usage Struct, for `continuous_usage_stats`) for choice `index`."""
         parts = [self._heads[index], _encode(text)]
@@ -90,5 +94,6 @@ class ChunkRenderer:
             raise ValueError("extra delta fields are for chat chunks only")
         parts.append(_OPEN_TAIL)
         parts.append(_NULL if logprobs is None else _encode(logprobs))
+        parts.append(choice_extra)
         parts.append(_END if usage is None else b'}],"usage":' + _encode(usage) + b"}\n\n")
         return b"".join(parts)

@@ -27,6 +27,9 @@ class CompletionChoice(msgspec.Struct, gc=False):
     finish_reason: str | None
     stop_reason: str | int | None = None  # vLLM's extension: the stop string or id that matched
     logprobs: Any = None
+    # vLLM's `return_token_ids` (UNSET: not written)
+    token_ids: list[int] | msgspec.UnsetType = msgspec.UNSET
+    prompt_token_ids: list[int] | msgspec.UnsetType = msgspec.UNSET
 
 
 # `object` is a msgspec tag so it is always written first, while `omit_defaults` drops `usage`
@@ -68,6 +71,7 @@ class ChatChoice(msgspec.Struct, gc=False):
     finish_reason: str | None
     stop_reason: str | int | None = None
     logprobs: Any = None
+    token_ids: list[int] | msgspec.UnsetType = msgspec.UNSET  # vLLM's `return_token_ids`
 
 
 class ChatCompletion(msgspec.Struct, omit_defaults=True, tag_field="object", tag="chat.completion"):
@@ -76,6 +80,7 @@ class ChatCompletion(msgspec.Struct, omit_defaults=True, tag_field="object", tag
     model: str
     choices: list[ChatChoice]
     usage: Usage | None = None
+    prompt_token_ids: list[int] | None = None  # vLLM's `return_token_ids`
     prompt_text: str | None = None  # vLLM's `return_prompt_text`
 
 
@@ -98,6 +103,7 @@ class ChatCompletionChunk(msgspec.Struct, omit_defaults=True, tag_field="object"
     model: str
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
+    prompt_token_ids: list[int] | None = None  # vLLM's `return_token_ids` (the first chunk)
     prompt_text: str | None = None  # vLLM's `return_prompt_text` (the first chunk)
 
 

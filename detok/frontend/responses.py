@@ -13,7 +13,6 @@ same objects joined (`body_logprobs()`), so a body equals its chunks concatenate
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import time
@@ -25,6 +24,7 @@ import msgspec
 from detok.frontend import sse
 from detok.frontend.chunk_push import plain_chunk, pusher_for, pushing
 from detok.frontend.chunks import ChunkRenderer
+from detok.frontend.merged_deltas import merged_deltas
 from detok.frontend.errors import RequestError, error_json
 from detok.frontend.latency import LatencyRecorder, RequestTimer
 from detok.frontend.chat_logprobs_json import chat_logprobs_json, joined_chat_logprobs
@@ -73,6 +73,9 @@ class ResponseContext:
     include_reasoning: bool = True
     parallel_tool_calls: bool = True
     prompt_text: str | None = None  # chat `return_prompt_text`: the rendered prompt, in the first chunk or the body
+    # `return_token_ids`: the output ids of each chunk (or the body) and the prompt's (prompt_ids)
+    return_token_ids: bool = False
+    prompt_ids: list[int] | None = None
     # while a streamed body is written straight to its connection (SseResponse under uvicorn):
     # its writer, for the receiving loop's chunk pusher (detok.frontend.chunk_push)
     direct: Any = None
@@ -94,8 +97,8 @@ class ResponseContext:
 class ChoiceState:
     """One choice's progress: its text (non-streamed), logprobs, finish, tokens and clock."""
 
-    __slots__ = ("calls", "chat", "finish", "index", "k", "logprob_parts", "num_tokens", "offsets", "parts", "timer",
-                 "typed")
+    __slots__ = ("calls", "chat", "finish", "ids", "index", "k", "logprob_parts", "num_tokens", "offsets", "parts",
+                 "prompt_ids", "timer", "typed")
 
     def __init__(self, index: int, ctx: ResponseContext, recorder: LatencyRecorder | None) -> None:
         self.index = index
@@ -109,6 +112,10 @@ class ChoiceState:
         self.calls = 0  # tool calls the worker emitted (from the finish)
         self.timer = RequestTimer(recorder, ctx.arrival)
         self.typed = ctx.typed_choice()
+        # return_token_ids: the output ids so far (None: not asked for); completions' prompt ids,
+        # until the choice's first chunk carries them (vLLM puts them in the choice)
+        self.ids: list[int] | None = [] if ctx.return_token_ids else None
+        self.prompt_ids = ctx.prompt_ids if ctx.return_token_ids and not self.chat else None
 
     def running_usage(self, ctx: ResponseContext, delta: RequestDelta | None = None) -> Usage | None:
         """vLLM's usage of a chunk with `continuous_usage_stats`: the prompt and this choice's
@@ -138,6 +145,18 @@ class ChoiceState:
             return chat_logprobs_json(entries, self.k)
         return completion_logprobs(entries, self.k, self.offsets)
 
+    def token_ids(self, delta: RequestDelta) -> bytes:
+        """A streamed chunk's `,"token_ids":[...]` for `delta` (b"": not asked for), the prompt's
+        ids before it in a completion choice's first chunk; the ids are kept for the body too."""
+        if self.ids is None:
+            return b""
+        ids = delta.logprobs.token_ids if delta.logprobs is not None else []
+        self.ids.extend(ids)
+        head = b""
+        if self.prompt_ids is not None:
+            head, self.prompt_ids = b',"prompt_token_ids":' + _ENCODER.encode(self.prompt_ids), None
+        return head + b',"token_ids":' + _ENCODER.encode(ids) if ids or head else b""
+
     def body_logprobs(self) -> msgspec.Raw | CompletionLogprobs | None:
         """The `logprobs` object of the non-streamed choice: its chunks' objects joined."""
         if self.k is None:
@@ -148,6 +167,10 @@ class ChoiceState:
         for part in self.logprob_parts:
             body.extend(part)
         return body
+
+
+def _or_unset(ids: list[int] | None) -> list[int] | msgspec.UnsetType:
+    return msgspec.UNSET if ids is None else ids
 
 
 def _error(finish: Finish) -> RequestError:
@@ -175,9 +198,11 @@ def _text_chunk(ctx: ResponseContext, index: int, text: str, logprobs: Any = Non
                 usage: Usage | None = None) -> bytes:
     if ctx.kind == "chat":
         delta = ChatDelta(role=ctx.role, content=text) if role else ChatDelta(content=text)
+        first = role and index == 0  # (vLLM: the prompt's text and ids in the first chunk only)
         chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(
             ctx.id, ctx.created, ctx.model, [ChatChunkChoice(index, delta, logprobs=logprobs)], usage,
-            ctx.prompt_text if role and index == 0 else None,  # (vLLM: the first chunk only)
+            prompt_token_ids=ctx.prompt_ids if first and ctx.return_token_ids else None,
+            prompt_text=ctx.prompt_text if first else None,
         )
     else:
         chunk = Completion(ctx.id, ctx.created, ctx.model, [CompletionChoice(index, text, None, logprobs=logprobs)], usage)
@@ -203,34 +228,6 @@ def _usage_chunk(ctx: ResponseContext, choices: Sequence[ChoiceState]) -> bytes:
     return sse.event(_ENCODER.encode(chunk))
 
 
-async def merged_deltas(streams: Sequence[RequestStream]) -> AsyncIterator[tuple[int, RequestDelta]]:
-    """(choice index, delta) of several streams as they arrive, each stream's in order; one
-    stream is iterated directly (the common n=1 case costs no task)."""
-    if len(streams) == 1:
-        async for delta in streams[0]:
-            yield 0, delta
-        return
-    queue: asyncio.Queue[tuple[int, RequestDelta | None]] = asyncio.Queue()
-
-    async def pump(index: int, stream: RequestStream) -> None:
-        async for delta in stream:
-            queue.put_nowait((index, delta))
-        queue.put_nowait((index, None))
-
-    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        running = len(tasks)
-        while running:
-            index, item = await queue.get()
-            if item is None:
-                running -= 1
-            else:
-                yield index, item
-    finally:
-        for task in tasks:
-            task.cancel()
-
-
 async def stream_events(
     ctx: ResponseContext, streams: Sequence[RequestStream], recorder: LatencyRecorder | None
 ) -> AsyncIterator[bytes]:
@@ -249,7 +246,8 @@ async def stream_events(
         if ctx.kind == "chat":  # OpenAI's first chunk of a choice announces the role
             opening.append(_text_chunk(ctx, c.index, "", role=True, usage=c.running_usage(ctx)))
         if ctx.echo:
-            opening.append(render.text(c.index, ctx.echo, usage=c.running_usage(ctx)))
+            opening.append(render.text(c.index, ctx.echo, usage=c.running_usage(ctx),
+                                       choice_extra=c.token_ids(RequestDelta(""))))
     if opening:  # (ctx.opens_at_once)
         yield b"".join(opening)
     interval = ChunkInterval(ctx.stream_interval, len(choices))
@@ -264,7 +262,8 @@ async def stream_events(
             choice = choices[index]
             if choice.typed is not None:
                 logprobs = choice.logprobs(delta)
-                chunks = choice.typed.chunks(render, index, delta, logprobs, choice.running_usage(ctx, delta))
+                chunks = choice.typed.chunks(render, index, delta, logprobs, choice.running_usage(ctx, delta),
+                                             choice.token_ids(delta))
                 if chunks:
                     choice.timer.text()
                     for chunk in chunks:
@@ -306,6 +305,8 @@ async def collect_body(
             logprobs = choice.logprobs(delta)
             if logprobs is not None:
                 choice.logprob_parts.append(logprobs)
+            if choice.ids is not None and delta.logprobs is not None:
+                choice.ids.extend(delta.logprobs.token_ids)
             if delta.text:
                 choice.timer.text()
                 choice.parts.append(delta.text)
@@ -321,9 +322,11 @@ async def collect_body(
     usage = _usage(ctx, choices)
     if ctx.kind == "chat":
         chat = [ChatChoice(c.index, (c.typed.message if c.typed is not None else ChatMessageOut)("".join(c.parts), ctx.role),
-                           c.finish_reason(), stop_reason(ctx, f), c.body_logprobs())
+                           c.finish_reason(), stop_reason(ctx, f), c.body_logprobs(), _or_unset(c.ids))
                 for c, f in zip(choices, finishes) if f is not None]
-        return _ENCODER.encode(ChatCompletion(ctx.id, ctx.created, ctx.model, chat, usage, ctx.prompt_text))
-    text = [CompletionChoice(c.index, "".join(c.parts), f.reason, stop_reason(ctx, f), c.body_logprobs())
+        return _ENCODER.encode(ChatCompletion(ctx.id, ctx.created, ctx.model, chat, usage, prompt_text=ctx.prompt_text,
+                                              prompt_token_ids=ctx.prompt_ids if ctx.return_token_ids else None))
+    text = [CompletionChoice(c.index, "".join(c.parts), f.reason, stop_reason(ctx, f), c.body_logprobs(),
+                             _or_unset(c.ids), _or_unset(ctx.prompt_ids if ctx.return_token_ids else None))
             for c, f in zip(choices, finishes) if f is not None]
     return _ENCODER.encode(Completion(ctx.id, ctx.created, ctx.model, text, usage))

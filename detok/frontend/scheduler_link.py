@@ -129,7 +129,7 @@ class SchedulerLink:
                     top_k=job.top_k,
                     ignore_eos=job.ignore_eos,
                     arrival_time=arrival,
-                    logprobs=job.logprobs,
+                    logprobs=job.scheduler_logprobs,
                     parsing=(msgspec.structs.replace(job.parsing, call_id_seed=f"{self._call_salt}-{rid:x}")
                              if job.parsing is not None else None),
                 )

@@ -48,22 +48,23 @@ class TypedChoice:
 
     # ---- streamed -------------------------------------------------------------------------------
     def chunks(self, render: ChunkRenderer, index: int, delta: RequestDelta, logprobs: Any,
-               usage: Any = None) -> list[bytes]:
-        """The delta's chunks; `usage` (continuous_usage_stats) goes in each."""
+               usage: Any = None, ids: bytes = b"") -> list[bytes]:
+        """The delta's chunks; `usage` (continuous_usage_stats) goes in each; the logprobs and `ids`
+        (the choice's token_ids field, ChoiceState.token_ids) in the first."""
         out: list[bytes] = []
         if delta.reasoning and self.include_reasoning:
-            out.append(render.field(index, self.field, delta.reasoning, logprobs, usage))
-            logprobs = None
+            out.append(render.field(index, self.field, delta.reasoning, logprobs, usage, ids))
+            logprobs, ids = None, b""
         if delta.text:
-            out.append(render.text(index, delta.text, logprobs, usage=usage))
-            logprobs = None
+            out.append(render.text(index, delta.text, logprobs, usage=usage, choice_extra=ids))
+            logprobs, ids = None, b""
         if delta.tool_calls or (delta.finish is not None and self.sent_args):
             fragments = self._fragments(delta)
             if fragments:
-                out.append(render.field(index, "tool_calls", fragments, logprobs, usage))
-                logprobs = None
-        if logprobs is not None:  # entries with no text (a marker, a held prefix): sent all the same
-            out.append(render.text(index, "", logprobs, usage=usage))
+                out.append(render.field(index, "tool_calls", fragments, logprobs, usage, ids))
+                logprobs, ids = None, b""
+        if logprobs is not None or ids:  # entries with no text (a marker, a held prefix): sent all the same
+            out.append(render.text(index, "", logprobs, usage=usage, choice_extra=ids))
         return out
 
     def _fragments(self, delta: RequestDelta) -> list[dict[str, Any]]:

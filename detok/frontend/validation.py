@@ -61,6 +61,13 @@ class GenerationJob:
     stream_interval: int = 1  # the request's own stream_interval (the server's applies if larger)
     request_id: str | None = None  # the response id's tail the client chose (request_id)
     prompt_text: str | None = None  # chat `return_prompt_text`: the rendered prompt
+    return_token_ids: bool = False  # the output and prompt ids in the response (they ride the logprob entries)
+
+    @property
+    def scheduler_logprobs(self) -> int | None:
+        """The logprobs the scheduler is asked for: the output ids come with the sampled token's
+        entry, so `return_token_ids` alone asks for 0 alternatives (none are shown)."""
+        return self.logprobs if self.logprobs is not None or not self.return_token_ids else 0
 
     def choice_seeds(self) -> list[int]:
         """One seed per choice, distinct, within the int64 range (wrapping around)."""
@@ -228,6 +235,7 @@ def _job(
         role=role,
         stream_interval=req.stream_interval or 1,
         request_id=req.request_id,
+        return_token_ids=bool(req.return_token_ids),
     )
 
 

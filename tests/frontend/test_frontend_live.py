@@ -5,6 +5,7 @@ disconnects that abort, bad requests, the API key, health and metrics."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 
@@ -371,6 +372,43 @@ def test_logprobs_streamed_equal_non_streamed_and_fit_the_sdk_types(client, kind
             assert len(c.logprobs.tokens) == len(c.logprobs.text_offset) == len(c.logprobs.top_logprobs)
             assert all(len(top) <= 3 for top in c.logprobs.top_logprobs)
     assert streamed == body and body[0] != body[1]
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_return_token_ids_streamed_equal_non_streamed_and_decode_to_the_text(server, tok, kind):
+    """vLLM's `return_token_ids` (RL frameworks read the exact tokens through it): the body's
+    choice `token_ids` and the prompt's `prompt_token_ids` (chat: top level; completions: in the
+    choice), the streamed chunks' ids concatenated equal the body's, they decode to the text, and
+    no logprobs are shown when none were asked for."""
+    path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    prompt = {"messages": [{"role": "user", "content": "Once upon a time"}]} if kind == "chat" else {"prompt": "Once upon"}
+    body = {"model": MODEL, **prompt, "n": 2, "seed": 5, "max_tokens": 24, "ignore_eos": True, "return_token_ids": True}
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as http:
+        whole = http.post(path, json=body).json()
+        raw = http.post(path, json={**body, "stream": True}).text
+    chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    want_prompt = (tok.encode(tok.apply_chat_template(prompt["messages"], add_generation_prompt=True)) if kind == "chat"
+                   else tok.encode("Once upon"))
+    for choice in whole["choices"]:
+        ids = choice["token_ids"]
+        text = choice["message"]["content"] if kind == "chat" else choice["text"]
+        assert len(ids) == 24 and tok.decode(ids) == text and choice["logprobs"] is None
+        streamed = [i for c in chunks for ch in c["choices"] if ch["index"] == choice["index"] for i in ch.get("token_ids", [])]
+        assert streamed == ids
+        if kind == "completion":
+            assert choice["prompt_token_ids"] == want_prompt
+            firsts = [ch for c in chunks for ch in c["choices"] if ch["index"] == choice["index"] and "prompt_token_ids" in ch]
+            assert [f["prompt_token_ids"] for f in firsts] == [want_prompt]  # (its first chunk only)
+    if kind == "chat":
+        assert whole["prompt_token_ids"] == want_prompt
+        assert [c["prompt_token_ids"] for c in chunks if "prompt_token_ids" in c] == [want_prompt]
+    assert all(ch.get("logprobs") is None for c in chunks for ch in c["choices"])
+    assert whole["choices"][0]["token_ids"] != whole["choices"][1]["token_ids"]
+    # without the field: none of it
+    with httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as http:
+        plain = http.post(path, json={**body, "return_token_ids": False}).json()
+    assert "prompt_token_ids" not in plain and all("token_ids" not in c for c in plain["choices"])
 
 
 def test_nulls_are_not_given(client):

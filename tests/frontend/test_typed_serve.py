@@ -14,6 +14,8 @@ from importlib import resources
 import openai
 import pytest
 
+import detok
+
 from tests.helpers.serve_helpers import LiveServer, serve_command
 from tests.helpers.tokenizers_available import qwen3_6_tiktoken
 
@@ -140,6 +142,19 @@ def test_include_reasoning_false_hides_logprobs_streamed_or_not(client) -> None:
     shown = _ask(client, logprobs=True, top_logprobs=2).choices[0].logprobs
     assert shown is not None and any("The user" in "".join(e.token for e in shown.content[i:i + 3])
                                      for i in range(len(shown.content)))
+
+
+def test_return_token_ids_with_parsed_output_streamed_equal_non_streamed(client) -> None:  # type: ignore[no-untyped-def]
+    # the ids of every token (reasoning, markers, calls) in order, streamed or not, with tokens
+    # arriving 1-4 per step; each step's ids ride its first chunk; include_reasoning false keeps them
+    tok = detok.load_tokenizer(str(qwen3_6_tiktoken()))
+    for extra in ({"return_token_ids": True}, {"return_token_ids": True, "include_reasoning": False}):
+        whole = _ask(client, extra_body=extra)
+        ids = whole.choices[0].model_extra["token_ids"]
+        assert tok.decode(ids, skip_special_tokens=False).startswith(REPLY)
+        streamed = [i for chunk in _ask(client, extra_body=extra, stream=True) for c in chunk.choices
+                    for i in (c.model_extra or {}).get("token_ids") or ()]
+        assert streamed == ids
 
 
 def test_no_call_is_stop_with_null_tool_calls_content(client) -> None:  # type: ignore[no-untyped-def]
