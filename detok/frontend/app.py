@@ -268,6 +268,7 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             parallel_tool_calls=job.parallel_tool_calls,
             prompt_text=job.prompt_text,
             return_token_ids=job.return_token_ids,
+            tokens_as_ids=job.tokens_as_ids,
             prompt_ids=job.prompt_ids,
         )
         if job.stream:

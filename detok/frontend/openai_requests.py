@@ -93,6 +93,7 @@ class _SamplingRequest(_Request):
     request_id: str | None = Field(default=None, max_length=MAX_REQUEST_ID_CHARS)
     # the output ids in each chunk (or the body) and the prompt's (vLLM's, for RL and tracing)
     return_token_ids: bool | None = None
+    return_tokens_as_token_ids: bool | None = None  # logprob tokens written `token_id:{id}` (vLLM's)
     # accepted without effect (README): the stack's scheduler keeps no prefix cache to salt
     cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
     # refused (detok.frontend.refusals): vLLM options that need its engine
@@ -104,7 +105,6 @@ class _SamplingRequest(_Request):
     ec_transfer_params: Any = None
     vllm_xargs: Any = None
     watermarking: Any = None
-    return_tokens_as_token_ids: Any = None
 
 
 class CompletionRequest(_SamplingRequest):

@@ -56,8 +56,6 @@ _COMMON: dict[str, Rule] = {
     "ec_transfer_params": (_GIVEN, f"encoder-cache transfer {_ENGINE}"),
     "vllm_xargs": (_GIVEN, "vLLM's extension arguments have no extension to reach here"),
     "watermarking": (lambda v: v in (None, False), f"watermarking {_ENGINE}"),
-    "return_tokens_as_token_ids": (lambda v: v in (None, False),
-                                   "logprob tokens as token ids are not implemented by this server"),
 }
 _COMPLETION: dict[str, Rule] = {
     "suffix": (_GIVEN, "suffix (text insertion) is not implemented by this server"),

@@ -76,6 +76,7 @@ class ResponseContext:
     # `return_token_ids`: the output ids of each chunk (or the body) and the prompt's (prompt_ids)
     return_token_ids: bool = False
     prompt_ids: list[int] | None = None
+    tokens_as_ids: bool = False  # return_tokens_as_token_ids: logprob tokens written `token_id:{id}`
     # while a streamed body is written straight to its connection (SseResponse under uvicorn):
     # its writer, for the receiving loop's chunk pusher (detok.frontend.chunk_push)
     direct: Any = None
@@ -97,14 +98,15 @@ class ResponseContext:
 class ChoiceState:
     """One choice's progress: its text (non-streamed), logprobs, finish, tokens and clock."""
 
-    __slots__ = ("calls", "chat", "finish", "ids", "index", "k", "logprob_parts", "num_tokens", "offsets", "parts",
-                 "prompt_ids", "timer", "typed")
+    __slots__ = ("as_ids", "calls", "chat", "finish", "ids", "index", "k", "logprob_parts", "num_tokens", "offsets",
+                 "parts", "prompt_ids", "timer", "typed")
 
     def __init__(self, index: int, ctx: ResponseContext, recorder: LatencyRecorder | None) -> None:
         self.index = index
         self.parts: list[str] = [ctx.echo] if ctx.echo else []
         self.chat = ctx.kind == "chat"
         self.k = ctx.logprobs  # None: no logprobs asked for
+        self.as_ids = ctx.tokens_as_ids
         self.offsets = CompletionOffsets(len(ctx.echo))  # completions' text_offset, chunk to chunk
         self.logprob_parts: list[Any] = []  # non-streamed: each delta's logprobs, for body_logprobs()
         self.finish: Finish | None = None
@@ -141,6 +143,8 @@ class ChoiceState:
         entries = delta.logprobs
         if self.k is None or entries is None or not len(entries):
             return None
+        if self.as_ids:
+            entries = entries.named_by_id()
         if self.chat:
             return chat_logprobs_json(entries, self.k)
         return completion_logprobs(entries, self.k, self.offsets)

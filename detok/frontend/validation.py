@@ -62,6 +62,7 @@ class GenerationJob:
     request_id: str | None = None  # the response id's tail the client chose (request_id)
     prompt_text: str | None = None  # chat `return_prompt_text`: the rendered prompt
     return_token_ids: bool = False  # the output and prompt ids in the response (they ride the logprob entries)
+    tokens_as_ids: bool = False  # return_tokens_as_token_ids
 
     @property
     def scheduler_logprobs(self) -> int | None:
@@ -236,6 +237,7 @@ def _job(
         stream_interval=req.stream_interval or 1,
         request_id=req.request_id,
         return_token_ids=bool(req.return_token_ids),
+        tokens_as_ids=bool(req.return_tokens_as_token_ids),
     )
 
 

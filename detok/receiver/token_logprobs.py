@@ -80,6 +80,12 @@ class TokenLogprobs(msgspec.Struct, gc=False):
             self.top_ids[cut:], self.top_tokens[cut:], self.top_logprobs[cut:],
         )
 
+    def named_by_id(self) -> TokenLogprobs:
+        """The same entries with every token written `token_id:{id}` (vLLM's
+        `return_tokens_as_token_ids`: a token that is not valid text is still told apart)."""
+        return TokenLogprobs(self.first, self.token_ids, [f"token_id:{i}" for i in self.token_ids], self.logprobs,
+                             self.top_counts, self.top_ids, [f"token_id:{i}" for i in self.top_ids], self.top_logprobs)
+
     @classmethod
     def concat(cls, runs: Sequence[TokenLogprobs]) -> TokenLogprobs:
         """Runs that follow each other as one (the first run's `first`)."""

@@ -218,7 +218,7 @@ def test_a_requests_stream_interval_may_only_raise_the_servers(tmp_path, tok):
 @pytest.mark.parametrize("field,value", [
     ("thinking_token_budget", 100), ("logprob_token_ids", [1, 2]), ("repetition_detection", {"n": 3}),
     ("priority", 5), ("kv_transfer_params", {"a": 1}), ("ec_transfer_params", {}), ("vllm_xargs", {"k": 1}),
-    ("watermarking", True), ("return_tokens_as_token_ids", True),
+    ("watermarking", True),
 ])
 def test_vllm_engine_options_are_refused_by_name(tok, field, value):
     for kind, body in (("chat", {"messages": USER}), ("completion", {"prompt": "hi"})):
@@ -228,7 +228,7 @@ def test_vllm_engine_options_are_refused_by_name(tok, field, value):
 
 def test_vllm_options_at_their_defaults_are_served(tok):
     defaults = {"thinking_token_budget": -1, "priority": 0, "watermarking": False,
-                "return_tokens_as_token_ids": False, "cache_salt": "s" * 1024, "session_id": "conversation-7"}
+                "cache_salt": "s" * 1024, "session_id": "conversation-7"}
     assert _job(tok, "chat", messages=USER, **defaults).prompt_ids
     for salt in ("", "s" * 1025):  # vLLM's bounds
         assert _refused(tok, "chat", messages=USER, cache_salt=salt).param == "cache_salt"

@@ -411,6 +411,33 @@ def test_return_token_ids_streamed_equal_non_streamed_and_decode_to_the_text(ser
     assert "prompt_token_ids" not in plain and all("token_ids" not in c for c in plain["choices"])
 
 
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_return_tokens_as_token_ids_names_every_logprob_token_by_its_id(server, kind):
+    """vLLM's `return_tokens_as_token_ids`: with logprobs, each token (and alternative) is
+    `token_id:{id}`, its `bytes` those of that string, completions' text_offset advancing by its
+    length (vLLM's rule); the ids are the ones `return_token_ids` gives."""
+    path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    prompt = {"messages": [{"role": "user", "content": "Once"}]} if kind == "chat" else {"prompt": "Once"}
+    lp = {"logprobs": True, "top_logprobs": 2} if kind == "chat" else {"logprobs": 2}
+    body = {"model": MODEL, **prompt, **lp, "seed": 8, "max_tokens": 12, "ignore_eos": True,
+            "return_tokens_as_token_ids": True, "return_token_ids": True}
+    with httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60) as http:
+        choice = http.post(path, json=body).json()["choices"][0]
+        plain = http.post(path, json={**body, "return_tokens_as_token_ids": False}).json()["choices"][0]
+    named = [f"token_id:{i}" for i in choice["token_ids"]]
+    if kind == "chat":
+        entries = choice["logprobs"]["content"]
+        assert [e["token"] for e in entries] == named
+        assert all(e["bytes"] == list(e["token"].encode()) for e in entries)
+        assert all(t["token"].startswith("token_id:") for e in entries for t in e["top_logprobs"])
+        assert [e["logprob"] for e in entries] == [e["logprob"] for e in plain["logprobs"]["content"]]
+    else:
+        got = choice["logprobs"]
+        assert got["tokens"] == named and all(all(k.startswith("token_id:") for k in top) for top in got["top_logprobs"])
+        assert got["text_offset"] == [sum(map(len, named[:i])) for i in range(len(named))]
+        assert got["token_logprobs"] == plain["logprobs"]["token_logprobs"]
+
+
 def test_nulls_are_not_given(client):
     nulls = {k: None for k in ("n", "stream", "min_tokens", "ignore_eos", "logprobs", "echo", "stop", "seed",
                                "include_stop_str_in_output", "skip_special_tokens", "stop_token_ids", "user")}
