@@ -262,7 +262,7 @@ class Engine:
         wants = [i for i, s in ready if s.request.logprobs is not None and s.request.logprobs >= 0]
         logprobs = dict(zip(wants, log_softmax(logits[wants]))) if wants else {}
         for i, seq in ready:
-            token = seq.sampler.draw(seq.mask(logits[i]))
+            token = seq.sampler.draw(seq.mask(logits[i]), seq.tokens, seq.prompt_len)
             lp = logprobs.get(i)
             if lp is not None:
                 ids, vals = top_logprobs(lp, min(seq.request.logprobs or 0, MAX_TOP_LOGPROBS))

@@ -1,9 +1,13 @@
 """Sampling and logprobs for a batch of rows of logits.
 
-As vLLM v1: temperature below `GREEDY_BELOW` is greedy (argmax); otherwise logits / temperature,
-then top-k, then top-p (the smallest set of most likely tokens whose probability reaches top_p,
-always at least one), then a draw from the request's own generator (seeded by its `seed`, so a
-seeded request gives the same tokens in any batch). Logprobs are the model's raw ones (vLLM's
+As vLLM v1: first the request's extras (`SamplingExtras`) in its order - `logit_bias` added, then
+the repetition penalty on every id of the prompt and output (a positive logit divided by it, a
+negative one multiplied), the frequency and presence penalties on the output's ids (minus penalty
+x count, minus penalty once) - which greedy sampling sees too; temperature below `GREEDY_BELOW` is
+greedy (argmax); otherwise logits / temperature, then `min_p` (tokens less likely than min_p x the
+most likely one's probability dropped), then top-k, then top-p (the smallest set of most likely
+tokens whose probability reaches top_p, always at least one), then a draw from the request's own
+generator (seeded by its `seed`, so a seeded request gives the same tokens in any batch). Logprobs are the model's raw ones (vLLM's
 default `raw_logprobs`): log-softmax of the logits before temperature, top-k/top-p or the
 min_tokens mask, so they say what the model thought, not what the sampler allowed.
 """
@@ -14,6 +18,8 @@ import dataclasses
 from typing import Final
 
 import numpy as np
+
+from detok.wire.to_scheduler import SamplingExtras
 
 GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
 
@@ -26,22 +32,31 @@ class SamplingState:
     top_p: float = 1.0
     top_k: int = -1  # <= 0: off
     rng: np.random.Generator = dataclasses.field(default_factory=np.random.default_rng)
+    extras: SamplingExtras | None = None  # None: vLLM's defaults (nothing to apply)
 
     @classmethod
-    def of(cls, temperature: float, top_p: float, top_k: int, seed: int | None) -> SamplingState:
+    def of(cls, temperature: float, top_p: float, top_k: int, seed: int | None,
+           extras: SamplingExtras | None = None) -> SamplingState:
         # int64 seeds (vLLM's range) map onto numpy's non-negative seeds one to one
         rng = np.random.default_rng(None if seed is None else seed & 0xFFFF_FFFF_FFFF_FFFF)
-        return cls(temperature, top_p, top_k, rng)
+        return cls(temperature, top_p, top_k, rng, extras)
 
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
 
-    def draw(self, logits: np.ndarray) -> int:
-        """One token from one row of (already masked) logits."""
+    def draw(self, logits: np.ndarray, tokens: list[int] | None = None, prompt_len: int = 0) -> int:
+        """One token from one row of (already masked) logits; `tokens`: the sequence so far (prompt,
+        then `prompt_len` on the output), for the penalties."""
+        if self.extras is not None:
+            logits = self._with_extras(logits, tokens or [], prompt_len)
         if self.greedy:
             return int(np.argmax(logits))
         z = logits.astype(np.float64) / self.temperature
+        min_p = self.extras.min_p if self.extras is not None else 0.0
+        if min_p > 0:
+            p = np.exp(z - z.max())
+            z[p < min_p * p.max()] = -np.inf  # (p.max() is 1 here: the most likely token always stays)
         if 0 < self.top_k < z.shape[0]:
             kth = np.partition(z, -self.top_k)[-self.top_k]
             z[z < kth] = -np.inf
@@ -56,6 +71,26 @@ class SamplingState:
             p /= p.sum()
         cdf = np.cumsum(p)
         return int(min(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"), len(p) - 1))
+
+
+    def _with_extras(self, logits: np.ndarray, tokens: list[int], prompt_len: int) -> np.ndarray:
+        e = self.extras
+        assert e is not None
+        x = logits.astype(np.float64)  # (a copy: the batch's row stays the model's)
+        n = x.shape[0]
+        for token, bias in e.logit_bias:
+            if 0 <= token < n:
+                x[token] += bias
+        if e.repetition_penalty != 1.0 and tokens:
+            seen = np.unique(np.asarray(tokens, dtype=np.int64))
+            seen = seen[(seen >= 0) & (seen < n)]
+            v = x[seen]
+            x[seen] = np.where(v > 0, v / e.repetition_penalty, v * e.repetition_penalty)
+        if (e.frequency_penalty or e.presence_penalty) and len(tokens) > prompt_len:
+            ids, counts = np.unique(np.asarray(tokens[prompt_len:], dtype=np.int64), return_counts=True)
+            keep = (ids >= 0) & (ids < n)
+            x[ids[keep]] -= e.frequency_penalty * counts[keep] + e.presence_penalty
+        return x
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ class Sequence:
         self.tokens: list[int] = list(request.prompt_ids)  # prompt, then output
         self.prompt_len = len(request.prompt_ids)
         self.cache: KVCache | None = None  # None while waiting (or after preemption)
-        self.sampler = SamplingState.of(request.temperature, request.top_p, request.top_k, request.seed)
+        self.sampler = SamplingState.of(request.temperature, request.top_p, request.top_k, request.seed, request.extras)
         params = request.params
         self.stop_ids = frozenset(params.stop_token_ids) | frozenset(params.visible_stop_token_ids)
         if not request.ignore_eos:

@@ -8,19 +8,20 @@ the scheduler or a worker. Every bound is a named constant of `detok.frontend.li
 from __future__ import annotations
 
 import dataclasses
-import math
 import secrets
 
 from detok.frontend import limits
 from detok.frontend.chat_messages import message_text, template_messages
 from detok.frontend.errors import RequestError
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest, _SamplingRequest
+from detok.frontend.sampling_extras import sampling_extras
 from detok.frontend.prompt_truncation import Side, cut_ids, encode_truncated, truncation_size
 from detok.frontend.refusals import refuse_unsupported
 from detok.frontend.typed_requests import THINKING_KWARGS, output_parsing
 from detok.parsing.types import OutputParsing
 from detok.stream.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
+from detok.wire.to_scheduler import SamplingExtras
 from detok.tokenizer.bounded import TooLong, encode_within
 from detok.tokenizer.chat import ChatTemplateError, template_content_format, template_variables
 
@@ -63,6 +64,7 @@ class GenerationJob:
     prompt_text: str | None = None  # chat `return_prompt_text`: the rendered prompt
     return_token_ids: bool = False  # the output and prompt ids in the response (they ride the logprob entries)
     tokens_as_ids: bool = False  # return_tokens_as_token_ids
+    extras: SamplingExtras | None = None  # min_p, penalties, logit_bias (None: vLLM's defaults)
 
     @property
     def scheduler_logprobs(self) -> int | None:
@@ -119,21 +121,6 @@ def _stop_token_ids(ids: list[int] | None, tok: Tokenizer) -> tuple[int, ...]:
         raise RequestError(f"stop_token_ids: at most {limits.MAX_STOP_TOKEN_IDS} ids are allowed", "stop_token_ids")
     _check_ids(ids, tok, "stop_token_ids")
     return tuple(ids)
-
-
-def _check_logit_bias(bias: dict[str, float] | None, tok: Tokenizer) -> None:
-    if not bias:
-        return
-    if len(bias) > limits.MAX_LOGIT_BIAS:
-        raise RequestError(f"logit_bias: at most {limits.MAX_LOGIT_BIAS} entries are allowed", "logit_bias")
-    for key, value in bias.items():
-        if not (key.isascii() and key.isdigit() and int(key) < tok.vocab_size):
-            raise RequestError(f"logit_bias: {key!r} is not a token id of the vocabulary (size {tok.vocab_size})",
-                               "logit_bias")
-        # a bias past +-LOGIT_BIAS_RANGE counts as that bound: vLLM's SamplingParams.from_optional
-        # clamps it (to OpenAI's range) rather than refusing it; NaN has no place in the range
-        if math.isnan(value):
-            raise RequestError(f"logit_bias: bias for token {key} is not a number", "logit_bias")
 
 
 def _context_error(lim: ServingLimits, count: str, param: str) -> RequestError:
@@ -193,7 +180,7 @@ def _job(
     min_tokens = req.min_tokens or 0
     if min_tokens > max_tokens:
         raise RequestError(f"min_tokens ({min_tokens}) must not exceed max_tokens ({max_tokens})", "min_tokens")
-    _check_logit_bias(req.logit_bias, tok)
+    extras = sampling_extras(req, tok)
     params = DecodeParams(
         skip_special_tokens=req.skip_special_tokens is not False and not keep_special_tokens,
         spaces_between_special_tokens=req.spaces_between_special_tokens is not False,
@@ -238,6 +225,7 @@ def _job(
         request_id=req.request_id,
         return_token_ids=bool(req.return_token_ids),
         tokens_as_ids=bool(req.return_tokens_as_token_ids),
+        extras=extras,
     )
 
 

@@ -18,6 +18,18 @@ from detok.parsing.types import OutputParsing
 from detok.stream.params import DecodeParams, Finish
 
 # frontend -> scheduler
+class SamplingExtras(msgspec.Struct, array_like=True, gc=False, frozen=True):
+    """vLLM's sampling knobs beyond temperature / top-p / top-k, for a scheduler that samples (the
+    reference engine applies them in vLLM v1's order; the stub replays text and has none to
+    apply). `logit_bias`: (token id, bias) pairs, each bias within +-100."""
+
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+
+
 class GenerateRequest(msgspec.Struct, tag="generate", array_like=True, gc=False, frozen=True):
     """A new request from a frontend. `reply_to` is the frontend's DeltaBatch endpoint."""
 
@@ -36,6 +48,8 @@ class GenerateRequest(msgspec.Struct, tag="generate", array_like=True, gc=False,
     # reasoning / tool-call parsing of the output, done by the worker (None: plain text); last, so
     # older senders still decode. The scheduler only carries it into the registration.
     parsing: OutputParsing | None = None
+    # the other sampling knobs (None: vLLM's defaults); last, so older senders still decode
+    extras: SamplingExtras | None = None
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True, gc=False, frozen=True):

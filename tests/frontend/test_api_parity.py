@@ -276,3 +276,21 @@ def test_return_prompt_text_gives_the_rendered_prompt_in_the_body_or_the_first_c
             assert all("prompt_text" not in c for c in chunks[1:])
 
     asyncio.run(main())
+
+
+def test_sampling_extras_are_carried_to_the_scheduler(tmp_path, tok):
+    # min_p, the penalties and logit_bias (clamped to +-100, as vLLM) reach GenerateRequest.extras;
+    # a request at vLLM's defaults carries none
+    from detok.wire.to_scheduler import SamplingExtras
+
+    async def main() -> None:
+        async with running_app(tmp_path, tok) as run:
+            body = {"model": MODEL, "messages": USER, "min_p": 0.1, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+                    "repetition_penalty": 1.2, "logit_bias": {"7": 250, "9": -3.5}}
+            assert (await run.http.post("/v1/chat/completions", json=body)).status_code == 200
+            await run.http.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "repetition_penalty": 1.0})
+            first, second = run.scheduler.requests
+            assert first.extras == SamplingExtras(0.1, 0.5, -0.5, 1.2, ((7, 100.0), (9, -3.5)))
+            assert second.extras is None
+
+    asyncio.run(main())

@@ -107,6 +107,25 @@ def test_seeds_decide_the_samples(rig, tok):
     assert a == again  # the same seed, in another slot of the batch: the same answer
 
 
+def test_sampling_extras_reach_the_sampler(rig, tok):
+    # the frontend's logit_bias / penalties ride GenerateRequest.extras: +100 on one id makes greedy
+    # take it every step; a huge presence penalty makes greedy never repeat an output token
+    import msgspec
+
+    from detok.wire.to_scheduler import SamplingExtras
+    prompt = tok.encode("Once upon a time", add_special_tokens=False)
+    target = tok.encode(" sea", add_special_tokens=False)[0]
+    biased = msgspec.structs.replace(rig.request(prompt, max_tokens=5, ignore_eos=True),
+                                     extras=SamplingExtras(logit_bias=((target, 100.0),)))
+    fresh = msgspec.structs.replace(rig.request(prompt, max_tokens=12, ignore_eos=True),
+                                    extras=SamplingExtras(presence_penalty=2.0, frequency_penalty=2.0))
+    rids = [rig.submit(biased), rig.submit(fresh)]
+    rig.run_all(rids)
+    assert rig.engine.finished_log[rids[0]][0] == [target] * 5
+    out = rig.engine.finished_log[rids[1]][0]
+    assert len(set(out)) == len(out) == 12
+
+
 def test_logprobs_are_the_models(rig, tok, model):
     prompt = chat_ids(tok, "What is the capital of France?")
     rid = rig.submit(rig.request(prompt, max_tokens=6, logprobs=3, temperature=0.7, seed=3))
