@@ -1,6 +1,8 @@
 """Sampling and logprobs for a batch of rows of logits.
 
-As vLLM v1: first the request's extras (`SamplingExtras`) in its order - `logit_bias` added, then
+As vLLM v1: first the request's extras (`SamplingExtras`) in its order - ids outside
+`allowed_token_ids` and the last id of a bad word whose other ids end the output masked, then
+`logit_bias` added, then
 the repetition penalty on every id of the prompt and output (a positive logit divided by it, a
 negative one multiplied), the frequency and presence penalties on the output's ids (minus penalty
 x count, minus penalty once) - which greedy sampling sees too; temperature below `GREEDY_BELOW` is
@@ -78,6 +80,16 @@ class SamplingState:
         assert e is not None
         x = logits.astype(np.float64)  # (a copy: the batch's row stays the model's)
         n = x.shape[0]
+        if e.allowed_token_ids:
+            allowed = np.asarray([i for i in e.allowed_token_ids if 0 <= i < n], dtype=np.int64)
+            kept = x[allowed]
+            x[:] = -np.inf
+            x[allowed] = kept
+        output = tokens[prompt_len:]
+        for word in e.bad_words:  # (vLLM's _apply_bad_words_single_batch)
+            prefix = len(word) - 1
+            if prefix <= len(output) and 0 <= word[-1] < n and tuple(output[len(output) - prefix:]) == word[:-1]:
+                x[word[-1]] = -np.inf
         for token, bias in e.logit_bias:
             if 0 <= token < n:
                 x[token] += bias

@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from detok.frontend.limits import (
     INT64_MAX,
     INT64_MIN,
+    MAX_ALLOWED_TOKEN_IDS,
+    MAX_BAD_WORD_CHARS,
+    MAX_BAD_WORDS,
     MAX_CACHE_SALT_CHARS,
     MAX_CHAT_LOGPROBS,
     MAX_COMPLETION_LOGPROBS,
@@ -70,6 +73,9 @@ class _SamplingRequest(_Request):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
     logit_bias: dict[str, float] | None = None
+    allowed_token_ids: list[TokenId] | None = Field(default=None, min_length=1, max_length=MAX_ALLOWED_TOKEN_IDS)
+    bad_words: list[Annotated[str, Field(max_length=MAX_BAD_WORD_CHARS)]] | None = Field(default=None,
+                                                                                         max_length=MAX_BAD_WORDS)
     user: str | None = None
     # refused (detok.frontend.refusals): structured output, beam search, constrained sampling, ...
     response_format: Any = None
@@ -81,8 +87,6 @@ class _SamplingRequest(_Request):
     structural_tag: Any = None
     prompt_logprobs: Any = None
     use_beam_search: Any = None
-    allowed_token_ids: Any = None
-    bad_words: Any = None
     logits_processors: Any = None
     # the prompt cut to its last (or first) k ids (detok.frontend.prompt_truncation); -1: all the room
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1)

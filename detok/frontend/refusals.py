@@ -44,8 +44,6 @@ _COMMON: dict[str, Rule] = {
     "structural_tag": (_GIVEN, _STRUCTURED),
     "prompt_logprobs": (_GIVEN, "prompt logprobs are not implemented by this server"),
     "use_beam_search": (lambda v: v in (None, False), f"beam search {_SAMPLING}"),
-    "allowed_token_ids": (_GIVEN, f"allowed_token_ids {_SAMPLING}"),
-    "bad_words": (lambda v: v in (None, []), f"bad_words {_SAMPLING}"),
     "logits_processors": (_GIVEN, f"logits processors {_SAMPLING}"),
     # vLLM options its engine honours, which the scheduler protocol does not carry
     "thinking_token_budget": (lambda v: v in (None, -1), f"a thinking token budget {_ENGINE}"),

@@ -1,5 +1,5 @@
 """A request's sampling knobs beyond temperature / top-p / top-k (`min_p`, the three penalties,
-`logit_bias`), checked and carried to the scheduler as `SamplingExtras` (None when all are
+`logit_bias`, `allowed_token_ids`, `bad_words` tokenized here), checked and carried to the scheduler as `SamplingExtras` (None when all are
 vLLM's defaults: the common request carries nothing more)."""
 
 from __future__ import annotations
@@ -31,6 +31,32 @@ def _logit_bias(bias: dict[str, float] | None, tok: Tokenizer) -> tuple[tuple[in
     return tuple(pairs)
 
 
+def _bad_words(words: list[str] | None, tok: Tokenizer) -> tuple[tuple[int, ...], ...]:
+    """Each word's ids, and those of it after a space where that is another first token of the
+    same length: vLLM's `SamplingParams.update_from_tokenizer` (a word banned at the start and in
+    the middle of text)."""
+    out: list[tuple[int, ...]] = []
+    for word in words or ():
+        if not word.strip():
+            raise RequestError("bad_words: a word must have a character other than whitespace", "bad_words")
+        plain = tuple(tok.encode(word.lstrip(), add_special_tokens=False))
+        spaced = tuple(tok.encode(" " + word.lstrip(), add_special_tokens=False))
+        if not plain:  # (no ids at all: nothing to ban)
+            continue
+        out.append(plain)
+        if spaced and spaced[0] != plain[0] and len(spaced) == len(plain):
+            out.append(spaced)
+    return tuple(out)
+
+
+def _allowed(ids: list[int] | None, tok: Tokenizer) -> tuple[int, ...]:
+    bad = next((i for i in ids or () if i >= tok.vocab_size), None)
+    if bad is not None:
+        raise RequestError(f"allowed_token_ids: token id {bad} is outside the vocabulary (size {tok.vocab_size})",
+                           "allowed_token_ids")
+    return tuple(ids or ())
+
+
 def sampling_extras(req: _SamplingRequest, tok: Tokenizer) -> SamplingExtras | None:
     """The request's extras (their ranges are the request model's), or None if all are defaults."""
     extras = SamplingExtras(
@@ -39,6 +65,8 @@ def sampling_extras(req: _SamplingRequest, tok: Tokenizer) -> SamplingExtras | N
         frequency_penalty=req.frequency_penalty or 0.0,
         repetition_penalty=req.repetition_penalty if req.repetition_penalty is not None else 1.0,
         logit_bias=_logit_bias(req.logit_bias, tok),
+        allowed_token_ids=_allowed(req.allowed_token_ids, tok),
+        bad_words=_bad_words(req.bad_words, tok),
     )
     return None if extras == _DEFAULTS else extras
 

@@ -21,13 +21,18 @@ from detok.stream.params import DecodeParams, Finish
 class SamplingExtras(msgspec.Struct, array_like=True, gc=False, frozen=True):
     """vLLM's sampling knobs beyond temperature / top-p / top-k, for a scheduler that samples (the
     reference engine applies them in vLLM v1's order; the stub replays text and has none to
-    apply). `logit_bias`: (token id, bias) pairs, each bias within +-100."""
+    apply). `logit_bias`: (token id, bias) pairs, each bias within +-100; `allowed_token_ids`: the
+    only ids that may be sampled (empty: any); `bad_words`: id sequences whose last id is banned
+    wherever the output so far ends with the others (the frontend tokenized the words, as vLLM's
+    `SamplingParams.update_from_tokenizer`)."""
 
     min_p: float = 0.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    allowed_token_ids: tuple[int, ...] = ()
+    bad_words: tuple[tuple[int, ...], ...] = ()
 
 
 class GenerateRequest(msgspec.Struct, tag="generate", array_like=True, gc=False, frozen=True):

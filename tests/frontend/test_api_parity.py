@@ -294,3 +294,18 @@ def test_sampling_extras_are_carried_to_the_scheduler(tmp_path, tok):
             assert second.extras is None
 
     asyncio.run(main())
+
+
+def test_bad_words_are_tokenized_as_vllm_and_allowed_ids_checked(tok):
+    # vLLM's update_from_tokenizer: the word's ids, and those after a space where that is another
+    # first token of the same length
+    extras = _job(tok, "chat", messages=USER, bad_words=["sea", "  Paris"], allowed_token_ids=[1, 2]).extras
+    plain, spaced = tuple(tok.encode("sea")), tuple(tok.encode(" sea"))
+    assert plain[0] != spaced[0] and len(plain) == len(spaced)
+    assert extras.bad_words[:2] == (plain, spaced) and extras.bad_words[2] == tuple(tok.encode("Paris"))
+    assert extras.allowed_token_ids == (1, 2)
+    for body, param in (({"bad_words": [" "]}, "bad_words"), ({"bad_words": ["x"] * 129}, "bad_words"),
+                        ({"bad_words": ["x" * 257]}, "bad_words"), ({"allowed_token_ids": []}, "allowed_token_ids"),
+                        ({"allowed_token_ids": [10**7]}, "allowed_token_ids"),
+                        ({"allowed_token_ids": [-1]}, "allowed_token_ids")):
+        assert _refused(tok, "chat", messages=USER, **body).param.startswith(param), body

@@ -119,11 +119,18 @@ def test_sampling_extras_reach_the_sampler(rig, tok):
                                      extras=SamplingExtras(logit_bias=((target, 100.0),)))
     fresh = msgspec.structs.replace(rig.request(prompt, max_tokens=12, ignore_eos=True),
                                     extras=SamplingExtras(presence_penalty=2.0, frequency_penalty=2.0))
-    rids = [rig.submit(biased), rig.submit(fresh)]
+    allowed = tok.encode(" one two", add_special_tokens=False)
+    narrowed = msgspec.structs.replace(rig.request(prompt, max_tokens=6, temperature=1.0, seed=4, ignore_eos=True),
+                                       extras=SamplingExtras(allowed_token_ids=tuple(allowed)))
+    unsaid = msgspec.structs.replace(rig.request(prompt, max_tokens=5, ignore_eos=True),
+                                     extras=SamplingExtras(logit_bias=((target, 100.0),), bad_words=((target,),)))
+    rids = [rig.submit(biased), rig.submit(fresh), rig.submit(narrowed), rig.submit(unsaid)]
     rig.run_all(rids)
     assert rig.engine.finished_log[rids[0]][0] == [target] * 5
     out = rig.engine.finished_log[rids[1]][0]
     assert len(set(out)) == len(out) == 12
+    assert set(rig.engine.finished_log[rids[2]][0]) <= set(allowed)
+    assert target not in rig.engine.finished_log[rids[3]][0]
 
 
 def test_logprobs_are_the_models(rig, tok, model):

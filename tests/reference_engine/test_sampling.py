@@ -94,3 +94,14 @@ def test_logit_bias_steers_greedy_and_min_p_drops_the_unlikely():
     kept, plain = SamplingState.of(1.0, 1.0, -1, 7, SamplingExtras(min_p=0.2)), SamplingState.of(1.0, 1.0, -1, 7)
     assert {kept.draw(row) for _ in range(2000)} == {0, 1}
     assert {plain.draw(row) for _ in range(2000)} == {0, 1, 2, 3}
+
+
+def test_allowed_ids_and_bad_words_mask_as_vllm():
+    row = np.array([5.0, 4.0, 3.0, 2.0, 1.0], np.float32)
+    only = SamplingState.of(1.0, 1.0, -1, 3, SamplingExtras(allowed_token_ids=(3, 4)))
+    assert {only.draw(row) for _ in range(300)} == {3, 4}
+    # a bad word's last id is banned only where the output so far ends with its other ids
+    banned = SamplingState.of(0.0, 1.0, -1, 0, SamplingExtras(bad_words=((0,), (2, 1))))
+    assert banned.draw(row, [9, 9], 1) == 1  # (0 banned everywhere; 1 allowed: the output does not end with 2)
+    assert banned.draw(row, [9, 2], 1) == 2  # (the output ends with 2: 1 banned too)
+    assert banned.draw(row, [2, 9], 2) == 1  # (a prompt id is not output)
