@@ -35,6 +35,7 @@ class SamplingState:
     top_k: int = -1  # <= 0: off
     rng: np.random.Generator = dataclasses.field(default_factory=np.random.default_rng)
     extras: SamplingExtras | None = None  # None: vLLM's defaults (nothing to apply)
+    allowed: np.ndarray | None = None  # extras.allowed_token_ids as an array, made at the first draw
 
     @classmethod
     def of(cls, temperature: float, top_p: float, top_k: int, seed: int | None,
@@ -81,7 +82,9 @@ class SamplingState:
         x = logits.astype(np.float64)  # (a copy: the batch's row stays the model's)
         n = x.shape[0]
         if e.allowed_token_ids:
-            allowed = np.asarray([i for i in e.allowed_token_ids if 0 <= i < n], dtype=np.int64)
+            if self.allowed is None:  # (once per sequence: up to 65,536 ids)
+                self.allowed = np.asarray([i for i in e.allowed_token_ids if 0 <= i < n], dtype=np.int64)
+            allowed = self.allowed
             kept = x[allowed]
             x[:] = -np.inf
             x[allowed] = kept
