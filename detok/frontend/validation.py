@@ -14,16 +14,16 @@ from detok.frontend import limits
 from detok.frontend.chat_messages import message_text, template_messages
 from detok.frontend.errors import RequestError
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest, _SamplingRequest
-from detok.frontend.sampling_extras import sampling_extras
 from detok.frontend.prompt_truncation import Side, cut_ids, encode_truncated, truncation_size
 from detok.frontend.refusals import refuse_unsupported
+from detok.frontend.sampling_extras import sampling_extras
 from detok.frontend.typed_requests import THINKING_KWARGS, output_parsing
 from detok.parsing.types import OutputParsing
 from detok.stream.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
-from detok.wire.to_scheduler import SamplingExtras
 from detok.tokenizer.bounded import TooLong, encode_within
 from detok.tokenizer.chat import ChatTemplateError, template_content_format, template_variables
+from detok.wire.to_scheduler import SamplingExtras
 
 _COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 # keys a client may not pass through chat_template_kwargs (vLLM refuses the same two)
@@ -64,7 +64,7 @@ class GenerationJob:
     prompt_text: str | None = None  # chat `return_prompt_text`: the rendered prompt
     return_token_ids: bool = False  # the output and prompt ids in the response (they ride the logprob entries)
     tokens_as_ids: bool = False  # return_tokens_as_token_ids
-    extras: SamplingExtras | None = None  # min_p, penalties, logit_bias (None: vLLM's defaults)
+    extras: SamplingExtras | None = None  # min_p, penalties, logit_bias, allowed ids, bad words (None: defaults)
 
     @property
     def scheduler_logprobs(self) -> int | None:
