@@ -307,5 +307,6 @@ def test_bad_words_are_tokenized_as_vllm_and_allowed_ids_checked(tok):
     for body, param in (({"bad_words": [" "]}, "bad_words"), ({"bad_words": ["x"] * 129}, "bad_words"),
                         ({"bad_words": ["x" * 257]}, "bad_words"), ({"allowed_token_ids": []}, "allowed_token_ids"),
                         ({"allowed_token_ids": [10**7]}, "allowed_token_ids"),
-                        ({"allowed_token_ids": [-1]}, "allowed_token_ids")):
+                        ({"allowed_token_ids": [-1]}, "allowed_token_ids"),
+                        ({"allowed_token_ids": [1] * 65537}, "allowed_token_ids")):
         assert _refused(tok, "chat", messages=USER, **body).param.startswith(param), body
