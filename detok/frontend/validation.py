@@ -18,6 +18,7 @@ from detok.frontend.prompt_truncation import Side, cut_ids, encode_truncated, tr
 from detok.frontend.refusals import refuse_unsupported
 from detok.frontend.sampling_extras import sampling_extras
 from detok.frontend.typed_requests import THINKING_KWARGS, output_parsing
+from detok.parsing.registry import tool_parser_class
 from detok.parsing.types import OutputParsing
 from detok.stream.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
@@ -305,8 +306,10 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
     parsing = output_parsing(req, text, lim.reasoning_parser, lim.tool_parser, thinking)
     # Tool calls parsed: special tokens are not skipped, whatever the request says (vLLM's tool
     # parsers' adjust_request and SGLang's chat serving do the same, since tool markers are special
-    # tokens in many vocabularies); the text around them (a marker mentioned in reasoning) keeps them
-    keep_special = parsing is not None and parsing.tool_parser is not None
+    # tokens in many vocabularies); the text around them (a marker mentioned in reasoning) keeps them.
+    # Not for a family whose vLLM parser leaves the request's value (llama3_json)
+    keep_special = (parsing is not None and parsing.tool_parser is not None
+                    and tool_parser_class(parsing.tool_parser).keeps_special_tokens)
     job = _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing, max_tokens_param, role,
                 keep_special)
     return dataclasses.replace(job, prompt_text=text) if req.return_prompt_text else job

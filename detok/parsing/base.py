@@ -57,6 +57,10 @@ class ToolParser(ABC):
     names: ClassVar[tuple[str, ...]]
     markers: ClassVar[tuple[str, ...]]
     required_tokens: ClassVar[tuple[str, ...]] = ()
+    # A request this family parses does not skip special tokens, whatever it asks (as the peer's
+    # adjust_request: the markers are special tokens in many vocabularies). False: the request's
+    # skip_special_tokens stands (the markers are still read by id; their text is then empty).
+    keeps_special_tokens: ClassVar[bool] = True
 
     def __init__(
         self,

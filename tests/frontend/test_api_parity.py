@@ -310,3 +310,12 @@ def test_bad_words_are_tokenized_as_vllm_and_allowed_ids_checked(tok):
                         ({"allowed_token_ids": [-1]}, "allowed_token_ids"),
                         ({"allowed_token_ids": [1] * 65537}, "allowed_token_ids")):
         assert _refused(tok, "chat", messages=USER, **body).param.startswith(param), body
+
+
+def test_llama3_json_keeps_the_requests_skip_special_tokens(tok):
+    # vLLM's Llama3JsonToolParser has no adjust_request: the request's value stands (default true, so
+    # Llama 3.1's special `<|python_tag|>` is skipped from the text; the worker still reads it by id)
+    llama = ServingLimits("m", 64, tool_parser="llama3_json")
+    assert _job(tok, "chat", llama, messages=USER, tools=[TOOL]).params.skip_special_tokens
+    kept = _job(tok, "chat", llama, messages=USER, tools=[TOOL], skip_special_tokens=False)
+    assert not kept.params.skip_special_tokens

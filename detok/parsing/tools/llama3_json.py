@@ -12,8 +12,12 @@ calls around it stay calls).
 
 Edges (README): text around the calls is content (vLLM's non-streamed path drops it; its streamed
 path only parses output that starts with `{` or `<|python_tag|>`). `;` and whitespace between calls
-are dropped. `<|python_tag|>` never reaches content. JSON that breaks inside a call's arguments ends
-the call there (arguments closed to valid JSON); the text from the break on is content again.
+are dropped. A `<|python_tag|>` (with the separators after it) is dropped when a call follows it;
+otherwise it is content as the decoder gave it: its own text with `skip_special_tokens=False`, none
+when skipped (vLLM: with no call parsed, both its paths give the output as decoded; it does not set
+`skip_special_tokens` for this family, so by default the tag is skipped). JSON that breaks inside a
+call's arguments ends the call there (arguments closed to valid JSON); the text from the break on is
+content again.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class Llama3JsonToolParser(StreamingToolParser):
     markers = (PYTHON_TAG,)
     separators = " \t\n\r;"
     hot_chars = "{"
+    # vLLM's Llama3JsonToolParser has no adjust_request: the request's skip_special_tokens stands
+    keeps_special_tokens = False
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -40,14 +46,40 @@ class Llama3JsonToolParser(StreamingToolParser):
         self._raw: list[str] = []  # the held text from `{` while undecided
         self._pending: list[str] = []  # arguments text before the call is certain
         self._decided = False
+        # `<|python_tag|>`s not yet known to introduce a call: their text and the separators after
+        # them (`_tagged`: while none of it is decided; then it belongs to the object that follows)
+        self._intro: list[str] = []
+        self._tagged = False
 
     def _on_marker(self, marker: str) -> None:
-        if self._obj is not None:  # a marker inside an object: the object is not JSON
-            self._on_text(marker)
+        if self._obj is not None:  # inside an object the tag is its text (none if skipped)
+            self._on_text(self._marker_text)
+            return
+        # held (state 2: the next text may not pass as content) until what follows shows a call
+        self._intro.append(self._marker_text)
+        self._tagged = True
+        self._state = 2
+
+    def _release_intro(self) -> None:
+        """The held tags were not a call's: content, as decoded."""
+        intro, self._intro, self._tagged = self._intro, [], False
+        self._content("".join(intro))
+        if self._obj is None:
+            self._state = 0
 
     def _on_text(self, text: str) -> None:
         while text:
             if self._obj is None:
+                if self._tagged:
+                    body = text.lstrip(self.separators)
+                    if len(body) < len(text):
+                        self._intro.append(text[: len(text) - len(body)])
+                    text = body
+                    if not text:
+                        return
+                    if text[0] != "{":
+                        self._release_intro()
+                    self._tagged = False  # (a `{` now: the intro goes with the object)
                 brace = text.find("{")
                 if brace < 0:
                     self._content(text)
@@ -70,6 +102,7 @@ class Llama3JsonToolParser(StreamingToolParser):
             (self._args if self._decided else self._pending.append)(args)
         if not self._decided and obj.name is not None and obj.args_seen:
             self._decided = True
+            self._intro = []  # the tags introduced this call
             self._open_call(obj.name)
             self._args("".join(self._pending))
             self._pending, self._raw = [], []
@@ -83,6 +116,7 @@ class Llama3JsonToolParser(StreamingToolParser):
             raw = "".join(self._raw)
             self._obj = None
             self._state = 0
+            self._release_intro()
             self._content("{")
             return raw[1:]
         if rest is None:
@@ -91,6 +125,7 @@ class Llama3JsonToolParser(StreamingToolParser):
             self._args(obj.close())
             self._close_call()
         else:  # a complete object that is not a call
+            self._release_intro()
             consumed = "".join(self._raw)
             self._content(consumed[: len(consumed) - len(rest)])
         self._obj = None
@@ -104,6 +139,7 @@ class Llama3JsonToolParser(StreamingToolParser):
     def _on_finish(self) -> None:
         obj = self._obj
         if obj is None:
+            self._release_intro()  # tags at the end, nothing after them
             return
         self._obj = None
         self._state = 0
@@ -111,4 +147,5 @@ class Llama3JsonToolParser(StreamingToolParser):
             self._args(obj.close())
             self._close_call()
         else:  # an object cut short before it was a call: the model's text
+            self._release_intro()
             self._content("".join(self._raw))
