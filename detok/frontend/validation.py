@@ -311,5 +311,5 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
     keep_special = (parsing is not None and parsing.tool_parser is not None
                     and tool_parser_class(parsing.tool_parser).keeps_special_tokens)
     job = _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing, max_tokens_param, role,
-                keep_special)
+               keep_special)
     return dataclasses.replace(job, prompt_text=text) if req.return_prompt_text else job
