@@ -52,7 +52,10 @@ class SamplingState:
         """One token from one row of (already masked) logits; `tokens`: the sequence so far (prompt,
         then `prompt_len` on the output), for the penalties."""
         if self.extras is not None:
-            logits = self._with_extras(logits, tokens or [], prompt_len)
+            masked = self._with_extras(logits, tokens or [], prompt_len)
+            # (extras that leave no token at all - allowed ids all banned or held back by min_tokens -
+            # contradict each other: the row without them is sampled rather than a NaN one)
+            logits = masked if np.isfinite(masked).any() else logits
         if self.greedy:
             return int(np.argmax(logits))
         z = logits.astype(np.float64) / self.temperature

@@ -187,7 +187,7 @@ def _authorize(state: FrontendState, request: Request) -> None:
 
 def _build_job(state: FrontendState, body: bytes, kind: str) -> GenerationJob:
     model = ChatCompletionRequest if kind == "chat" else CompletionRequest
-    precheck(body, kind, state.limits.max_model_len)
+    body = precheck(body, kind, state.limits.max_model_len)
     try:
         req = model.model_validate_json(body)
     except pydantic.ValidationError as e:
@@ -268,6 +268,7 @@ async def _generate(state: FrontendState, request: Request, kind: str) -> Respon
             parallel_tool_calls=job.parallel_tool_calls,
             prompt_text=job.prompt_text,
             return_token_ids=job.return_token_ids,
+            output_ids=job.return_token_ids and not job.hide_output_ids,
             tokens_as_ids=job.tokens_as_ids,
             prompt_ids=job.prompt_ids,
         )

@@ -8,13 +8,20 @@ element (`json`'s C scanner, one element per call, stopping at the first one pas
 only bodies whose lists can be legal reach pydantic.
 
 A body this cannot read (not JSON, not an object) is left to pydantic, which words the error.
+
+A prompt of ids too long for the context is not refused when the request asks for
+`truncate_prompt_tokens` (vLLM cuts token prompts of any length): its JSON array is cut to the
+`max_model_len` ids on the kept side before pydantic sees it (no truncation keeps more than that),
+the dropped text checked to be integers only, and the request's own truncation then applies as usual.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 import msgspec
+import numpy as np
 
 from detok.frontend.errors import RequestError
 from detok.frontend.limits import MAX_MESSAGES
@@ -26,21 +33,34 @@ _SCANNER = json.JSONDecoder()
 _WHITESPACE = b" \t\r\n"
 
 
+_INTS = re.compile(rb"[\s\d,-]*")
+
+
 class _Arrays(msgspec.Struct):
     prompt: msgspec.Raw = msgspec.Raw(b"")
     messages: msgspec.Raw = msgspec.Raw(b"")
+    truncate_prompt_tokens: msgspec.Raw = msgspec.Raw(b"")
+    truncation_side: msgspec.Raw = msgspec.Raw(b"")
 
 
-def precheck(body: bytes, kind: str, max_model_len: int) -> None:
-    """RequestError (400) if the body's prompt ids or chat messages are more than can be served."""
+def precheck(body: bytes, kind: str, max_model_len: int) -> bytes:
+    """The body to parse (this one, or with a long prompt of ids cut as the module says);
+    RequestError (400) if its prompt ids or chat messages are more than can be served."""
     if len(body) < PRECHECK_MIN_BYTES:
-        return
+        return body
     try:
         arrays = msgspec.json.decode(body, type=_Arrays)
     except msgspec.DecodeError:
-        return  # pydantic words the error
+        return body  # pydantic words the error
     if kind == "completion":
         ids = _flat_int_count(bytes(arrays.prompt))
+        truncated = bytes(arrays.truncate_prompt_tokens).strip(_WHITESPACE) not in (b"", b"null")
+        if ids is not None and ids >= max_model_len and truncated:
+            if ids == max_model_len:
+                return body
+            cut = _cut_ids(body, bytes(arrays.prompt), max_model_len, bytes(arrays.truncation_side))
+            if cut is not None:
+                return cut
         if ids is not None and ids >= max_model_len:
             raise RequestError(
                 f"This model's maximum context length is {max_model_len} tokens. However, your "
@@ -50,6 +70,25 @@ def precheck(body: bytes, kind: str, max_model_len: int) -> None:
             )
     elif len(arrays.messages) and _more_elements_than(bytes(arrays.messages), MAX_MESSAGES):
         raise RequestError(f"messages: at most {MAX_MESSAGES} messages are allowed", "messages")
+    return body
+
+
+def _cut_ids(body: bytes, raw: bytes, keep: int, side: bytes) -> bytes | None:
+    """The body with its prompt array (`raw`, flat or one nested) cut to `keep` elements on the
+    side `truncation_side` keeps (the last unless it is "right"); None if the dropped text is not
+    integers alone (pydantic then words the error)."""
+    raw = raw.strip(_WHITESPACE)
+    nested = raw[1:].lstrip(_WHITESPACE).startswith(b"[")
+    inner = raw[1:-1].strip(_WHITESPACE)[1:-1] if nested else raw[1:-1]
+    commas = np.flatnonzero(np.frombuffer(inner, dtype=np.uint8) == ord(","))
+    right = side.strip(_WHITESPACE) == b'"right"'
+    at = commas[keep - 1] if right else commas[len(commas) - keep]  # (len(commas) + 1 > keep elements)
+    kept, dropped = (inner[:at], inner[at:]) if right else (inner[at + 1:], inner[:at + 1])
+    if _INTS.fullmatch(dropped) is None:
+        return None
+    fields = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+    fields["prompt"] = msgspec.Raw(b"[[" + kept + b"]]" if nested else b"[" + kept + b"]")
+    return msgspec.json.encode(fields)
 
 
 def _flat_int_count(raw: bytes) -> int | None:

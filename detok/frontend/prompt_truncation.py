@@ -55,6 +55,8 @@ def encode_truncated(tok: Tokenizer, text: str, add_special_tokens: bool, keep: 
         return cut_ids(ids, keep, side)
     content = tok.encode_prompt(text, add_special_tokens=False)
     added = len(ids) - len(content)
+    if keep < added:  # (the library does not cut the text then: only the ids are cut, below)
+        return cut_ids(ids, keep, side)
     # the added tokens' place: before and after the text's own ids (Llama's BOS, BERT's [CLS]/[SEP])
     for before in range(added + 1) if added > 0 else ():
         if ids[before:before + len(content)] == content:

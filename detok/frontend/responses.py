@@ -75,6 +75,7 @@ class ResponseContext:
     prompt_text: str | None = None  # chat `return_prompt_text`: the rendered prompt, in the first chunk or the body
     # `return_token_ids`: the output ids of each chunk (or the body) and the prompt's (prompt_ids)
     return_token_ids: bool = False
+    output_ids: bool = False  # the output's ids too (not with include_reasoning false and a parser)
     prompt_ids: list[int] | None = None
     tokens_as_ids: bool = False  # return_tokens_as_token_ids: logprob tokens written `token_id:{id}`
     # while a streamed body is written straight to its connection (SseResponse under uvicorn):
@@ -116,7 +117,7 @@ class ChoiceState:
         self.typed = ctx.typed_choice()
         # return_token_ids: the output ids so far (None: not asked for); completions' prompt ids,
         # until the choice's first chunk carries them (vLLM puts them in the choice)
-        self.ids: list[int] | None = [] if ctx.return_token_ids else None
+        self.ids: list[int] | None = [] if ctx.output_ids else None
         self.prompt_ids = ctx.prompt_ids if ctx.return_token_ids and not self.chat else None
 
     def running_usage(self, ctx: ResponseContext, delta: RequestDelta | None = None) -> Usage | None:
@@ -144,7 +145,7 @@ class ChoiceState:
         if self.k is None or entries is None or not len(entries):
             return None
         if self.as_ids:
-            entries = entries.named_by_id()
+            entries = entries.named_by_id(self.chat)
         if self.chat:
             return chat_logprobs_json(entries, self.k)
         return completion_logprobs(entries, self.k, self.offsets)
@@ -202,7 +203,7 @@ def _text_chunk(ctx: ResponseContext, index: int, text: str, logprobs: Any = Non
                 usage: Usage | None = None) -> bytes:
     if ctx.kind == "chat":
         delta = ChatDelta(role=ctx.role, content=text) if role else ChatDelta(content=text)
-        first = role and index == 0  # (vLLM: the prompt's text and ids in the first chunk only)
+        first = role  # (vLLM: the prompt's text and ids in each choice's role chunk, the stream's first)
         chunk: Completion | ChatCompletionChunk = ChatCompletionChunk(
             ctx.id, ctx.created, ctx.model, [ChatChunkChoice(index, delta, logprobs=logprobs)], usage,
             prompt_token_ids=ctx.prompt_ids if first and ctx.return_token_ids else None,

@@ -64,6 +64,7 @@ class GenerationJob:
     request_id: str | None = None  # the response id's tail the client chose (request_id)
     prompt_text: str | None = None  # chat `return_prompt_text`: the rendered prompt
     return_token_ids: bool = False  # the output and prompt ids in the response (they ride the logprob entries)
+    hide_output_ids: bool = False  # (include_reasoning false with a parser: the prompt's ids only, as vLLM)
     tokens_as_ids: bool = False  # return_tokens_as_token_ids
     extras: SamplingExtras | None = None  # min_p, penalties, logit_bias, allowed ids, bad words (None: defaults)
 
@@ -71,7 +72,8 @@ class GenerationJob:
     def scheduler_logprobs(self) -> int | None:
         """The logprobs the scheduler is asked for: the output ids come with the sampled token's
         entry, so `return_token_ids` alone asks for 0 alternatives (none are shown)."""
-        return self.logprobs if self.logprobs is not None or not self.return_token_ids else 0
+        wants_ids = self.return_token_ids and not self.hide_output_ids
+        return self.logprobs if self.logprobs is not None or not wants_ids else 0
 
     def choice_seeds(self) -> list[int]:
         """One seed per choice, distinct, within the int64 range (wrapping around)."""
@@ -297,9 +299,10 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
     max_tokens, max_tokens_param = ((req.max_completion_tokens, "max_completion_tokens")
                                     if req.max_completion_tokens is not None else (req.max_tokens, "max_tokens"))
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    if req.include_reasoning is False and (lim.reasoning_parser or lim.tool_parser):
-        # as vLLM with a parser: no logprobs at all (null), streamed or not; their tokens would show
-        # the reasoning the client asked to leave out
+    hidden = req.include_reasoning is False and bool(lim.reasoning_parser or lim.tool_parser)
+    if hidden:
+        # as vLLM with a parser: no logprobs at all (null), streamed or not, and no output token ids
+        # (its hide_stream_metadata / suppress_metadata); they would show the reasoning left out
         logprobs = None
     keep = truncation_size(req.truncate_prompt_tokens, lim.max_model_len, max_tokens or 0, max_tokens_param)
     ids = encode_prompt(tok, text, bool(req.add_special_tokens), lim, "messages", keep, req.truncation_side)
@@ -312,4 +315,4 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
                     and tool_parser_class(parsing.tool_parser).keeps_special_tokens)
     job = _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing, max_tokens_param, role,
                keep_special)
-    return dataclasses.replace(job, prompt_text=text) if req.return_prompt_text else job
+    return dataclasses.replace(job, prompt_text=text if req.return_prompt_text else None, hide_output_ids=hidden)

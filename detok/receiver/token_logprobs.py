@@ -80,10 +80,19 @@ class TokenLogprobs(msgspec.Struct, gc=False):
             self.top_ids[cut:], self.top_tokens[cut:], self.top_logprobs[cut:],
         )
 
-    def named_by_id(self) -> TokenLogprobs:
+    def named_by_id(self, chat: bool) -> TokenLogprobs:
         """The same entries with every token written `token_id:{id}` (vLLM's
-        `return_tokens_as_token_ids`: a token that is not valid text is still told apart)."""
-        return TokenLogprobs(self.first, self.token_ids, [f"token_id:{i}" for i in self.token_ids], self.logprobs,
+        `return_tokens_as_token_ids`: a token that is not valid text is still told apart). In chat,
+        a sampled token keeps its own `bytes` (vLLM's `_create_chat_logprobs` takes them from the
+        decoded token; the alternatives' are the placeholder's): a RawToken carrying them."""
+        tokens: list[str] = []
+        for i, token in zip(self.token_ids, self.tokens):
+            named = f"token_id:{i}"
+            if chat:
+                named = RawToken(named)
+                named.data = token_bytes(token)
+            tokens.append(named)
+        return TokenLogprobs(self.first, self.token_ids, tokens, self.logprobs,
                              self.top_counts, self.top_ids, [f"token_id:{i}" for i in self.top_ids], self.top_logprobs)
 
     @classmethod

@@ -41,3 +41,24 @@ def test_too_many_messages_is_refused_before_they_are_built() -> None:
     assert len(fits) > PRECHECK_MIN_BYTES
     precheck(fits, "chat", 32768)
     precheck(_body(messages=[{"role": "user", "content": "[" * PRECHECK_MIN_BYTES}]), "chat", 32768)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+@pytest.mark.parametrize("side", [None, "left", "right"])
+def test_too_many_ids_with_truncation_are_cut_to_the_context_on_the_kept_side(nested: bool, side: object) -> None:
+    # vLLM cuts a token prompt of any length: the array is cut (as text, never built whole) to the
+    # max_model_len ids the truncation may keep, and the request's own truncation applies after
+    ids = list(range(100_000))
+    body = _body(prompt=[ids] if nested else ids, max_tokens=4, truncate_prompt_tokens=10,
+                 **({"truncation_side": side} if side else {}))
+    cut = json.loads(precheck(body, "completion", 4096))
+    prompt = cut["prompt"][0] if nested else cut["prompt"]
+    assert prompt == (ids[:4096] if side == "right" else ids[-4096:])
+    assert {k: v for k, v in cut.items() if k != "prompt"} == {k: v for k, v in json.loads(body).items() if k != "prompt"}
+    # the dropped text must be integers: else the request is refused as before (pydantic's types)
+    bad = _body(prompt=[1.5] * 100_000 + [1] * 10, truncate_prompt_tokens=10)
+    with pytest.raises(RequestError) as e:
+        precheck(bad, "completion", 4096)
+    assert e.value.code == "context_length_exceeded"
+    exact = _body(prompt=list(range(4096)), truncate_prompt_tokens=10, pad="x" * PRECHECK_MIN_BYTES)
+    assert precheck(exact, "completion", 4096) == exact  # (the context exactly: parsed as it is)

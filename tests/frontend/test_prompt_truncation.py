@@ -76,7 +76,9 @@ def test_special_tokens_on_both_sides_stay_and_count_towards_k():
     assert len(whole) == len(content) + 2
     assert encode_truncated(tok, LONG, True, 6, "left") == [whole[0], *content[-4:], whole[-1]]
     assert encode_truncated(tok, LONG, True, 6, "right") == [whole[0], *content[:4], whole[-1]]
-    assert encode_truncated(tok, LONG, True, 1, "left") == [whole[-1]]  # (the ids cut once more, as vLLM)
+    # k below the special tokens' count: the library leaves the text whole, the ids are cut (vLLM)
+    assert encode_truncated(tok, LONG, True, 1, "left") == [whole[-1]]
+    assert encode_truncated(tok, LONG, True, 1, "right") == [whole[0]]
 
 
 # ---- requests --------------------------------------------------------------------------------------
@@ -145,5 +147,10 @@ def test_a_truncated_prompt_is_served_and_counted(tmp_path, tok):
             # without it the same prompt does not fit
             too_long = await run.http.post("/v1/completions", json={**body, "truncate_prompt_tokens": None})
             assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "context_length_exceeded"
+            # ids past the body precheck's size: cut, not refused (vLLM cuts token prompts of any length)
+            ids = tok.encode(LONG) * 1000
+            cut = await run.http.post("/v1/completions", json={**body, "prompt": ids, "echo": True})
+            assert cut.status_code == 200 and cut.json()["usage"]["prompt_tokens"] == 12
+            assert cut.json()["choices"][0]["text"].startswith(tok.decode(ids[-12:], skip_special_tokens=False))
 
     asyncio.run(main())

@@ -146,15 +146,20 @@ def test_include_reasoning_false_hides_logprobs_streamed_or_not(client) -> None:
 
 def test_return_token_ids_with_parsed_output_streamed_equal_non_streamed(client) -> None:  # type: ignore[no-untyped-def]
     # the ids of every token (reasoning, markers, calls) in order, streamed or not, with tokens
-    # arriving 1-4 per step; each step's ids ride its first chunk; include_reasoning false keeps them
+    # arriving 1-4 per step; each step's ids ride its first chunk. include_reasoning false hides them
+    # (vLLM's hide_stream_metadata / suppress_metadata: they would show the reasoning), not the prompt's
     tok = detok.load_tokenizer(str(qwen3_6_tiktoken()))
-    for extra in ({"return_token_ids": True}, {"return_token_ids": True, "include_reasoning": False}):
-        whole = _ask(client, extra_body=extra)
-        ids = whole.choices[0].model_extra["token_ids"]
-        assert tok.decode(ids, skip_special_tokens=False).startswith(REPLY)
-        streamed = [i for chunk in _ask(client, extra_body=extra, stream=True) for c in chunk.choices
-                    for i in (c.model_extra or {}).get("token_ids") or ()]
-        assert streamed == ids
+    whole = _ask(client, extra_body={"return_token_ids": True})
+    ids = whole.choices[0].model_extra["token_ids"]
+    assert tok.decode(ids, skip_special_tokens=False).startswith(REPLY)
+    streamed = [i for chunk in _ask(client, extra_body={"return_token_ids": True}, stream=True) for c in chunk.choices
+                for i in (c.model_extra or {}).get("token_ids") or ()]
+    assert streamed == ids
+    hidden = {"return_token_ids": True, "include_reasoning": False}
+    body = _ask(client, extra_body=hidden)
+    assert "token_ids" not in body.choices[0].model_extra and body.model_extra["prompt_token_ids"]
+    chunks = list(_ask(client, extra_body=hidden, stream=True))
+    assert not any("token_ids" in (c.model_extra or {}) for chunk in chunks for c in chunk.choices)
 
 
 def test_no_call_is_stop_with_null_tool_calls_content(client) -> None:  # type: ignore[no-untyped-def]

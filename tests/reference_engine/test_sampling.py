@@ -105,3 +105,11 @@ def test_allowed_ids_and_bad_words_mask_as_vllm():
     assert banned.draw(row, [9, 9], 1) == 1  # (0 banned everywhere; 1 allowed: the output does not end with 2)
     assert banned.draw(row, [9, 2], 1) == 2  # (the output ends with 2: 1 banned too)
     assert banned.draw(row, [2, 9], 2) == 1  # (a prompt id is not output)
+
+
+def test_extras_that_leave_no_token_sample_the_row_without_them():
+    # allowed ids all banned by bad words: contradictory extras; a finite row is sampled, no NaN
+    row = np.array([1.0, 3.0, 2.0], np.float32)
+    extras = SamplingExtras(allowed_token_ids=(2,), bad_words=((2,),))
+    assert SamplingState.of(0.0, 1.0, -1, 0, extras).draw(row) == 1
+    assert SamplingState.of(1.0, 1.0, -1, 0, extras).draw(row) in (0, 1, 2)
