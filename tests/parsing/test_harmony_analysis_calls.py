@@ -63,6 +63,18 @@ def test_analysis_channel_call_is_a_call(output: str, content: str, vocab: Calla
     assert reasoning == ("Need the weather." if config == "both" else "")
 
 
+@pytest.mark.parametrize("vocab", [voc.harmony, voc.gpt2], ids=["harmony_tokens", "gpt2_text"])
+@pytest.mark.parametrize("cut", list(CUTS))
+def test_a_function_call_without_a_tool_parser_is_left_out_on_any_channel(vocab: Callable[[], Tokenizer],
+                                                                          cut: str) -> None:
+    """Current vLLM (HarmonyParser: a function recipient makes a TOOL segment before the channel is
+    looked at, and with no tool parser it is dropped): the analysis call's arguments are neither
+    reasoning nor content; the analysis text before it stays reasoning."""
+    reasoning, content, deltas = run(hc.HCase("analysis_call", OUTPUT_THEN_FINAL, "", ""), vocab(), "reasoning",
+                                     CUTS[cut])
+    assert (reasoning, content, assemble(deltas)) == ("Need the weather.", "Checking.", [])
+
+
 def test_analysis_to_a_builtin_tool_stays_reasoning() -> None:
     """Only `functions.` recipients are calls of the request's tools: an analysis message to `python`
     stays reasoning (vLLM: analysis without a function recipient is reasoning)."""

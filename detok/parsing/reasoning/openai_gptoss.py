@@ -1,12 +1,11 @@
 """gpt-oss (Harmony): vLLM's `openai_gptoss`, SGLang's `gpt-oss`.
 
-As vLLM's parse_chat_output: `analysis` messages are reasoning; `final` messages and `commentary`
+As vLLM's HarmonyParser: `analysis` messages are reasoning; `final` messages and `commentary`
 without a recipient (preambles) are content; messages of one kind are joined with "\n". A message to a
 function (`functions.NAME`, or a bare NAME of the request's tools: `harmony.called_function`) is a tool
-call on any channel, `analysis` included (as vLLM's `openai` tool parser and its streamed Harmony
-deltas): passed on as its raw Harmony message to the tool parser (`openai`) when one follows
-(`tools_follow`), else left out of the content as vLLM does (an `analysis` one stays reasoning, as in
-vLLM's parse_chat_output). Messages on other channels (and built-in tool calls to `browser.*` /
+call on any channel, `analysis` included (vLLM decides by the recipient before the channel): passed on
+as its raw Harmony message to the tool parser (`openai`) when one follows (`tools_follow`), else left
+out, neither reasoning nor content, as vLLM drops it without a tool parser. Messages on other channels (and built-in tool calls to `browser.*` /
 `python`) are left out as in vLLM; text outside any message is content. `starts_in_reasoning` does not
 apply: the channel says what a message is.
 """
@@ -94,8 +93,10 @@ class GptOssParser(ReasoningParser):
         # A function recipient decides before the channel: gpt-oss also writes calls on the analysis
         # channel (`<|channel|>analysis to=functions.f`), and vLLM's `openai` tool parser and its
         # streamed Harmony deltas make those calls too, as the tool parser alone does here.
-        if self.tools_follow and called_function(head.recipient, self.tool_names) is not None:
-            return _TOOL
+        # Without a tool parser such a message is left out, on any channel (vLLM's HarmonyParser: a
+        # function recipient is a TOOL segment before the channel is looked at, dropped with no tool parser).
+        if called_function(head.recipient, self.tool_names) is not None:
+            return _TOOL if self.tools_follow else _NONE
         if head.channel == "analysis":
             return _REASONING
         if head.recipient is not None:
