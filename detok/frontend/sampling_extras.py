@@ -49,23 +49,23 @@ def _bad_words(words: list[str] | None, tok: Tokenizer) -> tuple[tuple[int, ...]
     return tuple(out)
 
 
-def _allowed(ids: list[int] | None, tok: Tokenizer) -> tuple[int, ...]:
-    bad = next((i for i in ids or () if i >= tok.vocab_size), None)
+def check_ids(ids: list[int], tok: Tokenizer, param: str) -> None:
+    """RequestError naming `param` for the first id outside the vocabulary."""
+    bad = next((i for i in ids if not 0 <= i < tok.vocab_size), None)
     if bad is not None:
-        raise RequestError(f"allowed_token_ids: token id {bad} is outside the vocabulary (size {tok.vocab_size})",
-                           "allowed_token_ids")
-    return tuple(ids or ())
+        raise RequestError(f"{param}: token id {bad} is outside the vocabulary (size {tok.vocab_size})", param)
 
 
 def sampling_extras(req: _SamplingRequest, tok: Tokenizer) -> SamplingExtras | None:
     """The request's extras (their ranges are the request model's), or None if all are defaults."""
+    check_ids(req.allowed_token_ids or [], tok, "allowed_token_ids")
     extras = SamplingExtras(
         min_p=req.min_p or 0.0,
         presence_penalty=req.presence_penalty or 0.0,
         frequency_penalty=req.frequency_penalty or 0.0,
         repetition_penalty=req.repetition_penalty if req.repetition_penalty is not None else 1.0,
         logit_bias=_logit_bias(req.logit_bias, tok),
-        allowed_token_ids=_allowed(req.allowed_token_ids, tok),
+        allowed_token_ids=tuple(req.allowed_token_ids or ()),
         bad_words=_bad_words(req.bad_words, tok),
     )
     return None if extras == _DEFAULTS else extras

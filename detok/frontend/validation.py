@@ -16,7 +16,7 @@ from detok.frontend.errors import RequestError
 from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest, _SamplingRequest
 from detok.frontend.prompt_truncation import Side, cut_ids, encode_truncated, truncation_size
 from detok.frontend.refusals import refuse_unsupported
-from detok.frontend.sampling_extras import sampling_extras
+from detok.frontend.sampling_extras import check_ids, sampling_extras
 from detok.frontend.typed_requests import THINKING_KWARGS, output_parsing
 from detok.parsing.registry import tool_parser_class
 from detok.parsing.types import OutputParsing
@@ -112,17 +112,11 @@ def _stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
     return tuple(strings)
 
 
-def _check_ids(ids: list[int], tok: Tokenizer, param: str) -> None:
-    bad = next((i for i in ids if not 0 <= i < tok.vocab_size), None)
-    if bad is not None:
-        raise RequestError(f"{param}: token id {bad} is outside the vocabulary (size {tok.vocab_size})", param)
-
-
 def _stop_token_ids(ids: list[int] | None, tok: Tokenizer) -> tuple[int, ...]:
     ids = ids or []
     if len(ids) > limits.MAX_STOP_TOKEN_IDS:
         raise RequestError(f"stop_token_ids: at most {limits.MAX_STOP_TOKEN_IDS} ids are allowed", "stop_token_ids")
-    _check_ids(ids, tok, "stop_token_ids")
+    check_ids(ids, tok, "stop_token_ids")
     return tuple(ids)
 
 
@@ -255,7 +249,7 @@ def _completion_prompt(
         prompt = prompt[0]
     if isinstance(prompt, str):
         return encode_prompt(tok, prompt, add_special_tokens, lim, "prompt", keep, side), prompt
-    _check_ids(prompt, tok, "prompt")  # type: ignore[arg-type]
+    check_ids(prompt, tok, "prompt")  # type: ignore[arg-type]
     ids = list(prompt)  # type: ignore[arg-type]
     return (ids if keep is None else cut_ids(ids, keep, side)), None
 

@@ -10,37 +10,25 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pydantic
 import pytest
 
 from detok.frontend import sse
-from detok.frontend.errors import RequestError, from_validation_error
-from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
+from detok.frontend.errors import RequestError
+from detok.frontend.openai_requests import CompletionRequest
 from detok.frontend.stream_interval import effective_interval
-from detok.frontend.validation import ServingLimits, chat_job, completion_job
+from detok.frontend.validation import ServingLimits, completion_job
 from detok.tokenizer.default import load_default_tokenizer
 from tests.helpers.frontend_harness import MODEL, running_app
+from tests.helpers.request_jobs import LIMITS
+from tests.helpers.request_jobs import job as _job
+from tests.helpers.request_jobs import refused as _refused
 
-LIMITS = ServingLimits("m", 64)
 USER = [{"role": "user", "content": "Once upon"}]
 
 
 @pytest.fixture(scope="module")
 def tok():
     return load_default_tokenizer()
-
-
-def _job(tok, kind: str, lim: ServingLimits = LIMITS, **body):  # type: ignore[no-untyped-def]
-    model, build = (ChatCompletionRequest, chat_job) if kind == "chat" else (CompletionRequest, completion_job)
-    return build(model.model_validate_json(json.dumps({"model": "m", **body})), tok, lim)
-
-
-def _refused(tok, kind: str, **body) -> RequestError:  # type: ignore[no-untyped-def]
-    model = ChatCompletionRequest if kind == "chat" else CompletionRequest
-    with pytest.raises((RequestError, pydantic.ValidationError)) as info:
-        _job(tok, kind, **body)
-    error = info.value
-    return from_validation_error(error, model) if isinstance(error, pydantic.ValidationError) else error
 
 
 # ---- request bounds ---------------------------------------------------------------------------------
