@@ -17,9 +17,12 @@ setup(
                   optional=True),
         # the workers' gather of logprob token strings
         Extension("detok.worker._tokenstrings", ["detok/worker/_tokenstrings.c"], optional=True),
+        # the workers' chat logprobs items, written per step (requests with logprobs_form "chat")
+        Extension("detok.worker._chatentries", ["detok/worker/_chatentries.c"],
+                  depends=["detok/_jsonfloats.h", "detok/_textbuf.h"], optional=True),
         # the frontend's chat logprobs JSON, written per chunk, and a batch's entries cut per request
-        Extension("detok.frontend._chatlogprobs", ["detok/frontend/_chatlogprobs.c"], depends=["detok/_textbuf.h"],
-                  optional=True),
+        Extension("detok.frontend._chatlogprobs", ["detok/frontend/_chatlogprobs.c"],
+                  depends=["detok/_jsonfloats.h", "detok/_textbuf.h"], optional=True),
         # the receiving loop's text-only chunk: taken, rendered, framed and written in one call
         Extension("detok.frontend._chunkpush", ["detok/frontend/_chunkpush.c"], optional=True),
         Extension("detok.receiver._logprobrows", ["detok/receiver/_logprobrows.c"], optional=True),

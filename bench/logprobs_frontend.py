@@ -1,7 +1,8 @@
-"""Frontend CPU per token for logprobs: detok (the workers made the token strings; the frontend
-receives the packed entries and writes OpenAI's chat `logprobs` JSON: `chat_logprobs_json`), the
-same entries through per-token Structs encoded by msgspec (`detok-structs`: the frontend's way
-before the direct writer), against the
+"""Frontend CPU per token for logprobs: detok (the workers rendered each entry's chat JSON item,
+`logprobs_form="chat"`; the frontend joins them), the workers' token strings and floats written
+into OpenAI's chat `logprobs` JSON by the frontend (`detok-frontend-writer`: `chat_logprobs_json`,
+detok's way before the workers rendered), the same entries through per-token Structs encoded by
+msgspec (`detok-structs`: the frontend's way before that writer), against the
 vLLM / SGLang way (the frontend decodes every sampled and top-k id on its own - K+1 `tokenizers`
 decode calls per token, a lower bound of vLLM's `convert_ids_list_to_tokens` - then formats the
 same), and against no logprobs at all.
@@ -46,12 +47,12 @@ from detok.receiver.token_logprobs import TokenLogprobs
 from detok.worker.core import WorkerCore
 
 
-def frontend_messages(tok: Any, workload: Workload, table: LogprobTable | None) -> list[bytes]:
+def frontend_messages(tok: Any, workload: Workload, table: LogprobTable | None, form: str = "entries") -> list[bytes]:
     """The encoded DeltaBatches a frontend receives for the workload (one worker, in-process)."""
     core = WorkerCore(tok, 0, idle_timeout_s=3600)
     decoder, encoder = wire.worker_inbound_decoder(), wire.new_encoder()
     out = []
-    for raw in encode_workload(workload, 1, table):
+    for raw in encode_workload(workload, 1, table, form):
         for _, batch in core.handle_batch(decoder.decode(raw)).deltas:
             out.append(encoder.encode(batch))
     return out
@@ -125,7 +126,8 @@ def main() -> int:
     with_strings = frontend_messages(tok, workload, table)
     configs = {  # name: (messages, ids decoded in the frontend by, logprobs object made by)
         "no-logprobs": (frontend_messages(tok, workload, None), None, None),
-        "detok": (with_strings, None, chat_logprobs_json),
+        "detok": (frontend_messages(tok, workload, table, "chat"), None, chat_logprobs_json),
+        "detok-frontend-writer": (with_strings, None, chat_logprobs_json),
         "detok-structs": (with_strings, None, chat_logprobs),
         "decode-in-frontend": (without_strings(with_strings), decode_ids, chat_logprobs),
     }

@@ -41,13 +41,15 @@ from detok.scheduler.step_logprobs import LogprobArrays
 from detok.worker.core import WorkerCore, warmed_table
 
 
-def encode_workload(w: Workload, frontends: int, logprobs: LogprobTable | None = None) -> list[bytes]:
+def encode_workload(w: Workload, frontends: int, logprobs: LogprobTable | None = None,
+                    logprobs_form: str = "entries") -> list[bytes]:
     encoder = msgspec.msgpack.Encoder()
     params = detok.DecodeParams()
     want = None if logprobs is None else logprobs.k
     messages = []
     for i, step in enumerate(steps(w)):
-        new = [Registration(k, f"ipc:///frontend-{k % frontends}", w.contexts[k % w.concurrency], params, logprobs=want)
+        new = [Registration(k, f"ipc:///frontend-{k % frontends}", w.contexts[k % w.concurrency], params, logprobs=want,
+                            logprobs_form=logprobs_form)  # type: ignore[arg-type]
                for k in step.new.tolist()]
         ends = [EndRequest(k, "length") for k in step.ending.tolist()]
         lp = None

@@ -20,51 +20,9 @@
 #include <Python.h>
 #include <string.h>
 
-#include "../_textbuf.h"
+#include "../_jsonfloats.h"
 
 #define PUT_LIT(b, s) text_append((b), (s), (Py_ssize_t)(sizeof(s) - 1))
-
-/* Start offset and length of each number in a JSON array of numbers `[a,b,...]`. */
-static int
-split_floats(PyObject *json, Py_ssize_t want, Py_ssize_t **starts, Py_ssize_t **lens, const char *name)
-{
-    if (!PyBytes_Check(json)) {
-        PyErr_Format(PyExc_TypeError, "%s must be bytes", name);
-        return -1;
-    }
-    const char *s = PyBytes_AS_STRING(json);
-    Py_ssize_t n = PyBytes_GET_SIZE(json);
-    if (n < 2 || s[0] != '[' || s[n - 1] != ']') {
-        PyErr_Format(PyExc_ValueError, "%s is not a JSON array", name);
-        return -1;
-    }
-    *starts = PyMem_Malloc(sizeof(Py_ssize_t) * (want + 1));
-    *lens = PyMem_Malloc(sizeof(Py_ssize_t) * (want + 1));
-    if (*starts == NULL || *lens == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    Py_ssize_t count = 0, at = 1;
-    if (n > 2) {
-        for (Py_ssize_t i = 1; i < n; i++) {
-            if (s[i] == ',' || i == n - 1) {
-                if (count >= want || i == at) {
-                    PyErr_Format(PyExc_ValueError, "%s: more numbers than entries", name);
-                    return -1;
-                }
-                (*starts)[count] = at;
-                (*lens)[count] = i - at;
-                count++;
-                at = i + 1;
-            }
-        }
-    }
-    if (count != want) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd numbers for %zd entries", name, count, want);
-        return -1;
-    }
-    return 0;
-}
 
 /* The cached fragments of (tid, token), or new ones from `make`: *made holds a reference the
  * caller drops once it has copied the fragments. */
@@ -124,12 +82,7 @@ put_float(Text *b, PyObject *values, Py_ssize_t i, const char *json, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "render: logprobs must be floats");
         return -1;
     }
-    double v = PyFloat_AS_DOUBLE(item);
-    if (v >= -9999.0 && v < Py_HUGE_VAL)
-        return text_append(b, json + starts[i], lens[i]);
-    if (v == Py_HUGE_VAL)
-        return PUT_LIT(b, "0.0");
-    return PUT_LIT(b, "-9999.0"); /* -inf, NaN, below the floor */
+    return put_json_float(b, PyFloat_AS_DOUBLE(item), json, starts[i], lens[i]);
 }
 
 static PyObject *

@@ -15,6 +15,12 @@
  * code point). A taken text that has no UTF-8 (a lone surrogate) raises UnicodeEncodeError, as the
  * Python pusher's encoder does.
  *
+ * With `mid` and `items_suffix` (chat items mode: a chat response whose logprobs its workers render,
+ * detok.worker.chat_entries) it calls `stream.take_items()` instead: (text, items or None), text
+ * and the rendered entries with nothing else waiting; the chunk is prefix + JSON(text), then, with
+ * items, mid + the items joined with commas + items_suffix (`{"content":[...]}` and the chunk's end),
+ * without, suffix (`"logprobs":null`) - ChunkPusher's bytes for that delta.
+ *
  * frame_text(prefix, text, suffix) -> bytes: the framed chunk alone (for the tests). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -41,14 +47,29 @@ static inline char short_escape(unsigned char c) {
     }
 }
 
-/* The framed chunk of `text` (UTF-8 `u`, `n` bytes), or NULL with an exception set. */
-static PyObject *frame(const char *prefix, Py_ssize_t np, const char *u, Py_ssize_t n, const char *suffix, Py_ssize_t ns) {
+/* The framed chunk of `text` (UTF-8 `u`, `n` bytes) followed by `suffix`, or, with `items` (a list
+ * of bytes, not empty), by `mid`, the items joined with commas and `suffix`; NULL with an
+ * exception set. */
+static PyObject *frame_with(const char *prefix, Py_ssize_t np, const char *u, Py_ssize_t n, PyObject *mid,
+                            PyObject *items, const char *suffix, Py_ssize_t ns) {
     Py_ssize_t extra = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned char e = ESC[(unsigned char)u[i]];
         extra += e == 0 ? 0 : e == 1 ? 1 : 5;
     }
-    Py_ssize_t body = np + 2 + n + extra + ns; /* the chunk's data: prefix, the quoted text, suffix */
+    Py_ssize_t joined = 0, k = items == NULL ? 0 : PyList_GET_SIZE(items);
+    if (items != NULL) {
+        joined = PyBytes_GET_SIZE(mid) + k - 1;
+        for (Py_ssize_t i = 0; i < k; i++) {
+            PyObject *item = PyList_GET_ITEM(items, i);
+            if (!PyBytes_CheckExact(item)) {
+                PyErr_SetString(PyExc_TypeError, "a chat logprobs item must be bytes");
+                return NULL;
+            }
+            joined += PyBytes_GET_SIZE(item);
+        }
+    }
+    Py_ssize_t body = np + 2 + n + extra + joined + ns; /* the chunk's data: prefix, the quoted text, items, suffix */
     char size[20];
     int nsize = 0;
     for (Py_ssize_t v = body; v > 0 || nsize == 0; v >>= 4) size[nsize++] = HEX[v & 15];
@@ -83,11 +104,25 @@ static PyObject *frame(const char *prefix, Py_ssize_t np, const char *u, Py_ssiz
         }
     }
     *p++ = '"';
+    if (items != NULL) {
+        memcpy(p, PyBytes_AS_STRING(mid), PyBytes_GET_SIZE(mid));
+        p += PyBytes_GET_SIZE(mid);
+        for (Py_ssize_t i = 0; i < k; i++) {
+            PyObject *item = PyList_GET_ITEM(items, i);
+            if (i > 0) *p++ = ',';
+            memcpy(p, PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item));
+            p += PyBytes_GET_SIZE(item);
+        }
+    }
     memcpy(p, suffix, ns);
     p += ns;
     *p++ = '\r';
     *p++ = '\n';
     return out;
+}
+
+static PyObject *frame(const char *prefix, Py_ssize_t np, const char *u, Py_ssize_t n, const char *suffix, Py_ssize_t ns) {
+    return frame_with(prefix, np, u, n, NULL, NULL, suffix, ns);
 }
 
 static PyObject *frame_text(PyObject *self, PyObject *args) {
@@ -103,10 +138,11 @@ static PyObject *frame_text(PyObject *self, PyObject *args) {
 typedef struct {
     PyObject_HEAD
     PyObject *fallback, *flow, *cycle, *write, *timer_text, *prefix, *suffix;
+    PyObject *mid, *items_suffix; /* chat items mode (NULL: text alone) */
     vectorcallfunc vectorcall;
 } TextPusher;
 
-static PyObject *S_write_paused, *S_disconnected, *S_take_text;
+static PyObject *S_write_paused, *S_disconnected, *S_take_text, *S_take_items;
 
 static int TextPusher_traverse(TextPusher *t, visitproc visit, void *arg) {
     Py_VISIT(t->fallback);
@@ -125,6 +161,8 @@ static int TextPusher_clear(TextPusher *t) {
     Py_CLEAR(t->timer_text);
     Py_CLEAR(t->prefix);
     Py_CLEAR(t->suffix);
+    Py_CLEAR(t->mid);
+    Py_CLEAR(t->items_suffix);
     return 0;
 }
 
@@ -152,23 +190,39 @@ static PyObject *push(TextPusher *t, PyObject *stream) {
     if (r == 0) r = attr_true(t->cycle, S_disconnected);
     if (r < 0) return NULL;
     if (r) Py_RETURN_FALSE; /* the consumer's: a paused or gone client */
-    /* text alone waiting: the stream's own rule (None: anything else, the Python pusher's) */
-    PyObject *text = PyObject_CallMethodNoArgs(stream, S_take_text);
-    if (text == NULL) return NULL;
-    if (text == Py_None) {
-        Py_DECREF(text);
+    /* text alone waiting (chat items mode: text and rendered items), the stream's own rule (None:
+     * anything else, the Python pusher's) */
+    PyObject *taken = PyObject_CallMethodNoArgs(stream, t->mid != NULL ? S_take_items : S_take_text);
+    if (taken == NULL) return NULL;
+    if (taken == Py_None) {
+        Py_DECREF(taken);
         return call_fallback(t, stream);
+    }
+    PyObject *text = taken, *items = NULL;
+    if (t->mid != NULL) { /* (text, items or None) */
+        if (!PyTuple_CheckExact(taken) || PyTuple_GET_SIZE(taken) != 2
+            || !(PyTuple_GET_ITEM(taken, 1) == Py_None || PyList_CheckExact(PyTuple_GET_ITEM(taken, 1)))) {
+            PyErr_SetString(PyExc_TypeError, "take_items must give (text, a list of items or None)");
+            Py_DECREF(taken);
+            return NULL;
+        }
+        text = PyTuple_GET_ITEM(taken, 0);
+        items = PyTuple_GET_ITEM(taken, 1);
+        if (items == Py_None || PyList_GET_SIZE(items) == 0) items = NULL; /* no entries: logprobs null */
     }
     Py_ssize_t n;
     const char *u = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &n) : NULL;
     if (u == NULL) { /* taken, and not encodable: raised, as the Python pusher's encoder raises */
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a stream's text must be a str");
-        Py_DECREF(text);
+        Py_DECREF(taken);
         return NULL;
     }
-    PyObject *chunk = frame(PyBytes_AS_STRING(t->prefix), PyBytes_GET_SIZE(t->prefix), u, n,
-                            PyBytes_AS_STRING(t->suffix), PyBytes_GET_SIZE(t->suffix));
-    Py_DECREF(text);
+    PyObject *chunk = items == NULL
+        ? frame(PyBytes_AS_STRING(t->prefix), PyBytes_GET_SIZE(t->prefix), u, n, PyBytes_AS_STRING(t->suffix),
+                PyBytes_GET_SIZE(t->suffix))
+        : frame_with(PyBytes_AS_STRING(t->prefix), PyBytes_GET_SIZE(t->prefix), u, n, t->mid, items,
+                     PyBytes_AS_STRING(t->items_suffix), PyBytes_GET_SIZE(t->items_suffix));
+    Py_DECREF(taken);
     if (chunk == NULL) return NULL;
     if (t->timer_text != Py_None) {
         PyObject *ok = PyObject_CallNoArgs(t->timer_text);
@@ -194,11 +248,16 @@ static PyObject *TextPusher_vectorcall(PyObject *self, PyObject *const *args, si
 }
 
 static PyObject *TextPusher_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kw[] = {"fallback", "flow", "cycle", "write", "timer_text", "prefix", "suffix", NULL};
-    PyObject *fallback, *flow, *cycle, *write, *timer_text, *prefix, *suffix;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOSS", kw, &fallback, &flow, &cycle, &write, &timer_text, &prefix,
-                                     &suffix))
+    static char *kw[] = {"fallback", "flow", "cycle", "write", "timer_text", "prefix", "suffix", "mid", "items_suffix",
+                         NULL};
+    PyObject *fallback, *flow, *cycle, *write, *timer_text, *prefix, *suffix, *mid = NULL, *items_suffix = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOSS|SS", kw, &fallback, &flow, &cycle, &write, &timer_text, &prefix,
+                                     &suffix, &mid, &items_suffix))
         return NULL;
+    if ((mid == NULL) != (items_suffix == NULL) || (mid != NULL && !(PyBytes_CheckExact(mid) && PyBytes_CheckExact(items_suffix)))) {
+        PyErr_SetString(PyExc_TypeError, "mid and items_suffix: both bytes (chat items mode) or neither");
+        return NULL;
+    }
     if (!PyCallable_Check(fallback) || !PyCallable_Check(write) || (timer_text != Py_None && !PyCallable_Check(timer_text))) {
         PyErr_SetString(PyExc_TypeError, "fallback, write and timer_text (or None) must be callable");
         return NULL;
@@ -216,6 +275,8 @@ static PyObject *TextPusher_new(PyTypeObject *type, PyObject *args, PyObject *kw
     t->timer_text = Py_NewRef(timer_text);
     t->prefix = Py_NewRef(prefix);
     t->suffix = Py_NewRef(suffix);
+    t->mid = Py_XNewRef(mid);
+    t->items_suffix = Py_XNewRef(items_suffix);
     t->vectorcall = TextPusher_vectorcall;
     return (PyObject *)t;
 }
@@ -229,7 +290,8 @@ static PyTypeObject TextPusherType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.frontend._chunkpush.TextPusher",
     .tp_basicsize = sizeof(TextPusher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "TextPusher(fallback, flow, cycle, write, timer_text, prefix, suffix): a text-only chunk pusher",
+    .tp_doc = "TextPusher(fallback, flow, cycle, write, timer_text, prefix, suffix[, mid, items_suffix]): a text-only "
+              "chunk pusher, or with mid and items_suffix one of text and the workers' chat logprobs items",
     .tp_new = TextPusher_new,
     .tp_dealloc = (destructor)TextPusher_dealloc,
     .tp_traverse = (traverseproc)TextPusher_traverse,
@@ -251,7 +313,8 @@ PyMODINIT_FUNC PyInit__chunkpush(void) {
     if (PyType_Ready(&TextPusherType) < 0) return NULL;
     if (!(S_write_paused = PyUnicode_InternFromString("write_paused")) ||
         !(S_disconnected = PyUnicode_InternFromString("disconnected")) ||
-        !(S_take_text = PyUnicode_InternFromString("take_text")))
+        !(S_take_text = PyUnicode_InternFromString("take_text")) ||
+        !(S_take_items = PyUnicode_InternFromString("take_items")))
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

@@ -52,6 +52,8 @@ def _fragment(tid: int, token: str) -> tuple[bytes, bytes]:
 
 def chat_object(entries: TokenLogprobs, top_logprobs: int) -> bytes:
     """The chat `logprobs` object of `entries` for a request with `top_logprobs` (0-20), encoded."""
+    if entries.items is not None:  # rendered by the worker, with the request's top_logprobs
+        return _HEAD + b",".join(entries.items) + _TAIL
     if _render is None:
         return _structs_encoded(entries, top_logprobs)
     top = entries.top_logprobs

@@ -92,10 +92,16 @@ def pusher_for(ctx: ResponseContext, render: ChunkRenderer, choices: Sequence[Ch
         return None
     pusher = ChunkPusher(ctx, render, choices[0], ctx.direct)
     parts: Callable[[], tuple[Any, Any, Callable[[bytes], object]]] | None = getattr(ctx.direct, "parts", None)
-    if _TextPusher is None or not pusher.text_only or parts is None:
+    # chat logprobs as the workers' rendered items (no per-chunk usage, tokens not named by id):
+    # the compiled pusher in its items mode, which leaves any delta of unrendered entries to ChunkPusher
+    items = (ctx.kind == "chat" and ctx.logprobs is not None and not ctx.continuous_usage and not ctx.tokens_as_ids)
+    if _TextPusher is None or not (pusher.text_only or items) or parts is None:
         return pusher
     flow, cycle, write = parts()
     prefix, suffix = render.text_frame(0)
+    if items:
+        mid, items_suffix = render.items_frame()
+        return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix, mid, items_suffix)
     return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix)
 
 

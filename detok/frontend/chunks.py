@@ -51,6 +51,15 @@ class ChunkRenderer:
         fields or usage: that chunk is before + msgspec.json.encode(text) + after."""
         return self._heads[index], (b"}" if self._chat else b"") + _OPEN_TAIL + _NULL + _END
 
+    def items_frame(self) -> tuple[bytes, bytes]:
+        """(between the text's JSON string and the first item, after the last item) of a chat
+        chunk whose logprobs are the workers' rendered items (detok.worker.chat_entries) and
+        nothing else: that chunk is text_frame's before + JSON(text) + mid + the items joined with
+        commas + end, what `text(index, text, logprobs)` writes for them."""
+        if not self._chat:
+            raise ValueError("rendered logprobs items are chat's")
+        return b"}" + _OPEN_TAIL + b'{"content":[', b"]}" + _END
+
     def field(self, index: int, key: str, value: Any, logprobs: Any = None, usage: Any = None,
               choice_extra: bytes = b"") -> bytes:
         """A chat chunk whose delta is the one field `key` (the reasoning, or `tool_calls`)."""

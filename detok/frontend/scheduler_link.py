@@ -133,6 +133,7 @@ class SchedulerLink:
                     parsing=(msgspec.structs.replace(job.parsing, call_id_seed=f"{self._call_salt}-{rid:x}")
                              if job.parsing is not None else None),
                     extras=job.extras,
+                    logprobs_form=job.logprobs_form,
                 )
                 if not (outbox.can_send() and outbox.put(self._encoder.encode(request), rid)):
                     raise RequestError(_QUEUE_FULL, status=503, type="service_unavailable")

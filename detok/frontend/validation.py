@@ -24,7 +24,7 @@ from detok.stream.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
 from detok.tokenizer.bounded import TooLong, encode_within
 from detok.tokenizer.chat import ChatTemplateError, template_content_format, template_variables
-from detok.wire.to_scheduler import SamplingExtras
+from detok.wire.to_scheduler import LogprobsForm, SamplingExtras
 
 _COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 # keys a client may not pass through chat_template_kwargs (vLLM refuses the same two)
@@ -67,6 +67,7 @@ class GenerationJob:
     hide_output_ids: bool = False  # (include_reasoning false with a parser: the prompt's ids only, as vLLM)
     tokens_as_ids: bool = False  # return_tokens_as_token_ids
     extras: SamplingExtras | None = None  # min_p, penalties, logit_bias, allowed ids, bad words (None: defaults)
+    chat: bool = False  # a chat completion (its logprobs rendered by the workers: logprobs_form)
 
     @property
     def scheduler_logprobs(self) -> int | None:
@@ -74,6 +75,12 @@ class GenerationJob:
         entry, so `return_token_ids` alone asks for 0 alternatives (none are shown)."""
         wants_ids = self.return_token_ids and not self.hide_output_ids
         return self.logprobs if self.logprobs is not None or not wants_ids else 0
+
+    @property
+    def logprobs_form(self) -> LogprobsForm:
+        """How the workers send the logprob entries: a chat response's items rendered where the
+        token strings are made (detok.worker.chat_entries), except with tokens named by id."""
+        return "chat" if self.chat and self.logprobs is not None and not self.tokens_as_ids else "entries"
 
     def choice_seeds(self) -> list[int]:
         """One seed per choice, distinct, within the int64 range (wrapping around)."""
@@ -309,4 +316,5 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
                     and tool_parser_class(parsing.tool_parser).keeps_special_tokens)
     job = _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing, max_tokens_param, role,
                keep_special)
-    return dataclasses.replace(job, prompt_text=text if req.return_prompt_text else None, hide_output_ids=hidden)
+    return dataclasses.replace(job, prompt_text=text if req.return_prompt_text else None, hide_output_ids=hidden,
+                               chat=True)

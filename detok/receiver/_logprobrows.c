@@ -6,9 +6,15 @@
  *                          top_ids[c:d], top_tokens[c:d], top_logprobs[c:d]))
  * All arguments but `cls` are lists; row r holds counts[r] entries, entry e top_counts[e]
  * alternatives. Every range is checked against its list (ValueError).
+ *
+ * rows(..., items, item_lengths): and the workers' rendered chat items (DeltaLogprobs.items, bytes;
+ * item_lengths: uint32 per entry, 0 for an entry not rendered, or empty: none), each rendered
+ * row's items as a list of bytes, the ninth argument of cls (None for the others). A row partly
+ * rendered, or lengths that do not fit the items, raise ValueError.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 
 static Py_ssize_t
 as_count(PyObject *item)
@@ -22,9 +28,27 @@ as_count(PyObject *item)
 static PyObject *
 rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "rows takes 11 arguments");
+    if (nargs != 11 && nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "rows takes 11 or 13 arguments");
         return NULL;
+    }
+    const char *blob = NULL;
+    const uint32_t *il = NULL;
+    Py_ssize_t blen = 0, off = 0;
+    if (nargs == 13) {
+        if (!PyBytes_CheckExact(args[11]) || !PyBytes_CheckExact(args[12])) {
+            PyErr_SetString(PyExc_TypeError, "rows: items and item_lengths must be bytes");
+            return NULL;
+        }
+        blob = PyBytes_AS_STRING(args[11]);
+        blen = PyBytes_GET_SIZE(args[11]);
+        if (PyBytes_GET_SIZE(args[12]) != 4 * PyList_GET_SIZE(args[4])
+            && !(PyBytes_GET_SIZE(args[12]) == 0 && blen == 0)) {
+            PyErr_SetString(PyExc_ValueError, "rows: chat items and entries do not fit together");
+            return NULL;
+        }
+        if (PyBytes_GET_SIZE(args[12]) > 0)
+            il = (const uint32_t *)PyBytes_AS_STRING(args[12]);
     }
     PyObject *cls = args[0];
     for (int i = 1; i < 11; i++)
@@ -63,14 +87,36 @@ rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_ValueError, "rows: top_counts past the alternatives");
             goto fail;
         }
-        PyObject *fields[8] = {PyList_GET_ITEM(firsts, r), NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+        PyObject *fields[9] = {PyList_GET_ITEM(firsts, r), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
         int bad = 0;
+        if (il != NULL) { /* the row's rendered items: all of its entries, or none */
+            Py_ssize_t rendered = 0;
+            for (Py_ssize_t i = e; i < e + count; i++)
+                rendered += il[i] > 0;
+            if (rendered != 0 && rendered != count) {
+                PyErr_SetString(PyExc_ValueError, "rows: an entry-row partly rendered");
+                goto fail;
+            }
+            if (rendered) {
+                bad = (fields[8] = PyList_New(count)) == NULL;
+                for (Py_ssize_t i = 0; i < count && !bad; i++) {
+                    Py_ssize_t len = il[e + i];
+                    PyObject *item = len <= blen - off ? PyBytes_FromStringAndSize(blob + off, len) : NULL;
+                    if (item == NULL && !PyErr_Occurred())
+                        PyErr_SetString(PyExc_ValueError, "rows: chat items and entries do not fit together");
+                    bad = item == NULL;
+                    if (!bad)
+                        PyList_SET_ITEM(fields[8], i, item);
+                    off += len;
+                }
+            }
+        }
         for (int f = 0; f < 4 && !bad; f++)  /* ids, tokens, logprobs, top_counts */
             bad = (fields[1 + f] = PyList_GetSlice(args[4 + f], e, e + count)) == NULL;
         for (int f = 0; f < 3 && !bad; f++)  /* top_ids, top_tokens, top_logprobs */
             bad = (fields[5 + f] = PyList_GetSlice(args[8 + f], top, top + alts)) == NULL;
-        PyObject *entries = bad ? NULL : PyObject_Vectorcall(cls, fields, 8, NULL);
-        for (int f = 1; f < 8; f++)
+        PyObject *entries = bad ? NULL : PyObject_Vectorcall(cls, fields, fields[8] != NULL ? 9 : 8, NULL);
+        for (int f = 1; f < 9; f++)
             Py_XDECREF(fields[f]);
         if (entries == NULL)
             goto fail;
@@ -82,6 +128,10 @@ rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         e += count;
         top += alts;
     }
+    if (off != blen) {
+        PyErr_SetString(PyExc_ValueError, "rows: chat items and entries do not fit together");
+        goto fail;
+    }
     return out;
 fail:
     Py_DECREF(out);
@@ -90,8 +140,8 @@ fail:
 
 static PyMethodDef methods[] = {
     {"rows", (PyCFunction)(void (*)(void))rows, METH_FASTCALL,
-     "rows(cls, rids, firsts, counts, ids, tokens, logprobs, top_counts, top_ids, top_tokens, top_logprobs) "
-     "-> [(rid, cls(...))]: a batch's logprob entries per entry-row"},
+     "rows(cls, rids, firsts, counts, ids, tokens, logprobs, top_counts, top_ids, top_tokens, top_logprobs"
+     "[, items, item_lengths]) -> [(rid, cls(...))]: a batch's logprob entries per entry-row"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -199,6 +199,30 @@ class RequestStream:
         chunks.clear()
         return text
 
+    def take_items(self) -> tuple[str, list[bytes] | None] | None:
+        """The text and the workers' rendered chat logprobs items (None: no entries) that arrived
+        since the last take, where nothing else did (no finish, no typed output, every entry
+        rendered: `TokenLogprobs.items`). None, with nothing taken, otherwise (then `take`)."""
+        runs = self._logprobs
+        if self.finish is not None or self._typed is not None or not (self._chunks or runs):
+            return None
+        items: list[bytes] | None = None
+        if runs:
+            items = runs[0].items
+            if len(runs) > 1 and items is not None:
+                items = list(items)
+                for run in runs[1:]:
+                    if run.items is None:
+                        return None
+                    items += run.items
+            if items is None:
+                return None
+            self._logprobs = []
+        chunks = self._chunks
+        text = chunks[0] if len(chunks) == 1 else "".join(chunks)
+        chunks.clear()
+        return text, items
+
     @property
     def plain_pending(self) -> bool:
         """What is waiting is text and logprob entries only: no finish, no typed output."""

@@ -60,6 +60,10 @@ class TokenLogprobs(msgspec.Struct, gc=False):
     top_ids: list[int]
     top_tokens: list[str]
     top_logprobs: list[float]
+    # each entry's chat JSON item, rendered by the worker (a request with logprobs_form "chat",
+    # detok.worker.chat_entries): its `tokens` are then empty and its alternatives not sent. None:
+    # not rendered.
+    items: list[bytes] | None = None
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -78,6 +82,7 @@ class TokenLogprobs(msgspec.Struct, gc=False):
         return TokenLogprobs(
             start, self.token_ids[skip:], self.tokens[skip:], self.logprobs[skip:], self.top_counts[skip:],
             self.top_ids[cut:], self.top_tokens[cut:], self.top_logprobs[cut:],
+            self.items[skip:] if self.items is not None else None,
         )
 
     def named_by_id(self, chat: bool) -> TokenLogprobs:
@@ -100,8 +105,12 @@ class TokenLogprobs(msgspec.Struct, gc=False):
         """Runs that follow each other as one (the first run's `first`)."""
         if len(runs) == 1:
             return runs[0]
-        out = cls(runs[0].first, [], [], [], [], [], [], [])
+        out = cls(runs[0].first, [], [], [], [], [], [], [], [] if runs[0].items is not None else None)
         for r in runs:
+            if out.items is not None:
+                if r.items is None:
+                    raise ValueError("logprob entries: rendered and unrendered runs of one request")
+                out.items += r.items
             out.token_ids += r.token_ids
             out.tokens += r.tokens
             out.logprobs += r.logprobs
@@ -134,9 +143,41 @@ def split_logprobs(lp: DeltaLogprobs) -> list[tuple[int, TokenLogprobs]]:
             raise ValueError("logprob columns: a bytes: index past the strings")
         strings[i] = RawToken.parse(strings[i])
     tokens, top_tokens = strings[:n], strings[n:]
+    rendered = bool(lp.item_lengths or lp.items)
     if _rows is not None:
+        if rendered:  # (the items cut per row in the same pass)
+            return _rows(TokenLogprobs, rids, firsts, counts, ids, tokens, lps, tcs, tids, top_tokens, tlps,
+                         lp.items, lp.item_lengths)
         return _rows(TokenLogprobs, rids, firsts, counts, ids, tokens, lps, tcs, tids, top_tokens, tlps)
-    return _rows_py(rids, firsts, counts, ids, tokens, lps, tcs, tids, top_tokens, tlps)
+    out = _rows_py(rids, firsts, counts, ids, tokens, lps, tcs, tids, top_tokens, tlps)
+    if rendered:
+        _attach_items(out, counts, lp.items, lp.item_lengths, n)
+    return out
+
+
+def _attach_items(rows: list[tuple[int, TokenLogprobs]], counts: list[int], items: bytes, item_lengths: bytes,
+                  n: int) -> None:
+    """Each rendered entry-row's items (`DeltaLogprobs.items`), cut from the blob; ValueError if
+    the lengths do not fit it, or a row is partly rendered."""
+    try:
+        lengths = np.frombuffer(item_lengths, dtype="<u4").astype(np.int64)
+    except ValueError as e:
+        raise ValueError(f"logprob columns: item lengths: {e}") from None
+    if len(lengths) != n or int(lengths.sum()) != len(items):
+        raise ValueError("logprob columns: chat items and entries do not fit together")
+    if not n:
+        return
+    per_row = np.asarray(counts, dtype=np.int64)
+    firsts = np.cumsum(per_row) - per_row
+    # rendered entries per row (rows with no entries count as none): all of the row's, or none
+    rendered = np.add.reduceat((lengths > 0).astype(np.int64), np.minimum(firsts, n - 1)) * (per_row > 0)
+    if bool(((rendered != 0) & (rendered != per_row)).any()):
+        raise ValueError("logprob columns: an entry-row partly rendered")
+    ends = np.cumsum(lengths).tolist()
+    cut = [items[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+    for (_, entries), first, count, has in zip(rows, firsts.tolist(), counts, rendered.tolist()):
+        if has:
+            entries.items = cut[first : first + count]
 
 
 def _rows_py(rids: list[int], firsts: list[int], counts: list[int], ids: list[int], tokens: list[str],

@@ -86,6 +86,12 @@ class DeltaLogprobs(msgspec.Struct, array_like=True, gc=False):
     text: bytes  # UTF-8 token strings
     lengths: bytes  # uint32 per string: chars
     raw: bytes = b""  # uint32 string indices
+    # Entries of requests registered with logprobs_form "chat": each entry's chat JSON item
+    # (`{"token":..,"top_logprobs":[..]}`, detok.worker.chat_entries), back to back, and a uint32
+    # byte length per entry of the message (0: an entry not rendered). A rendered entry's string
+    # is empty and its alternatives are not sent. Empty: none rendered.
+    items: bytes = b""
+    item_lengths: bytes = b""
 
 
 class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):

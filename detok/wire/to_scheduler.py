@@ -35,6 +35,11 @@ class SamplingExtras(msgspec.Struct, array_like=True, gc=False, frozen=True):
     bad_words: tuple[tuple[int, ...], ...] = ()
 
 
+# "entries": token strings and floats per entry (any frontend formats them); "chat": each entry
+# rendered by its worker as the item of OpenAI's chat `logprobs.content` (detok.worker.chat_entries)
+LogprobsForm = Literal["entries", "chat"]
+
+
 class GenerateRequest(msgspec.Struct, tag="generate", array_like=True, gc=False, frozen=True):
     """A new request from a frontend. `reply_to` is the frontend's DeltaBatch endpoint."""
 
@@ -55,6 +60,9 @@ class GenerateRequest(msgspec.Struct, tag="generate", array_like=True, gc=False,
     parsing: OutputParsing | None = None
     # the other sampling knobs (None: vLLM's defaults); last, so older senders still decode
     extras: SamplingExtras | None = None
+    # how the workers send the logprob entries (see LogprobsForm); the scheduler only carries it
+    # into the registration. Last, so older senders still decode.
+    logprobs_form: LogprobsForm = "entries"
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True, gc=False, frozen=True):

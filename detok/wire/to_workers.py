@@ -30,7 +30,7 @@ from detok.stream.decode_stream import (
 )
 from detok.stream.params import DecodeParams
 from detok.wire.packing import pack_u32, unpack_u32
-from detok.wire.to_scheduler import GenerateRequest
+from detok.wire.to_scheduler import GenerateRequest, LogprobsForm
 
 pack_tokens = pack_u32
 unpack_tokens = unpack_u32
@@ -61,6 +61,8 @@ class Registration(msgspec.Struct, array_like=True, gc=False, frozen=True):
     # so registrations of older senders still decode. Bounded by detok.parsing.limits (a
     # registration past them finishes that request with an error, never the worker).
     parsing: OutputParsing | None = None
+    # how its logprob entries are sent (detok.wire.to_scheduler.LogprobsForm); last, as above
+    logprobs_form: LogprobsForm = "entries"
 
 
 class EndRequest(msgspec.Struct, array_like=True, gc=False, frozen=True):
@@ -146,4 +148,5 @@ def registration_for(request: GenerateRequest) -> Registration:
         ignore_eos=request.ignore_eos,
         logprobs=request.logprobs,
         parsing=request.parsing,
+        logprobs_form=request.logprobs_form,
     )

@@ -39,6 +39,7 @@ class BatchStepping:
         _notice_unknown: list[int]
         _token_strings: Any
         _logprobs_wanted: dict[int, int]
+        _logprobs_chat: set[int]
 
         def _holding(self) -> int: ...
         def _remember_finished(self, rid: int, gen: int = 0) -> None: ...
@@ -96,7 +97,7 @@ class BatchStepping:
             self._token_strings = lp_entries.TokenStrings.of(self.tokenizer)
         for tag, part in lp_entries.step_entries(
             self._token_strings, batch.logprobs, batch.rids, batch.starts, batch.counts, batch.tokens,  # type: ignore[arg-type]
-            result.num_tokens, result.tags, self._logprobs_wanted,
+            result.num_tokens, result.tags, self._logprobs_wanted, self._logprobs_chat,
         ):
             out = self._frontends.by_tag(tag)
             if out is not None:

@@ -104,6 +104,7 @@ class WorkerCore(BatchStepping):
         self.last_seq = 0  # DetokBatch.seq of the last batch handled (acknowledged to the client)
         self._token_strings: lp_entries.TokenStrings | None = None  # built at the first logprobs
         self._logprobs_wanted: dict[int, int] = {}  # live rids that asked for logprobs: k
+        self._logprobs_chat: set[int] = set()  # those of them whose entries go as chat JSON items
         self._token_id = single_token_ids(tokenizer)  # marker text -> id, for parsed requests
 
     # ---- messages ------------------------------------------------------------------------------
@@ -227,6 +228,8 @@ class WorkerCore(BatchStepping):
         out.live += 1
         if reg.logprobs is not None and reg.logprobs >= 0:
             self._logprobs_wanted[rid] = reg.logprobs
+            if reg.logprobs_form == "chat":
+                self._logprobs_chat.add(rid)
 
     # ---- ending ---------------------------------------------------------------------------------
     def _end(self, rid: int, reason: str, matched: int | None, message: str | None = None) -> None:
@@ -300,6 +303,7 @@ class WorkerCore(BatchStepping):
         entry.out.live -= 1
         if self._logprobs_wanted:
             self._logprobs_wanted.pop(rid, None)
+            self._logprobs_chat.discard(rid)
         if not closed:
             self.table.close(rid)  # type: ignore[arg-type]
 

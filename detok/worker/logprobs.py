@@ -24,13 +24,14 @@ worker ignores) or that did not ask.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from itertools import repeat
 
 import numpy as np
 
 from detok.stream.strategy import prepare_decoding
 from detok.tokenizer.base import Tokenizer
+from detok.worker.chat_entries import ChatFragments
 from detok.wire.to_frontends import DeltaLogprobs
 from detok.wire.to_workers import MAX_TOP_LOGPROBS, StepLogprobs
 
@@ -88,6 +89,11 @@ class TokenStrings:
         if self._pieces is not None:
             return openai_token(self._pieces[token_id])
         return self._tokenizer.decode([token_id], skip_special_tokens=False), False
+
+    def string_and_bytes(self, token_id: int) -> tuple[str, bytes]:
+        """(OpenAI token string, the bytes it stands for: a `bytes:` string's own) of one id."""
+        text, raw = self.string(token_id)
+        return text, (self._pieces[token_id] if raw and self._pieces is not None else text.encode())
 
     def gather(self, ids: np.ndarray) -> tuple[bytes, bytes, bytes]:
         """The strings of `ids` (int64) in order: (UTF-8 blob, uint32 char lengths, uint32
@@ -174,10 +180,12 @@ def step_entries(
     num_tokens: bytes,
     tags: bytes,
     wanted: Mapping[int, int],
+    chat: Container[int] = frozenset(),
 ) -> list[tuple[int, DeltaLogprobs]]:
     """The logprob entries of one stepped batch, per frontend tag: for each listed row, its tokens
     that the request's stream consumed (`num_tokens`, the row's output count after the step), for
-    the requests in `wanted` (rid -> alternatives asked for)."""
+    the requests in `wanted` (rid -> alternatives asked for); those in `chat` rendered as chat
+    JSON items (`detok.worker.chat_entries`)."""
     rows = np.frombuffer(lp.rows, dtype="<u4").astype(np.int64)
     if not len(rows):
         return []
@@ -219,27 +227,44 @@ def step_entries(
     if not every:
         cap = cap[keep]
     has = n_entries > 0
-    row_rids, start, tag, n_entries = row_rids[has], start[has], tag[has], n_entries[has]
+    row_rids, start, tag, n_entries, k = row_rids[has], start[has], tag[has], n_entries[has], k[has]
+    # per entry-row: the k of a row rendered as chat JSON, -1 for the others (None: no such row)
+    chat_k = None
+    if chat:
+        is_chat = np.fromiter(map(chat.__contains__, row_rids.tolist()), dtype=bool, count=len(row_rids))
+        chat_k = np.where(is_chat, k, -1) if is_chat.any() else None
     if bool((tag == tag[0]).all()):
-        return [(int(tag[0]), _pack(strings, row_rids, start, n_entries, token_ids, sampled, cap, top_ids, top_lps))]
+        return [(int(tag[0]), _pack(strings, row_rids, start, n_entries, token_ids, sampled, cap, top_ids, top_lps, chat_k))]
     parts = []
     entry_tag = np.repeat(tag, n_entries)
     top_tag = np.repeat(entry_tag, cap)
     for t in np.unique(tag).tolist():
         r, e, x = tag == t, entry_tag == t, top_tag == t
-        parts.append((t, _pack(strings, row_rids[r], start[r], n_entries[r], token_ids[e], sampled[e], cap[e], top_ids[x], top_lps[x])))
+        parts.append((t, _pack(strings, row_rids[r], start[r], n_entries[r], token_ids[e], sampled[e], cap[e], top_ids[x],
+                               top_lps[x], chat_k[r] if chat_k is not None else None)))
     return parts
 
 
 def _pack(
     strings: TokenStrings, rids: np.ndarray, firsts: np.ndarray, counts: np.ndarray, token_ids: np.ndarray,
     sampled: np.ndarray, top_counts: np.ndarray, top_ids: np.ndarray, top_lps: np.ndarray,
+    chat_k: np.ndarray | None = None,
 ) -> DeltaLogprobs:
-    text, lengths, raw = strings.gather(np.concatenate([token_ids, top_ids]).astype(np.int64))
+    string_ids = token_ids.astype(np.int64)
+    items = item_lengths = b""
+    if chat_k is not None:
+        # rendered entries carry their items, and neither token strings nor alternatives
+        ks = np.repeat(chat_k, counts)
+        items, item_lengths = ChatFragments.of(strings).render(token_ids, ks, sampled, top_counts, top_ids, top_lps)
+        rendered = ks >= 0
+        others = ~np.repeat(rendered, top_counts)
+        top_ids, top_lps, top_counts = top_ids[others], top_lps[others], np.where(rendered, 0, top_counts)
+        string_ids[rendered] = -1  # (outside the vocabulary: the empty string)
+    text, lengths, raw = strings.gather(np.concatenate([string_ids, top_ids.astype(np.int64)]))
     return DeltaLogprobs(
         rids.astype("<u8").tobytes(), firsts.astype("<u4").tobytes(), counts.astype("<u4").tobytes(),
         token_ids.astype("<u4").tobytes(), sampled.astype("<f4").tobytes(), top_counts.astype("<u4").tobytes(),
-        top_ids.astype("<u4").tobytes(), top_lps.astype("<f4").tobytes(), text, lengths, raw,
+        top_ids.astype("<u4").tobytes(), top_lps.astype("<f4").tobytes(), text, lengths, raw, items, item_lengths,
     )
 
 
@@ -269,4 +294,9 @@ def join_parts(parts: list[DeltaLogprobs]) -> DeltaLogprobs:
     join = b"".join
     columns = [join(getattr(p, name) for p in parts) for name in DeltaLogprobs.__struct_fields__[:8]]
     raw = np.concatenate(raw_heads + raw_tails).astype("<u4").tobytes()
-    return DeltaLogprobs(*columns, ("".join(heads) + "".join(tails)).encode(), join(head_lens + tail_lens), raw)
+    # chat items: a length per entry in every part once one part has any (0: not rendered)
+    item_lengths = b""
+    if any(p.item_lengths for p in parts):
+        item_lengths = join(p.item_lengths or bytes(len(p.token_ids)) for p in parts)
+    return DeltaLogprobs(*columns, ("".join(heads) + "".join(tails)).encode(), join(head_lens + tail_lens), raw,
+                         join(p.items for p in parts), item_lengths)

@@ -309,3 +309,21 @@ def test_llama3_json_keeps_the_requests_skip_special_tokens(tok):
     assert _job(tok, "chat", llama, messages=USER, tools=[TOOL]).params.skip_special_tokens
     kept = _job(tok, "chat", llama, messages=USER, tools=[TOOL], skip_special_tokens=False)
     assert not kept.params.skip_special_tokens
+
+
+def test_chat_logprobs_are_asked_rendered_by_the_workers(tmp_path, tok):
+    # a chat request with logprobs asks its workers for the chat items (logprobs_form "chat"); with
+    # tokens named by id, for completions and without logprobs, the entries form
+    async def main() -> None:
+        async with running_app(tmp_path, tok) as run:
+            chat = {"model": MODEL, "messages": USER, "max_tokens": 2}
+            for body in ({**chat, "logprobs": True, "top_logprobs": 3}, {**chat, "logprobs": True},
+                         {**chat, "logprobs": True, "return_tokens_as_token_ids": True}, chat,
+                         {**chat, "return_token_ids": True}):
+                assert (await run.http.post("/v1/chat/completions", json=body)).status_code == 200
+            body = {"model": MODEL, "prompt": "hi", "logprobs": 2, "max_tokens": 2}
+            assert (await run.http.post("/v1/completions", json=body)).status_code == 200
+            got = [(r.logprobs, r.logprobs_form) for r in run.scheduler.requests]
+            assert got == [(3, "chat"), (0, "chat"), (0, "entries"), (None, "entries"), (0, "entries"), (2, "entries")]
+
+    asyncio.run(main())

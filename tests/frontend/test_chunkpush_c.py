@@ -221,17 +221,20 @@ class _Direct:
         return self.conn.flow, self.conn.cycle, self.conn.write
 
 
-@pytest.mark.parametrize("case", ["text", "logprobs", "usage", "no parts", "two choices"])
+@pytest.mark.parametrize("case", ["text", "logprobs", "usage", "no parts", "two choices", "logprobs usage",
+                                  "logprobs as ids", "completion logprobs"])
 def test_pusher_for_picks_the_compiled_pusher_only_where_it_applies(case: str) -> None:
-    ctx = ResponseContext("chat", "id", "m", 3, False, 0.0)  # type: ignore[arg-type]
+    kind = "completion" if case.startswith("completion") else "chat"
+    ctx = ResponseContext(kind, "id", "m", 3, False, 0.0)  # type: ignore[arg-type]
     ctx.direct = _Direct() if case != "no parts" else types.SimpleNamespace(ready=lambda: True, write=lambda c: None)
-    if case == "logprobs":
+    if "logprobs" in case:
         ctx.logprobs = 2
-    if case == "usage":
+    if "usage" in case:
         ctx.continuous_usage = True
+    ctx.tokens_as_ids = case == "logprobs as ids"
     n = 2 if case == "two choices" else 1
     choices = [ChoiceState(i, ctx, None) for i in range(n)]
-    render = ChunkRenderer("chat", "id", 1, "m", n)
+    render = ChunkRenderer(kind, "id", 1, "m", n)
     streams = [RequestStream(i, types.SimpleNamespace(gaps=0)) for i in range(n)]  # type: ignore[arg-type]
     pusher = pusher_for(ctx, render, choices, streams)
     if case == "two choices":
@@ -241,5 +244,100 @@ def test_pusher_for_picks_the_compiled_pusher_only_where_it_applies(case: str) -
         streams[0]._chunks.append("hi")
         assert pusher(streams[0]) is True
         assert ctx.direct.conn.out == [_framed(render.text(0, "hi"))]
+    elif case == "logprobs":  # the items mode: rendered entries written by the compiled pusher
+        assert isinstance(pusher, TextPusher) and isinstance(pusher.fallback, ChunkPusher)
+        streams[0]._chunks.append("hi")
+        streams[0]._logprobs.append(_run(0, [b'{"x":1}']))
+        assert pusher(streams[0]) is True
+        assert ctx.direct.conn.out == [_framed(render.text(0, "hi", msgspec.Raw(b'{"content":[{"x":1}]}')))]
     else:
         assert isinstance(pusher, ChunkPusher)
+
+
+# ---- the items mode: chat logprobs rendered by the workers ------------------------------------
+def _run(first: int, items: list[bytes] | None) -> TokenLogprobs:
+    n = len(items) if items is not None else 1
+    return TokenLogprobs(first, list(range(first, first + n)), [""] * n, [-0.5] * n, [0] * n, [], [], [],
+                         items)
+
+
+def _items_pair(k: int = 3) -> tuple[Any, Any, RequestStream, RequestStream, _Conn, _Direct, _Fallback]:
+    """The compiled pusher in items mode and the Python one, each with its stream and connection."""
+    ctx = ResponseContext("chat", "chatcmpl-9", "m", 5, False, 0.0)  # type: ignore[arg-type]
+    ctx.logprobs = k
+    render = ChunkRenderer("chat", "chatcmpl-9", 5, "m")
+    conn, fallback, direct = _Conn(), _Fallback(), _Direct()
+    before, after = render.text_frame(0)
+    mid, end = render.items_frame()
+    compiled = TextPusher(fallback, conn.flow, conn.cycle, conn.write, None, before, after, mid, end)
+    python = ChunkPusher(ctx, render, ChoiceState(0, ctx, None), direct)  # type: ignore[arg-type]
+    streams = [RequestStream(i, types.SimpleNamespace(gaps=0, logprob_gaps=0)) for i in (1, 2)]  # type: ignore[arg-type]
+    return compiled, python, streams[0], streams[1], conn, direct, fallback
+
+
+_item = st.builds(lambda d: msgspec.json.encode(d), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(deltas=st.lists(st.tuples(st.lists(st.text(min_size=1, max_size=5), max_size=2),  # (a stream keeps no "")
+                                 st.lists(st.lists(_item, min_size=1, max_size=3), max_size=3)), min_size=1, max_size=4))
+def test_items_mode_writes_the_python_pushers_chunks(deltas) -> None:
+    compiled, python, mine, twin, conn, direct, fallback = _items_pair()
+    token = 0
+    for texts, runs in deltas:
+        if not (texts or runs):
+            continue  # (nothing waiting: the Python pusher's, below)
+        for s in (mine, twin):
+            s._chunks += texts
+        for items in runs:
+            for s in (mine, twin):
+                s._logprobs.append(_run(token, list(items)))
+            token += len(items)
+        compiled(mine)
+        python(twin)
+        assert mine._chunks == twin._chunks == [] and mine._logprobs == twin._logprobs == []
+    assert conn.out == direct.conn.out and fallback.calls == []
+
+
+@pytest.mark.parametrize("what", ["unrendered", "mixed", "finish", "typed", "nothing"])
+def test_items_mode_leaves_anything_else_to_the_python_pusher(what: str) -> None:
+    compiled, _, stream, _, conn, _, fallback = _items_pair()
+    stream._chunks.append("a")
+    if what == "unrendered":
+        stream._logprobs.append(_run(0, None))
+    elif what == "mixed":
+        stream._logprobs += [_run(0, [b"{}"]), _run(1, None)]
+    elif what == "finish":
+        stream.finish = Finish("stop")
+    elif what == "typed":
+        stream._typed = object()  # type: ignore[assignment]
+    else:
+        stream._chunks.clear()
+    runs = list(stream._logprobs)
+    assert compiled(stream) is True and conn.out == []
+    assert fallback.calls == [(list(stream._chunks), stream.finish)] and stream._logprobs == runs
+
+
+def test_items_mode_hostile_construction_and_takes() -> None:
+    ok = dict(fallback=lambda s: True, flow=types.SimpleNamespace(write_paused=False),
+              cycle=types.SimpleNamespace(disconnected=False), write=lambda b: None, timer_text=None,
+              prefix=b"", suffix=b"")
+    for extra in ({"mid": b"m"}, {"items_suffix": b"e"}, {"mid": "m", "items_suffix": b"e"}):
+        with pytest.raises(TypeError):
+            TextPusher(**ok, **extra)
+    pusher = TextPusher(**ok, mid=b"m", items_suffix=b"e")
+    for bad in ("text", ("t",), ("t", (b"x",)), ("t", [b"x", "y"]), (5, None)):
+        with pytest.raises(TypeError):
+            pusher(types.SimpleNamespace(take_items=lambda bad=bad: bad))
+
+
+def test_items_mode_leaks_no_reference() -> None:
+    compiled, _, stream, _, conn, _, _ = _items_pair()
+    item, text = b'{"token":"a"}' * 3, "some text"
+    before = sys.getrefcount(item), sys.getrefcount(text)
+    for i in range(3000):
+        stream._chunks.append(text)
+        stream._logprobs += [_run(2 * i, [item]), _run(2 * i + 1, [item])]
+        compiled(stream)
+    conn.out.clear()
+    assert (sys.getrefcount(item), sys.getrefcount(text)) == before

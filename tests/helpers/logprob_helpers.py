@@ -16,10 +16,12 @@ from scheduler_stub.logprobs import token_logprobs
 
 
 def step_logprobs(
-    rids: list[int], starts: list[int], tokens: list[int], counts: list[int] | None, sent_k: dict[int, int], vocab: int
+    rids: list[int], starts: list[int], tokens: list[int], counts: list[int] | None, sent_k: dict[int, int], vocab: int,
+    seeds: dict[int, int] | None = None,
 ) -> StepLogprobs | None:
     """Logprob columns for the rows whose rid is in `sent_k` (rid -> alternatives the scheduler
-    sends), numbers from the stub's `token_logprobs(seed=rid, position, id, k)`."""
+    sends), numbers from the stub's `token_logprobs(seed=rid, position, id, k)` (`seeds`: another
+    rid's numbers for a rid)."""
     per_row = counts or [1] * len(rids)
     rows, sampled, top_counts, top_ids, top_lps = [], [], [], [], []
     t = 0
@@ -27,7 +29,7 @@ def step_logprobs(
         if rid in sent_k:
             rows.append(row)
             for j in range(count):
-                lp, ids, lps = token_logprobs(rid, start + j, tokens[t + j], sent_k[rid], vocab)
+                lp, ids, lps = token_logprobs((seeds or {}).get(rid, rid), start + j, tokens[t + j], sent_k[rid], vocab)
                 sampled.append(lp), top_counts.append(len(ids)), top_ids.extend(ids), top_lps.extend(lps)
         t += count
     if not rows:
@@ -47,8 +49,9 @@ def lp_batch(
     vocab: int = 0,
     new: list[Registration] | None = None,
     ends: list[EndRequest] | None = None,
+    seeds: dict[int, int] | None = None,
 ) -> DetokBatch:
-    lp = step_logprobs(rids, starts, tokens, counts, sent_k or {}, vocab) if sent_k else None
+    lp = step_logprobs(rids, starts, tokens, counts, sent_k or {}, vocab, seeds) if sent_k else None
     return DetokBatch(
         0, 0.0, new or [], pack_rids(rids), pack_u32(starts), pack_u32(counts) if counts is not None else b"",
         pack_u32(tokens), ends or [], lp,

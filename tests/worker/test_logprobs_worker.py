@@ -22,21 +22,11 @@ from detok.worker.core import MalformedBatch, WorkerCore
 from detok.worker.logprobs import TokenStrings, openai_token
 from scheduler_stub.logprobs import token_logprobs
 from tests.helpers.logprob_helpers import EntryCollector, lp_batch
-from tests.helpers.tokenizers_available import gguf_fixture, hf_qwen2_dir
+from tests.helpers.tokenizers_available import gguf_fixture
 
 FE, FE2 = "ipc:///tmp/detok-test/lp0", "ipc:///tmp/detok-test/lp1"
 EXAMPLES = int(os.environ.get("DETOK_EXAMPLES", "40"))  # DETOK_SLOW=1 raises it
 TEXT = "Hello, world! 北京欢迎你 🫨👍🏽 def f(x):\n    return x ** 2\nÀ la carte — «quotes» नमस्ते. "
-
-
-@pytest.fixture(scope="module")
-def qwen() -> detok.Tokenizer:
-    return detok.load_tokenizer(hf_qwen2_dir())
-
-
-@pytest.fixture(scope="module")
-def spm() -> detok.Tokenizer:
-    return detok.load_tokenizer(str(gguf_fixture("llama-spm")))
 
 
 @pytest.fixture(params=["compiled", "numpy"])
