@@ -266,3 +266,33 @@ def test_parts_joined_for_one_frontend_keep_their_items(qwen) -> None:
         alone = dict(split_logprobs(part(rid, k)))[rid]
         assert rows[rid].items == alone.items and len(alone.items) == 2  # type: ignore[arg-type]
         assert all(len(msgspec.json.decode(i)["top_logprobs"]) == k for i in alone.items)  # type: ignore[union-attr]
+
+
+# ---- the new field on the wire ------------------------------------------------------------------
+def test_logprobs_form_on_the_wire_old_senders_and_foreign_values() -> None:
+    """An older sender's registration and request (no logprobs_form) decode as "entries"; a value
+    that is neither form is refused by the typed decoders (a foreign peer's message is dropped)."""
+    from detok import wire
+    from detok.wire.to_scheduler import GenerateRequest, scheduler_request_decoder
+    from detok.wire.to_workers import DetokBatch
+
+    enc = msgspec.msgpack.Encoder()
+    request = GenerateRequest(7, [1, 2], DecodeParams(), 4, FE, logprobs=2, logprobs_form="chat")
+    as_array = msgspec.msgpack.decode(enc.encode(request))
+    decode = scheduler_request_decoder().decode
+    assert decode(enc.encode(as_array)).logprobs_form == "chat"
+    assert decode(enc.encode(as_array[:-1])).logprobs_form == "entries"  # an older sender
+    with pytest.raises(msgspec.ValidationError):
+        decode(enc.encode([*as_array[:-1], "html"]))
+    reg = msgspec.msgpack.decode(enc.encode(Registration(7, FE, [], DecodeParams(), logprobs=2, logprobs_form="chat")))
+    empty = msgspec.msgpack.decode(enc.encode(DetokBatch(0, 0.0, [], b"", b"", b"", b"", [], None)))
+    at = 1 + DetokBatch.__struct_fields__.index("new")  # (after the tag)
+
+    def batch(registration: list) -> bytes:
+        return enc.encode([*empty[:at], [registration], *empty[at + 1 :]])
+
+    worker_decode = wire.worker_inbound_decoder().decode
+    assert worker_decode(batch(reg)).new[0].logprobs_form == "chat"
+    assert worker_decode(batch(reg[:-1])).new[0].logprobs_form == "entries"
+    with pytest.raises(msgspec.ValidationError):
+        worker_decode(batch([*reg[:-1], 3]))
