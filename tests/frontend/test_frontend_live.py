@@ -330,6 +330,29 @@ def test_n_choices_streamed_equal_non_streamed_and_fit_the_sdk_types(client, kin
     assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens  # counted once
 
 
+def test_chat_logprobs_the_same_on_every_chunk_path(client):
+    """Chat logprobs rendered by the workers take several paths to a client - the compiled
+    pusher's items mode (plain stream), the consumer's joined deltas (stream_interval 3), the
+    Python pusher (usage in every chunk), the body - and the entries form with tokens named by id:
+    one list of entries on all, by token, logprob, bytes and alternatives."""
+    kw = {"seed": 11, "max_tokens": 40, "logprobs": True, "top_logprobs": 4, "temperature": 1.0}
+
+    def streamed(**extra):
+        _, _, chunks = _stream_chat(client, **kw, **extra)
+        return [e.model_dump() for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+
+    body = [e.model_dump() for e in _chat(client, **kw).choices[0].logprobs.content]
+    assert len(body) >= 20 and all(len(e["top_logprobs"]) == 4 for e in body)
+    assert streamed() == body
+    assert streamed(extra_body={"stream_interval": 3}) == body
+    assert streamed(stream_options={"include_usage": True, "continuous_usage_stats": True}) == body
+    by_id = [e.model_dump() for e in _chat(client, **kw, extra_body={"return_tokens_as_token_ids": True})
+             .choices[0].logprobs.content]
+    assert [(e["logprob"], e["bytes"]) for e in by_id] == [(e["logprob"], e["bytes"]) for e in body]
+    assert [[t["logprob"] for t in e["top_logprobs"]] for e in by_id] == [[t["logprob"] for t in e["top_logprobs"]] for e in body]
+    assert all(e["token"].startswith("token_id:") for e in by_id)
+
+
 @pytest.mark.parametrize("kind", ["chat", "completion"])
 def test_logprobs_streamed_equal_non_streamed_and_fit_the_sdk_types(client, kind):
     """Logprobs (made in the workers, formatted here) with n=2: every token of each choice has an
