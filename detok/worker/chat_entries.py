@@ -100,7 +100,7 @@ class ChatFragments:
         lps_json, tlps_json = _encode(lps.tolist()), _encode(tlps.tolist())
         columns = (ids.astype("<u4"), ks.astype("<i4"), lps, top_counts.astype("<u4"), top_ids.astype("<u4"), tlps)
         if self.compiled:
-            c = [np.ascontiguousarray(a) for a in columns]
+            c = columns  # (astype's copies: contiguous)
             return _compiled_render(c[0], c[1], c[2], lps_json, c[3], c[4], c[5], tlps_json, self._table,
                                     self._buf[: self._used])
         return self._render_py(*columns)

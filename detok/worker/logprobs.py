@@ -250,7 +250,7 @@ def _pack(
     sampled: np.ndarray, top_counts: np.ndarray, top_ids: np.ndarray, top_lps: np.ndarray,
     chat_k: np.ndarray | None = None,
 ) -> DeltaLogprobs:
-    string_ids = token_ids.astype(np.int64)
+    string_ids = token_ids
     items = item_lengths = b""
     if chat_k is not None:
         # rendered entries carry their items, and neither token strings nor alternatives
@@ -259,8 +259,8 @@ def _pack(
         rendered = ks >= 0
         others = ~np.repeat(rendered, top_counts)
         top_ids, top_lps, top_counts = top_ids[others], top_lps[others], np.where(rendered, 0, top_counts)
-        string_ids[rendered] = -1  # (outside the vocabulary: the empty string)
-    text, lengths, raw = strings.gather(np.concatenate([string_ids, top_ids.astype(np.int64)]))
+        string_ids = np.where(rendered, -1, token_ids.astype(np.int64))  # (outside the vocabulary: "")
+    text, lengths, raw = strings.gather(np.concatenate([string_ids, top_ids]).astype(np.int64))
     return DeltaLogprobs(
         rids.astype("<u8").tobytes(), firsts.astype("<u4").tobytes(), counts.astype("<u4").tobytes(),
         token_ids.astype("<u4").tobytes(), sampled.astype("<f4").tobytes(), top_counts.astype("<u4").tobytes(),
