@@ -23,8 +23,10 @@ setup(
         # the frontend's chat logprobs JSON, written per chunk, and a batch's entries cut per request
         Extension("detok.frontend._chatlogprobs", ["detok/frontend/_chatlogprobs.c"],
                   depends=["detok/_jsonfloats.h", "detok/_textbuf.h"], optional=True),
-        # the receiving loop's text-only chunk: taken, rendered, framed and written in one call
-        Extension("detok.frontend._chunkpush", ["detok/frontend/_chunkpush.c"], optional=True),
+        # the receiving loop's text-only chunk: taken, rendered, framed and written in one call; and a
+        # received batch's text rows written as they are dispatched (DeltaReceiver.direct_rows)
+        Extension("detok.frontend._chunkpush", ["detok/frontend/_chunkpush.c", "detok/frontend/_directrows.c"],
+                  depends=["detok/frontend/_textpusher.h"], optional=True),
         Extension("detok.receiver._logprobrows", ["detok/receiver/_logprobrows.c"], optional=True),
     ]
 )

@@ -22,8 +22,7 @@
  * without, suffix (`"logprobs":null`) - ChunkPusher's bytes for that delta.
  *
  * frame_text(prefix, text, suffix) -> bytes: the framed chunk alone (for the tests). */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_textpusher.h"
 #include <structmember.h>
 
 /* per byte: 0 as it is; 1 a two-character escape; 2 a \u00xx escape */
@@ -135,13 +134,6 @@ static PyObject *frame_text(PyObject *self, PyObject *args) {
     return frame(prefix, np, u, n, suffix, ns);
 }
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *fallback, *flow, *cycle, *write, *timer_text, *prefix, *suffix;
-    PyObject *mid, *items_suffix; /* chat items mode (NULL: text alone) */
-    vectorcallfunc vectorcall;
-} TextPusher;
-
 static PyObject *S_write_paused, *S_disconnected, *S_take_text, *S_take_items;
 
 static int TextPusher_traverse(TextPusher *t, visitproc visit, void *arg) {
@@ -185,11 +177,50 @@ static PyObject *call_fallback(TextPusher *t, PyObject *stream) {
     return PyObject_CallOneArg(t->fallback, stream);
 }
 
-static PyObject *push(TextPusher *t, PyObject *stream) {
+int detok_pusher_ready(TextPusher *t) {
     int r = attr_true(t->flow, S_write_paused);
     if (r == 0) r = attr_true(t->cycle, S_disconnected);
+    return r < 0 ? -1 : !r;
+}
+
+/* the chunk of `text` (and, in chat items mode, of `items`: a non-empty list, or NULL), the clock
+ * ticked, written: 0, or -1 with an exception set */
+static int write_chunk(TextPusher *t, PyObject *text, PyObject *items) {
+    Py_ssize_t n;
+    const char *u = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &n) : NULL;
+    if (u == NULL) { /* not encodable: raised, as the Python pusher's encoder raises */
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a stream's text must be a str");
+        return -1;
+    }
+    PyObject *chunk = items == NULL
+        ? frame(PyBytes_AS_STRING(t->prefix), PyBytes_GET_SIZE(t->prefix), u, n, PyBytes_AS_STRING(t->suffix),
+                PyBytes_GET_SIZE(t->suffix))
+        : frame_with(PyBytes_AS_STRING(t->prefix), PyBytes_GET_SIZE(t->prefix), u, n, t->mid, items,
+                     PyBytes_AS_STRING(t->items_suffix), PyBytes_GET_SIZE(t->items_suffix));
+    if (chunk == NULL) return -1;
+    if (t->timer_text != Py_None) {
+        PyObject *ok = PyObject_CallNoArgs(t->timer_text);
+        if (ok == NULL) {
+            Py_DECREF(chunk);
+            return -1;
+        }
+        Py_DECREF(ok);
+    }
+    PyObject *ok = PyObject_CallOneArg(t->write, chunk);
+    Py_DECREF(chunk);
+    if (ok == NULL) return -1;
+    Py_DECREF(ok);
+    return 0;
+}
+
+int detok_push_text(TextPusher *t, PyObject *text) {
+    return write_chunk(t, text, NULL);
+}
+
+static PyObject *push(TextPusher *t, PyObject *stream) {
+    int r = detok_pusher_ready(t);
     if (r < 0) return NULL;
-    if (r) Py_RETURN_FALSE; /* the consumer's: a paused or gone client */
+    if (!r) Py_RETURN_FALSE; /* the consumer's: a paused or gone client */
     /* text alone waiting (chat items mode: text and rendered items), the stream's own rule (None:
      * anything else, the Python pusher's) */
     PyObject *taken = PyObject_CallMethodNoArgs(stream, t->mid != NULL ? S_take_items : S_take_text);
@@ -210,32 +241,9 @@ static PyObject *push(TextPusher *t, PyObject *stream) {
         items = PyTuple_GET_ITEM(taken, 1);
         if (items == Py_None || PyList_GET_SIZE(items) == 0) items = NULL; /* no entries: logprobs null */
     }
-    Py_ssize_t n;
-    const char *u = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &n) : NULL;
-    if (u == NULL) { /* taken, and not encodable: raised, as the Python pusher's encoder raises */
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a stream's text must be a str");
-        Py_DECREF(taken);
-        return NULL;
-    }
-    PyObject *chunk = items == NULL
-        ? frame(PyBytes_AS_STRING(t->prefix), PyBytes_GET_SIZE(t->prefix), u, n, PyBytes_AS_STRING(t->suffix),
-                PyBytes_GET_SIZE(t->suffix))
-        : frame_with(PyBytes_AS_STRING(t->prefix), PyBytes_GET_SIZE(t->prefix), u, n, t->mid, items,
-                     PyBytes_AS_STRING(t->items_suffix), PyBytes_GET_SIZE(t->items_suffix));
+    r = write_chunk(t, text, items);
     Py_DECREF(taken);
-    if (chunk == NULL) return NULL;
-    if (t->timer_text != Py_None) {
-        PyObject *ok = PyObject_CallNoArgs(t->timer_text);
-        if (ok == NULL) {
-            Py_DECREF(chunk);
-            return NULL;
-        }
-        Py_DECREF(ok);
-    }
-    PyObject *ok = PyObject_CallOneArg(t->write, chunk);
-    Py_DECREF(chunk);
-    if (ok == NULL) return NULL;
-    Py_DECREF(ok);
+    if (r < 0) return NULL;
     Py_RETURN_TRUE;
 }
 
@@ -286,7 +294,7 @@ static PyMemberDef TextPusher_members[] = {
     {NULL},
 };
 
-static PyTypeObject TextPusherType = {
+PyTypeObject detok_TextPusherType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.frontend._chunkpush.TextPusher",
     .tp_basicsize = sizeof(TextPusher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -303,6 +311,9 @@ static PyTypeObject TextPusherType = {
 
 static PyMethodDef methods[] = {
     {"frame_text", frame_text, METH_VARARGS, "frame_text(prefix, text, suffix) -> the framed chunk of `text`"},
+    {"push_rows", (PyCFunction)(void (*)(void))detok_push_rows, METH_FASTCALL,
+     "push_rows(streams, stream_type, rids, texts, offsets, counts, finished) -> the rows left to the caller "
+     "(see _directrows.c)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -310,15 +321,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chunkpush", NULL, -
 
 PyMODINIT_FUNC PyInit__chunkpush(void) {
     init_escapes();
-    if (PyType_Ready(&TextPusherType) < 0) return NULL;
+    if (PyType_Ready(&detok_TextPusherType) < 0) return NULL;
     if (!(S_write_paused = PyUnicode_InternFromString("write_paused")) ||
         !(S_disconnected = PyUnicode_InternFromString("disconnected")) ||
         !(S_take_text = PyUnicode_InternFromString("take_text")) ||
-        !(S_take_items = PyUnicode_InternFromString("take_items")))
+        !(S_take_items = PyUnicode_InternFromString("take_items")) || detok_directrows_init() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "TextPusher", (PyObject *)&TextPusherType) < 0) {
+    if (PyModule_AddObjectRef(m, "TextPusher", (PyObject *)&detok_TextPusherType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

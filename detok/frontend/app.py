@@ -28,6 +28,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from detok.frontend.body_precheck import precheck
+from detok.frontend.chunk_push import direct_rows
 from detok.frontend.errors import RequestError, error_response, from_validation_error
 from detok.frontend.health import SchedulerWatch
 from detok.frontend.http_limits import read_body
@@ -82,6 +83,8 @@ class FrontendState:
         self.watch = SchedulerWatch(self.link.receiver, self.health, self.health_detail, self.scheduler_generation,
                                     self.scheduler_serving)
         self.tokenizer.encode_prompt("")  # (a backend's prompt tables built now, not at the first request)
+        # a text-only streamed response's rows written as the receiver dispatches them (one C pass)
+        self.link.receiver.direct_rows = direct_rows
         eos = self.tokenizer.special_tokens.eos
         self.eos_id = self.tokenizer.token_to_id(eos) if eos is not None else None
 

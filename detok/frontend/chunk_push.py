@@ -20,8 +20,10 @@ from detok.frontend.chunks import ChunkRenderer
 
 try:  # the text-only chunk in one C call (optional: without it, ChunkPusher does it in Python)
     from detok.frontend._chunkpush import TextPusher as _TextPusher
+    from detok.frontend._chunkpush import push_rows as direct_rows  # (DeltaReceiver.direct_rows)
 except ImportError:  # pragma: no cover - a build without its C extensions
     _TextPusher = None
+    direct_rows = None
 
 if TYPE_CHECKING:
     from detok.frontend.responses import ChoiceState, ResponseContext

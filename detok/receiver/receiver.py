@@ -27,7 +27,7 @@ import asyncio
 import logging
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Self
 
 import msgspec
@@ -48,6 +48,10 @@ _DRAIN_MAX = 256  # messages dispatched per wake-up before yielding to the event
 # Finished registration generations remembered (per rid, the latest), to drop replayed output of
 # requests already finished; the oldest are forgotten beyond this many rids.
 FINISHED_GENS_MAX = 65_536
+
+
+DirectRows = Callable[[dict[int, RequestStream], type, list[int], list[str], list[int], list[int] | None, set[int] | None],
+                      list[int] | None]
 
 
 class DeltaReceiver:
@@ -87,6 +91,12 @@ class DeltaReceiver:
         self.pushes = PushQueue()  # streams whose deltas go to their pushers (RequestStream.push_to)
         self._finished_gens: dict[int, int] = {}  # rid -> latest registration generation finished
         self.on_batch = on_batch
+        # Rows written to their connections as they are dispatched, where the stream's pusher can
+        # (the HTTP frontend installs `detok.frontend._chunkpush.push_rows`): called with the open
+        # streams, the stream type, the row columns, the token counts (or None) and the rids this
+        # batch finishes (or None); returns the indices of the rows it left (None: none), which
+        # the dispatch then applies as usual.
+        self.direct_rows: DirectRows | None = None
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
         self.malformed = 0
@@ -189,7 +199,7 @@ class DeltaReceiver:
         if not streams:
             return
         try:
-            rows = batch.rows()
+            rids, texts, offsets = batch.columns()
             entries = split_logprobs(batch.logprobs) if batch.logprobs is not None else ()
             counts = batch.token_counts() if batch.num_tokens else None
             kinds = batch.kinds
@@ -203,6 +213,15 @@ class DeltaReceiver:
         if stale:
             streams = {r: s for r, s in streams.items() if r not in stale}
             get = streams.get
+        rows: Iterable[tuple[int, str, int]] = zip(rids, texts, offsets)
+        if self.direct_rows is not None and not kinds:
+            left = self.direct_rows(streams, RequestStream, rids, texts, offsets, counts,
+                                    {d.rid for d in batch.finished} if batch.finished else None)
+            if left is None:
+                rows = ()
+            elif len(left) < len(rids):
+                rows = [(rids[k], texts[k], offsets[k]) for k in left]
+                counts = [counts[k] for k in left] if counts is not None else None
         if kinds:  # typed requests' rows from the workers' compiled path among them
             for k, (rid, text, offset) in enumerate(rows):
                 stream = get(rid)

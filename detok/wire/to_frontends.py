@@ -149,10 +149,15 @@ class DeltaBatch(msgspec.Struct, tag="deltas", array_like=True, gc=False):
 
     def rows(self) -> zip[tuple[int, str, int]]:
         """(rid, text, offset) per row, as Python objects; ValueError if the columns do not fit."""
+        return zip(*self.columns())
+
+    def columns(self) -> tuple[list[int], list[str], list[int]]:
+        """The rids, texts and offsets of the rows, as lists of one length; ValueError if the
+        columns do not fit."""
         rids, texts, offsets = unpack_rids(self.rids), self.texts(), unpack_u32(self.offsets)
         if not len(rids) == len(texts) == len(offsets):
             raise ValueError(f"{len(rids)} rids, {len(texts)} texts and {len(offsets)} offsets")
-        return zip(rids.tolist(), texts, offsets.tolist())
+        return rids.tolist(), texts, offsets.tolist()
 
 
 FrontendInbound = DeltaBatch

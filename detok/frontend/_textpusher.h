@@ -1,0 +1,25 @@
+/* The compiled text pusher's state, shared by _chunkpush.c (the type) and _directrows.c (the
+ * receiver's rows written as they arrive); both build into one extension, detok.frontend._chunkpush. */
+#ifndef DETOK_TEXTPUSHER_H
+#define DETOK_TEXTPUSHER_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fallback, *flow, *cycle, *write, *timer_text, *prefix, *suffix;
+    PyObject *mid, *items_suffix; /* chat items mode (NULL: text alone) */
+    vectorcallfunc vectorcall;
+} TextPusher;
+
+extern PyTypeObject detok_TextPusherType;
+
+/* 1 if the client is there and reads (writes not paused, not disconnected), 0 if not, -1 on an error */
+int detok_pusher_ready(TextPusher *t);
+/* `text`'s chunk, the clock ticked, written: 0, or -1 with an exception set */
+int detok_push_text(TextPusher *t, PyObject *text);
+/* push_rows(...), the module function (see _directrows.c) */
+PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+int detok_directrows_init(void);
+
+#endif

@@ -1,0 +1,288 @@
+"""A received batch's text rows written as they are dispatched (`push_rows` in
+`detok/frontend/_directrows.c`, installed as `DeltaReceiver.direct_rows` by the HTTP frontend).
+
+- Differential, on real receivers, streams, consumers and compiled pushers: any sequence of batches
+  (rows in order, replayed, with gaps, empty, for closed rids, finished in the same batch, token
+  counts; clients that pause; several batches in one loop turn) gives each request the same text
+  and the same final state with the direct rows as without; with one batch per turn and one row
+  per request in it (as the workers send), the same chunks byte for byte and the same deltas.
+- A row is written by the dispatch itself (before the loop's turn ends) exactly where the Python
+  path would push its text alone; a write that raises reaches the consumer as the Python path hands
+  it over; hostile arguments are clean errors; no reference is leaked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import types
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from detok.frontend.chunks import ChunkRenderer
+from detok.receiver.receiver import DeltaReceiver
+from detok.receiver.request_stream import RequestDelta, RequestStream
+from detok.stream.params import Finish
+from detok.wire.packing import pack_u32
+from detok.wire.to_frontends import DeltaBatch, RequestFinished
+
+_chunkpush = pytest.importorskip("detok.frontend._chunkpush", reason="built without its C extensions")
+TextPusher, push_rows = _chunkpush.TextPusher, _chunkpush.push_rows
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class _Conn:
+    def __init__(self, log: list[str] | None = None) -> None:
+        self.flow = types.SimpleNamespace(write_paused=False)
+        self.cycle = types.SimpleNamespace(disconnected=False)
+        self.out: list[bytes] = []
+        self.fail: BaseException | None = None
+        self.log = log if log is not None else []  # the text written and taken, in order
+
+    def write(self, data: bytes) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.out.append(data)
+        self.log.append(_RENDER_TEXT(data))
+
+
+_RENDER = ChunkRenderer("chat", "chatcmpl-1", 1, "m")
+_PREFIX, _SUFFIX = _RENDER.text_frame(0)
+
+
+class _World:
+    """One receiver with streams whose consumers take what their pushers leave (as the app's)."""
+
+    def __init__(self, rx: DeltaReceiver, rids: list[int], direct: bool) -> None:
+        rx.direct_rows = push_rows if direct else None
+        self.rx = rx
+        self.logs: dict[int, list[str]] = {rid: [] for rid in rids}
+        self.conns = {rid: _Conn(self.logs[rid]) for rid in rids}
+        self.taken: dict[int, list[RequestDelta]] = {rid: [] for rid in rids}
+        self.errors: dict[int, list[str]] = {rid: [] for rid in rids}
+        self.ticks = {rid: 0 for rid in rids}
+        self.streams = {rid: rx.open(rid) for rid in rids}
+        for rid, stream in self.streams.items():
+            conn = self.conns[rid]
+            stream.push_to(TextPusher(lambda s: False, conn.flow, conn.cycle, conn.write,
+                                      lambda rid=rid: self._tick(rid), _PREFIX, _SUFFIX))
+        self.tasks = [asyncio.ensure_future(self._consume(rid)) for rid in rids]
+
+    def _tick(self, rid: int) -> None:
+        self.ticks[rid] += 1
+
+    async def _consume(self, rid: int) -> None:
+        stream = self.streams[rid]
+        while True:
+            try:
+                delta = await anext(stream)
+            except StopAsyncIteration:
+                return
+            except OSError as e:  # a write that raised, handed over to the consumer
+                self.errors[rid].append(str(e))
+                continue
+            self.taken[rid].append(delta)
+            self.logs[rid].append(delta.text)
+
+    def text(self, rid: int) -> str:
+        return "".join(self.logs[rid])
+
+
+def _RENDER_TEXT(chunk: bytes) -> str:  # noqa: N802 - the text of a chunk the pusher wrote
+    size, rest = chunk.split(b"\r\n", 1)
+    body = rest[:-2]
+    assert int(size, 16) == len(body) and rest.endswith(b"\r\n")
+    assert body.startswith(_PREFIX) and body.endswith(_SUFFIX)
+    return msgspec.json.decode(body[len(_PREFIX):len(body) - len(_SUFFIX)])
+
+
+@pytest.fixture(scope="module")
+def receivers():
+    a, b = DeltaReceiver(), DeltaReceiver()
+    yield a, b
+    a.close()
+    b.close()
+
+
+_TEXTS = st.text(alphabet=st.sampled_from("ab é\n\"\\😀"), max_size=4)
+
+
+@st.composite
+def _plans(draw: Any) -> list[list[tuple[str, Any]]]:
+    """Loop turns, each a list of actions: ("pause", rid, bool) first (a client that stops or
+    starts reading, seen by both paths alike), then ("batch", rows, finished)."""
+    nrids = draw(st.integers(1, 4))
+    lengths = {rid: 0 for rid in range(nrids)}
+    turns = []
+    for _ in range(draw(st.integers(1, 8))):
+        actions: list[tuple[str, Any]] = []
+        for _ in range(draw(st.integers(1, 2))):
+            if draw(st.integers(0, 5)) == 0:
+                actions.append(("pause", draw(st.integers(0, nrids - 1)), draw(st.booleans())))
+                continue
+            rows, finished = [], []
+            for rid in draw(st.lists(st.integers(0, nrids + 1), max_size=4)):  # (nrids, nrids+1: not open)
+                text = draw(_TEXTS)
+                have = lengths.get(rid, 0)
+                offset = draw(st.sampled_from([have, have, have, max(0, have - 1), have + 1]))
+                rows.append((rid, text, offset))
+                if rid in lengths and offset <= have:
+                    lengths[rid] = max(have, offset + len(text))
+            if draw(st.integers(0, 6)) == 0:
+                rid = draw(st.integers(0, nrids - 1))
+                finished.append(rid)
+            actions.append(("batch", rows, finished))
+        turns.append(sorted(actions, key=lambda a: a[0] != "pause"))
+    return [[("rids", nrids, None)], *turns]
+
+
+def _batch(rows: list[tuple[int, str, int]], finished: list[int], counter: list[int]) -> DeltaBatch:
+    batch = DeltaBatch.from_rows(0, 0.0, [r for r, _, _ in rows], [t for _, t, _ in rows], [o for _, _, o in rows],
+                                 [RequestFinished(rid, Finish("length"), 7) for rid in finished])
+    counter[0] += 1
+    batch.num_tokens = pack_u32([counter[0] + k for k in range(len(rows))])
+    return batch
+
+
+async def _play(world: _World, plan: list[list[tuple[str, Any]]]) -> None:
+    counter = [0]
+    await asyncio.sleep(0)  # the consumers wait
+    for actions in plan[1:]:
+        for action in actions:
+            if action[0] == "pause":
+                world.conns[action[1]].flow.write_paused = action[2]
+            else:
+                world.rx.dispatch(_batch(action[1], action[2], counter))
+        await asyncio.sleep(0)  # one loop turn: the pushes of the Python path
+        await asyncio.sleep(0)
+    for conn in world.conns.values():
+        conn.flow.write_paused = False
+    world.rx.fail_all("end")
+    for _ in range(4):
+        await asyncio.sleep(0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(plan=_plans())
+def test_any_batches_give_the_same_output_with_the_direct_rows_as_without(receivers, plan) -> None:
+    nrids = plan[0][0][1]
+    rids = list(range(nrids))
+    # one batch a turn, one row per request in it (as the workers send: one row per request a step)
+    single = all(sum(a[0] == "batch" for a in actions) <= 1 for actions in plan[1:]) and all(
+        len({r for r, _, _ in a[1]}) == len(a[1]) for actions in plan[1:] for a in actions if a[0] == "batch")
+
+    async def run(rx: DeltaReceiver, direct: bool) -> _World:
+        for rid in [*rids, nrids, nrids + 1]:
+            rx.discard(rid)
+        world = _World(rx, rids, direct)
+        await _play(world, plan)
+        await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
+        return world
+
+    loop = asyncio.new_event_loop()
+    try:
+        direct = loop.run_until_complete(run(receivers[0], True))
+        python = loop.run_until_complete(run(receivers[1], False))
+    finally:
+        loop.close()
+    for rid in rids:
+        assert direct.text(rid) == python.text(rid)
+        a, b = direct.streams[rid], python.streams[rid]
+        assert (a._received, a._tokens, a.finish, a.num_tokens) == (b._received, b._tokens, b.finish, b.num_tokens)
+        assert [d.finish for d in direct.taken[rid]][-1:] == [d.finish for d in python.taken[rid]][-1:]
+        if single:  # one batch a turn: the same chunks, deltas and clock ticks
+            assert direct.conns[rid].out == python.conns[rid].out
+            assert direct.taken[rid] == python.taken[rid]
+            assert direct.ticks[rid] == python.ticks[rid]
+
+
+def test_a_row_is_written_by_the_dispatch_itself_only_where_the_python_path_would_push_it(receivers) -> None:
+    async def run() -> None:
+        rx = receivers[0]
+        for rid in (1, 2, 3):
+            rx.discard(rid)
+        world = _World(rx, [1, 2, 3], direct=True)
+        await asyncio.sleep(0)  # the consumers wait
+        world.conns[2].flow.write_paused = True
+        rx.dispatch(_batch([(1, "Hi", 0), (2, "Yo", 0), (3, "", 0)], [], [0]))
+        # written before the loop's turn: the open, waiting, reading stream's row alone
+        assert [_RENDER_TEXT(c) for c in world.conns[1].out] == ["Hi"] and world.conns[2].out == []
+        assert rx.pushes._streams == [world.streams[2]] and world.streams[2]._chunks == ["Yo"]
+        rx.dispatch(_batch([(1, "!", 2)], [1], [0]))  # finished in this batch: the consumer's
+        assert len(world.conns[1].out) == 1
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert [d.text for d in world.taken[1]] == ["!"] and world.taken[1][0].finish == Finish("length")
+        assert [d.text for d in world.taken[2]] == ["Yo"]  # (a paused client: its consumer takes it)
+        rx.fail_all("end")
+        await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("error", [OSError("gone"), KeyboardInterrupt()])
+def test_a_write_that_raises_reaches_the_consumer_as_the_python_path_hands_it(receivers, error) -> None:
+    async def run() -> None:
+        rx = receivers[0]
+        rx.discard(5)
+        world = _World(rx, [5], direct=True)
+        await asyncio.sleep(0)
+        world.conns[5].fail = error
+        if isinstance(error, OSError):
+            rx.dispatch(_batch([(5, "x", 0)], [], [0]))
+            await asyncio.sleep(0)
+            assert world.errors[5] == ["gone"] and world.streams[5]._pusher is None
+            assert world.streams[5]._received == 1  # (taken, as the Python pusher's take is)
+        else:  # not an Exception: raised through the dispatch, as the Python path's push raises it
+            with pytest.raises(KeyboardInterrupt):
+                rx.dispatch(_batch([(5, "x", 0)], [], [0]))
+        rx.fail_all("end")
+        await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
+
+    asyncio.run(run())
+
+
+def test_hostile_arguments_are_clean_errors() -> None:
+    ok: list[Any] = [{}, RequestStream, [1], ["a"], [0], None, None]
+    with pytest.raises(TypeError):
+        push_rows(*ok[:6])
+    for k, bad in [(0, []), (1, 3), (2, (1,)), (3, "a"), (4, None), (5, (1,)), (6, [1])]:
+        args = list(ok)
+        args[k] = bad
+        with pytest.raises(TypeError):
+            push_rows(*args)
+    with pytest.raises(ValueError, match="length"):
+        push_rows({}, RequestStream, [1, 2], ["a"], [0], None, None)
+    with pytest.raises(ValueError, match="length"):
+        push_rows({}, RequestStream, [1], ["a"], [0], [1, 2], None)
+    # rows whose stream is not exactly the type, or whose text is not a str: the caller's, untouched
+    other = types.SimpleNamespace(_received=0)
+    assert push_rows({1: other, 2: object()}, RequestStream, [1, 2, 3], ["a", "b", "c"], [0, 0, 0], None, None) == [0, 1]
+    assert other._received == 0
+    assert push_rows({}, RequestStream, [1], ["a"], [0], None, None) is None
+
+
+def test_no_reference_is_leaked_over_many_rows(receivers) -> None:
+    async def run() -> None:
+        rx = receivers[0]
+        rx.discard(9)
+        world = _World(rx, [9], direct=True)
+        await asyncio.sleep(0)
+        stream = world.streams[9]
+        text = "a shared text é"
+        rows = [9]
+        before = (sys.getrefcount(text), sys.getrefcount(stream), sys.getrefcount(rows[0]))
+        for k in range(3000):
+            assert push_rows(rx._streams, RequestStream, rows, [text], [k * len(text)], [k + 1], None) is None
+        assert len(world.conns[9].out) == 3000
+        world.conns[9].out.clear()
+        assert (sys.getrefcount(text), sys.getrefcount(stream), sys.getrefcount(rows[0])) == before
+        rx.fail_all("end")
+        await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
+
+    asyncio.run(run())
