@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from typing import Any
 
 from detok.frontend import limits
 from detok.frontend.chat_messages import message_text, template_messages
@@ -163,6 +164,7 @@ def _job(
     max_tokens_param: str = "max_tokens",
     role: str = "assistant",
     keep_special_tokens: bool = False,
+    chat: dict[str, Any] | None = None,  # a chat job's own fields (prompt_text, hide_output_ids, chat)
 ) -> GenerationJob:
     if not prompt_ids:
         raise RequestError(f"{prompt_param}: the prompt is empty", prompt_param)
@@ -230,6 +232,7 @@ def _job(
         return_token_ids=bool(req.return_token_ids),
         tokens_as_ids=bool(req.return_tokens_as_token_ids),
         extras=extras,
+        **(chat or {}),
     )
 
 
@@ -314,7 +317,6 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
     # Not for a family whose vLLM parser leaves the request's value (llama3_json)
     keep_special = (parsing is not None and parsing.tool_parser is not None
                     and tool_parser_class(parsing.tool_parser).keeps_special_tokens)
-    job = _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing, max_tokens_param, role,
-               keep_special)
-    return dataclasses.replace(job, prompt_text=text if req.return_prompt_text else None, hide_output_ids=hidden,
-                               chat=True)
+    return _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing, max_tokens_param, role,
+                keep_special, {"prompt_text": text if req.return_prompt_text else None, "hide_output_ids": hidden,
+                               "chat": True})

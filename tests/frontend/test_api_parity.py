@@ -214,6 +214,28 @@ def test_vllm_engine_options_are_refused_by_name(tok, field, value):
         assert error.status == 400 and error.param == field, (kind, field)
 
 
+def test_every_refusal_rule_accepts_its_fields_default_and_refuses_a_given_value(tok):
+    # (refusals._apply reads only the fields a request gave: a default must pass every rule)
+    from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
+    from detok.frontend.refusals import _CHAT, _COMMON, _COMPLETION
+
+    for model, rules in ((ChatCompletionRequest, {**_COMMON, **_CHAT}), (CompletionRequest, {**_COMMON, **_COMPLETION})):
+        for name, (harmless, _why) in rules.items():
+            assert harmless(model.model_fields[name].get_default()), name
+    kind_of = {**{k: "both" for k in _COMMON}, **{k: "chat" for k in _CHAT}, **{k: "completion" for k in _COMPLETION}}
+    bad = {"response_format": {"type": "json_object"}, "use_beam_search": True, "best_of": 3, "guided_choice": ["a"],
+           "structured_outputs": {"json": {}}, "prompt_logprobs": 1, "logits_processors": ["x"],
+           "structural_tag": "t", "guided_grammar": "g", "guided_regex": "r", "guided_json": {"type": "object"},
+           "suffix": "s", "functions": [{"name": "f"}], "function_call": "auto", "chat_template": "{{ x }}",
+           "thinking_token_budget": 100, "logprob_token_ids": [1], "repetition_detection": {"n": 3}, "priority": 5,
+           "kv_transfer_params": {}, "ec_transfer_params": {}, "vllm_xargs": {}, "watermarking": True}
+    assert set(bad) == set(kind_of)
+    for name, value in bad.items():
+        for kind in (("chat", "completion") if kind_of[name] == "both" else (kind_of[name],)):
+            body = {"messages": USER} if kind == "chat" else {"prompt": "hi"}
+            assert _refused(tok, kind, **body, **{name: value}).param == name, (kind, name)
+
+
 def test_vllm_options_at_their_defaults_are_served(tok):
     defaults = {"thinking_token_budget": -1, "priority": 0, "watermarking": False,
                 "cache_salt": "s" * 1024, "session_id": "conversation-7"}
