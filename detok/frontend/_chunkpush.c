@@ -213,8 +213,8 @@ static int write_chunk(TextPusher *t, PyObject *text, PyObject *items) {
     return 0;
 }
 
-int detok_push_text(TextPusher *t, PyObject *text) {
-    return write_chunk(t, text, NULL);
+int detok_push_chunk(TextPusher *t, PyObject *text, PyObject *items) {
+    return write_chunk(t, text, items);
 }
 
 static PyObject *push(TextPusher *t, PyObject *stream) {
@@ -312,7 +312,7 @@ PyTypeObject detok_TextPusherType = {
 static PyMethodDef methods[] = {
     {"frame_text", frame_text, METH_VARARGS, "frame_text(prefix, text, suffix) -> the framed chunk of `text`"},
     {"push_rows", (PyCFunction)(void (*)(void))detok_push_rows, METH_FASTCALL,
-     "push_rows(streams, stream_type, rids, texts, offsets, counts, finished) -> the rows left to the caller "
+     "push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries) -> the rows left to the caller "
      "(see _directrows.c)"},
     {NULL, NULL, 0, NULL},
 };

@@ -1,19 +1,22 @@
 /* A received batch's text rows written to their connections as they are dispatched
  * (DeltaReceiver.direct_rows, installed by the HTTP frontend; part of detok.frontend._chunkpush).
  *
- * push_rows(streams, stream_type, rids, texts, offsets, counts, finished) -> list[int] | None
+ * push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries) -> list[int] | None
  *
  * Per row k (rids, texts, offsets: lists of one length; counts: a list of that length, or None;
- * finished: a set of the rids this batch finishes, or None) whose stream (streams[rids[k]]) is
+ * finished: a set of the rids this batch finishes, or None; entries: the batch's (rid, TokenLogprobs)
+ * pairs, split_logprobs's list, or None) whose stream (streams[rids[k]]) is
  * exactly of `stream_type` (RequestStream) and is in the state where the Python path would only
  * append the text, queue the stream, and at the end of the loop's turn have its TextPusher take that
  * text alone and write it -
  *   the row not finished by this batch, its text not empty and at the offset the stream expects;
  *   nothing else waiting in the stream (no text, no logprob entries, no finish, no typed output, not
- *   queued for a push); its consumer waiting (a waiter not done); its pusher a text-only TextPusher
- *   whose client is there and reads -
+ *   queued for a push); its consumer waiting (a waiter not done); its pusher a TextPusher whose
+ *   client is there and reads; a text-only pusher's request without entries in the batch, a chat
+ *   items-mode pusher's with one run of rendered items from the token the stream expects -
  * it does the same at once: the token count kept (as the Python loop does), the char offset
- * advanced, the chunk (the clock ticked) written. The chunk holds the row's text alone, as the Python
+ * advanced (and the token index past the run), the chunk (the clock ticked) written; the run's pair
+ * in `entries` is set to None (applied). The chunk holds the row's text alone, as the Python
  * path's does for such a stream (the workers send one row per request a step; two rows of a request
  * in one loop turn, which the Python path joins, go out as two chunks of the same text). A write that
  * raises is handed to the consumer as the Python `_push` hands it (the pusher dropped, the error
@@ -27,7 +30,7 @@
 #include "_textpusher.h"
 
 static PyObject *S_pusher, *S_push_queued, *S_chunks, *S_logprobs, *S_finish, *S_typed, *S_received, *S_waiter,
-    *S_tokens, *S_push_error, *S_done, *S_set_result;
+    *S_tokens, *S_push_error, *S_done, *S_set_result, *S_first, *S_items, *S_token_ids, *S_next_token;
 
 int detok_directrows_init(void) {
     return (S_pusher = PyUnicode_InternFromString("_pusher")) && (S_push_queued = PyUnicode_InternFromString("_push_queued"))
@@ -36,6 +39,9 @@ int detok_directrows_init(void) {
         && (S_received = PyUnicode_InternFromString("_received")) && (S_waiter = PyUnicode_InternFromString("_waiter"))
         && (S_tokens = PyUnicode_InternFromString("_tokens")) && (S_push_error = PyUnicode_InternFromString("_push_error"))
         && (S_done = PyUnicode_InternFromString("done")) && (S_set_result = PyUnicode_InternFromString("set_result"))
+        && (S_first = PyUnicode_InternFromString("first")) && (S_items = PyUnicode_InternFromString("items"))
+        && (S_token_ids = PyUnicode_InternFromString("token_ids"))
+        && (S_next_token = PyUnicode_InternFromString("_next_token"))
         ? 0 : -1;
 }
 
@@ -72,7 +78,7 @@ static PyObject *direct_stream(PyObject *stream, PyObject *offset, PyObject **wa
     if (r <= 0) return r < 0 ? NULL : Py_None;
     PyObject *p = PyObject_GetAttr(stream, S_pusher);
     if (p == NULL) return NULL;
-    if (Py_TYPE(p) != &detok_TextPusherType || ((TextPusher *)p)->mid != NULL) {
+    if (Py_TYPE(p) != &detok_TextPusherType) {
         Py_DECREF(p);
         return Py_None;
     }
@@ -124,14 +130,55 @@ static int hand_over(PyObject *stream, PyObject *waiter) {
     return 0;
 }
 
-/* row k written at once: 1; left to the caller: 0; an error: -1 */
-static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject *count) {
+/* the items of `run` (a TokenLogprobs: a new reference to its non-empty list of rendered items, one
+ * per entry) if it starts at the token the stream expects, with *end its end; Py_None (borrowed)
+ * if not; NULL on an error */
+static PyObject *run_items(PyObject *stream, PyObject *run, PyObject **end) {
+    PyObject *first = PyObject_GetAttr(run, S_first), *items = NULL, *ids = NULL, *next = NULL;
+    if (first == NULL) return NULL;
+    int r = -1;
+    if ((items = PyObject_GetAttr(run, S_items)) == NULL || (ids = PyObject_GetAttr(run, S_token_ids)) == NULL
+        || (next = PyObject_GetAttr(stream, S_next_token)) == NULL)
+        goto done;
+    r = PyList_CheckExact(items) && PyList_CheckExact(ids) && PyList_GET_SIZE(items) > 0
+        && PyList_GET_SIZE(items) == PyList_GET_SIZE(ids) && PyLong_CheckExact(first) ? PyObject_RichCompareBool(first, next, Py_EQ) : 0;
+    if (r == 1) {
+        PyObject *len = PyLong_FromSsize_t(PyList_GET_SIZE(ids));
+        *end = len == NULL ? NULL : PyNumber_Add(first, len);
+        Py_XDECREF(len);
+        if (*end == NULL) r = -1;
+    }
+done:
+    Py_DECREF(first);
+    Py_XDECREF(ids);
+    Py_XDECREF(next);
+    if (r == 1) return items;
+    Py_XDECREF(items);
+    return r < 0 ? NULL : Py_None;
+}
+
+/* row k written at once: 1; left to the caller: 0; an error: -1. `run`: the row's request's one
+ * logprob run of this batch (NULL: none) - a chat items-mode pusher writes the text with its
+ * items, and nothing without them */
+static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject *count, PyObject *run) {
     PyObject *waiter = NULL;
     TextPusher *pusher = NULL;
     PyObject *s = direct_stream(stream, offset, &waiter, &pusher);
     if (s == NULL) return -1;
     if (s == Py_None) return 0;
+    PyObject *items = NULL, *run_end = NULL;
+    if (pusher->mid != NULL || run != NULL) { /* (a text-only pusher with entries: the Python path's) */
+        items = pusher->mid != NULL && run != NULL ? run_items(stream, run, &run_end) : Py_NewRef(Py_None);
+        if (items == NULL || items == Py_None) {
+            if (items == Py_None) Py_DECREF(items);
+            Py_DECREF(s);
+            Py_DECREF(waiter);
+            Py_DECREF(pusher);
+            return items == NULL ? -1 : 0;
+        }
+    }
     int r = count != NULL ? keep_count(stream, count) : 0;
+    if (r == 0 && run_end != NULL) r = PyObject_SetAttr(stream, S_next_token, run_end);
     PyObject *end = NULL;
     if (r == 0) {
         PyObject *len = PyLong_FromSsize_t(PyUnicode_GET_LENGTH(text));
@@ -140,24 +187,52 @@ static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject
         r = end == NULL ? -1 : PyObject_SetAttr(stream, S_received, end);
         Py_XDECREF(end);
     }
-    if (r == 0 && detok_push_text(pusher, text) < 0) r = hand_over(stream, waiter);
+    if (r == 0 && detok_push_chunk(pusher, text, items) < 0) r = hand_over(stream, waiter);
+    Py_XDECREF(items);
+    Py_XDECREF(run_end);
     Py_DECREF(s);
     Py_DECREF(waiter);
     Py_DECREF(pusher);
     return r < 0 ? -1 : 1;
 }
 
+/* rid -> the index in `entries` of its one run (Py_None: several), or NULL on an error */
+static PyObject *runs_by_rid(PyObject *entries) {
+    PyObject *runs = PyDict_New();
+    if (runs == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
+        PyObject *pair = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "push_rows: entries must be (rid, run) pairs");
+            goto error;
+        }
+        PyObject *rid = PyTuple_GET_ITEM(pair, 0);
+        int seen = PyDict_Contains(runs, rid);
+        PyObject *index = seen ? Py_NewRef(Py_None) : PyLong_FromSsize_t(i);
+        if (seen < 0 || index == NULL || PyDict_SetItem(runs, rid, index) < 0) {
+            Py_XDECREF(index);
+            goto error;
+        }
+        Py_DECREF(index);
+    }
+    return runs;
+error:
+    Py_DECREF(runs);
+    return NULL;
+}
+
 PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "push_rows(streams, stream_type, rids, texts, offsets, counts, finished)");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries)");
         return NULL;
     }
     PyObject *streams = args[0], *type = args[1], *rids = args[2], *texts = args[3], *offsets = args[4];
     PyObject *counts = args[5] == Py_None ? NULL : args[5], *finished = args[6] == Py_None ? NULL : args[6];
+    PyObject *entries = args[7] == Py_None ? NULL : args[7];
     if (!PyDict_CheckExact(streams) || !PyType_Check(type) || !PyList_CheckExact(rids) || !PyList_CheckExact(texts)
         || !PyList_CheckExact(offsets) || (counts != NULL && !PyList_CheckExact(counts))
-        || (finished != NULL && !PyAnySet_CheckExact(finished))) {
-        PyErr_SetString(PyExc_TypeError, "push_rows: a dict, a type, three lists, a list or None, a set or None");
+        || (finished != NULL && !PyAnySet_CheckExact(finished)) || (entries != NULL && !PyList_CheckExact(entries))) {
+        PyErr_SetString(PyExc_TypeError, "push_rows: a dict, a type, three lists, a list or None, a set or None, a list or None");
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(rids);
@@ -165,6 +240,8 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "push_rows: the columns differ in length");
         return NULL;
     }
+    PyObject *runs = entries != NULL && PyList_GET_SIZE(entries) > 0 ? runs_by_rid(entries) : NULL;
+    if (runs == NULL && PyErr_Occurred()) return NULL;
     PyObject *left = NULL, *left_rids = NULL; /* (rows after one left to the caller are its too: in order) */
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *rid = PyList_GET_ITEM(rids, k), *text = PyList_GET_ITEM(texts, k);
@@ -177,28 +254,41 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
         if (Py_TYPE(stream) == (PyTypeObject *)type && PyUnicode_CheckExact(text) && PyUnicode_GET_LENGTH(text) > 0) {
             r = finished != NULL ? PySet_Contains(finished, rid) : 0;
             if (r == 0 && left_rids != NULL) r = PySet_Contains(left_rids, rid);
+            PyObject *index = NULL, *run = NULL; /* (borrowed) */
+            if (r == 0 && runs != NULL && (index = PyDict_GetItemWithError(runs, rid)) == NULL && PyErr_Occurred()) r = -1;
+            if (r == 0 && index != NULL) { /* (None: several runs, or its one run written with an earlier row) */
+                PyObject *pair = index == Py_None ? Py_None : PyList_GET_ITEM(entries, PyLong_AsSsize_t(index));
+                run = PyTuple_CheckExact(pair) ? PyTuple_GET_ITEM(pair, 1) : Py_None;
+            }
+            if (r == 0 && run == Py_None) r = 1; /* the Python path's */
             if (r == 0) {
                 Py_INCREF(stream); /* (a write may run code that closes it) */
-                r = push_row(stream, text, PyList_GET_ITEM(offsets, k), counts != NULL ? PyList_GET_ITEM(counts, k) : NULL);
+                r = push_row(stream, text, PyList_GET_ITEM(offsets, k), counts != NULL ? PyList_GET_ITEM(counts, k) : NULL, run);
                 Py_DECREF(stream);
+                if (r == 1 && run != NULL) { /* its run is written: not applied again */
+                    Py_INCREF(Py_None);
+                    if (PyList_SetItem(entries, PyLong_AsSsize_t(index), Py_None) < 0) r = -1;
+                }
             } else if (r == 1) {
                 r = 0;
             }
             if (r < 0) goto error;
         }
         if (r == 0) {
-            PyObject *index = PyLong_FromSsize_t(k);
-            if (index == NULL || (left == NULL && (left = PyList_New(0)) == NULL) || PyList_Append(left, index) < 0
+            PyObject *at = PyLong_FromSsize_t(k);
+            if (at == NULL || (left == NULL && (left = PyList_New(0)) == NULL) || PyList_Append(left, at) < 0
                 || (left_rids == NULL && (left_rids = PySet_New(NULL)) == NULL) || PySet_Add(left_rids, rid) < 0) {
-                Py_XDECREF(index);
+                Py_XDECREF(at);
                 goto error;
             }
-            Py_DECREF(index);
+            Py_DECREF(at);
         }
     }
+    Py_XDECREF(runs);
     Py_XDECREF(left_rids);
     return left != NULL ? left : Py_NewRef(Py_None);
 error:
+    Py_XDECREF(runs);
     Py_XDECREF(left);
     Py_XDECREF(left_rids);
     return NULL;

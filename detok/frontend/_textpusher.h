@@ -16,8 +16,9 @@ extern PyTypeObject detok_TextPusherType;
 
 /* 1 if the client is there and reads (writes not paused, not disconnected), 0 if not, -1 on an error */
 int detok_pusher_ready(TextPusher *t);
-/* `text`'s chunk, the clock ticked, written: 0, or -1 with an exception set */
-int detok_push_text(TextPusher *t, PyObject *text);
+/* the chunk of `text` (and in chat items mode of `items`, a non-empty list; else NULL), the clock
+ * ticked, written: 0, or -1 with an exception set */
+int detok_push_chunk(TextPusher *t, PyObject *text, PyObject *items);
 /* push_rows(...), the module function (see _directrows.c) */
 PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 int detok_directrows_init(void);

@@ -40,7 +40,7 @@ from detok.wire.to_frontends import DeltaBatch
 from detok.wire.security import CurveKeys, SocketSecurity
 from detok.stream.params import Finish
 from detok.receiver.request_stream import PushQueue, RequestDelta, RequestStream  # noqa: F401 (re-exported)
-from detok.receiver.token_logprobs import split_logprobs
+from detok.receiver.token_logprobs import TokenLogprobs, split_logprobs
 
 log = logging.getLogger("detok.receiver")
 
@@ -50,8 +50,8 @@ _DRAIN_MAX = 256  # messages dispatched per wake-up before yielding to the event
 FINISHED_GENS_MAX = 65_536
 
 
-DirectRows = Callable[[dict[int, RequestStream], type, list[int], list[str], list[int], list[int] | None, set[int] | None],
-                      list[int] | None]
+DirectRows = Callable[[dict[int, RequestStream], type, list[int], list[str], list[int], list[int] | None, set[int] | None,
+                       list[tuple[int, TokenLogprobs] | None] | None], list[int] | None]
 
 
 class DeltaReceiver:
@@ -93,8 +93,9 @@ class DeltaReceiver:
         self.on_batch = on_batch
         # Rows written to their connections as they are dispatched, where the stream's pusher can
         # (the HTTP frontend installs `detok.frontend._chunkpush.push_rows`): called with the open
-        # streams, the stream type, the row columns, the token counts (or None) and the rids this
-        # batch finishes (or None); returns the indices of the rows it left (None: none), which
+        # streams, the stream type, the row columns, the token counts (or None), the rids this
+        # batch finishes (or None) and its logprob (rid, run) pairs (or None; a run it writes with
+        # its row, it sets to None); returns the indices of the rows it left (None: none), which
         # the dispatch then applies as usual.
         self.direct_rows: DirectRows | None = None
         self._task: asyncio.Task[None] | None = None
@@ -216,7 +217,7 @@ class DeltaReceiver:
         rows: Iterable[tuple[int, str, int]] = zip(rids, texts, offsets)
         if self.direct_rows is not None and not kinds:
             left = self.direct_rows(streams, RequestStream, rids, texts, offsets, counts,
-                                    {d.rid for d in batch.finished} if batch.finished else None)
+                                    {d.rid for d in batch.finished} if batch.finished else None, entries or None)
             if left is None:
                 rows = ()
             elif len(left) < len(rids):
@@ -244,10 +245,11 @@ class DeltaReceiver:
                     if stream._tokens is None or n > stream._tokens:
                         stream._tokens = n
                     stream._feed(text, offset)
-        for rid, run in entries:
-            stream = get(rid)
-            if stream is not None:
-                stream._feed_logprobs(run)
+        for pair in entries:
+            if pair is not None:  # (None: written with its row by direct_rows)
+                stream = get(pair[0])
+                if stream is not None:
+                    stream._feed_logprobs(pair[1])
         if batch.typed:
             for row in batch.typed:
                 stream = get(row.rid)

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from detok.frontend.chunks import ChunkRenderer
 from detok.receiver.receiver import DeltaReceiver
 from detok.receiver.request_stream import RequestDelta, RequestStream
+from detok.receiver.token_logprobs import TokenLogprobs
 from detok.stream.params import Finish
 from detok.wire.packing import pack_u32
 from detok.wire.to_frontends import DeltaBatch, RequestFinished
@@ -43,22 +44,30 @@ class _Conn:
         self.out: list[bytes] = []
         self.fail: BaseException | None = None
         self.log = log if log is not None else []  # the text written and taken, in order
+        self.items: list[Any] = []  # the logprobs items written and taken, in order
 
     def write(self, data: bytes) -> None:
         if self.fail is not None:
             raise self.fail
         self.out.append(data)
-        self.log.append(_RENDER_TEXT(data))
+        text, items = _parts(data)
+        self.log.append(text)
+        self.items += items
 
 
 _RENDER = ChunkRenderer("chat", "chatcmpl-1", 1, "m")
 _PREFIX, _SUFFIX = _RENDER.text_frame(0)
+_MID, _ITEMS_END = _RENDER.items_frame()
+
+
+def _items_mode(rid: int) -> bool:  # (the odd rids' responses have chat logprobs rendered by the workers)
+    return rid % 2 == 1
 
 
 class _World:
     """One receiver with streams whose consumers take what their pushers leave (as the app's)."""
 
-    def __init__(self, rx: DeltaReceiver, rids: list[int], direct: bool) -> None:
+    def __init__(self, rx: DeltaReceiver, rids: list[int], direct: bool, items: bool = False) -> None:
         rx.direct_rows = push_rows if direct else None
         self.rx = rx
         self.logs: dict[int, list[str]] = {rid: [] for rid in rids}
@@ -69,8 +78,9 @@ class _World:
         self.streams = {rid: rx.open(rid) for rid in rids}
         for rid, stream in self.streams.items():
             conn = self.conns[rid]
+            frame = (_MID, _ITEMS_END) if items and _items_mode(rid) else ()
             stream.push_to(TextPusher(lambda s: False, conn.flow, conn.cycle, conn.write,
-                                      lambda rid=rid: self._tick(rid), _PREFIX, _SUFFIX))
+                                      lambda rid=rid: self._tick(rid), _PREFIX, _SUFFIX, *frame))
         self.tasks = [asyncio.ensure_future(self._consume(rid)) for rid in rids]
 
     def _tick(self, rid: int) -> None:
@@ -88,17 +98,26 @@ class _World:
                 continue
             self.taken[rid].append(delta)
             self.logs[rid].append(delta.text)
+            if delta.logprobs is not None:
+                self.conns[rid].items += [msgspec.json.decode(i) for i in delta.logprobs.items or ()]
 
     def text(self, rid: int) -> str:
         return "".join(self.logs[rid])
 
 
 def _RENDER_TEXT(chunk: bytes) -> str:  # noqa: N802 - the text of a chunk the pusher wrote
+    return _parts(chunk)[0]
+
+
+def _parts(chunk: bytes) -> tuple[str, list[Any]]:
+    """(text, logprobs items) of a chunk a pusher wrote, framed as uvicorn frames it."""
     size, rest = chunk.split(b"\r\n", 1)
     body = rest[:-2]
     assert int(size, 16) == len(body) and rest.endswith(b"\r\n")
-    assert body.startswith(_PREFIX) and body.endswith(_SUFFIX)
-    return msgspec.json.decode(body[len(_PREFIX):len(body) - len(_SUFFIX)])
+    assert body.startswith(_PREFIX) and body.endswith(b"\n\n")
+    choice = msgspec.json.decode(body[len(b"data: "):-2])["choices"][0]
+    logprobs = choice["logprobs"]
+    return choice["delta"]["content"], (logprobs["content"] if logprobs is not None else [])
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +137,7 @@ def _plans(draw: Any) -> list[list[tuple[str, Any]]]:
     starts reading, seen by both paths alike), then ("batch", rows, finished)."""
     nrids = draw(st.integers(1, 4))
     lengths = {rid: 0 for rid in range(nrids)}
+    tokens = {rid: 0 for rid in range(nrids)}
     turns = []
     for _ in range(draw(st.integers(1, 8))):
         actions: list[tuple[str, Any]] = []
@@ -136,17 +156,43 @@ def _plans(draw: Any) -> list[list[tuple[str, Any]]]:
             if draw(st.integers(0, 6)) == 0:
                 rid = draw(st.integers(0, nrids - 1))
                 finished.append(rid)
-            actions.append(("batch", rows, finished))
+            runs = []  # (rid, first, entries, rendered): the logprob runs of the items-mode requests' rows
+            for rid in [r for r, _, _ in rows if r < nrids and _items_mode(r)] + draw(st.lists(st.integers(0, nrids - 1), max_size=1)):
+                if not _items_mode(rid) or draw(st.integers(0, 5)) == 0:
+                    continue
+                have = tokens[rid]
+                first = draw(st.sampled_from([have, have, have, max(0, have - 1), have + 1]))
+                count = draw(st.integers(1, 2))
+                runs.append((rid, first, count, rid != 3))  # (a request's entries are all rendered or none)
+                if first <= have:
+                    tokens[rid] = max(have, first + count)
+            actions.append(("batch", rows, finished, runs))
         turns.append(sorted(actions, key=lambda a: a[0] != "pause"))
     return [[("rids", nrids, None)], *turns]
 
 
-def _batch(rows: list[tuple[int, str, int]], finished: list[int], counter: list[int]) -> DeltaBatch:
+def _batch(rows: list[tuple[int, str, int]], finished: list[int], counter: list[int],
+           runs: list[tuple[int, int, int, bool]] = ()) -> DeltaBatch:
     batch = DeltaBatch.from_rows(0, 0.0, [r for r, _, _ in rows], [t for _, t, _ in rows], [o for _, _, o in rows],
                                  [RequestFinished(rid, Finish("length"), 7) for rid in finished])
     counter[0] += 1
     batch.num_tokens = pack_u32([counter[0] + k for k in range(len(rows))])
+    if runs:  # (split_logprobs, patched below, gives them as the receiver's entries)
+        batch.logprobs = [(rid, _run(rid, first, count, rendered)) for rid, first, count, rendered in runs]
     return batch
+
+
+def _run(rid: int, first: int, count: int, rendered: bool) -> TokenLogprobs:
+    ids = list(range(first, first + count))
+    items = [msgspec.json.encode({"rid": rid, "token": i}) for i in ids] if rendered else None
+    return TokenLogprobs(first, ids, [""] * count, [-0.5] * count, [0] * count, [], [], [], items)
+
+
+@pytest.fixture(autouse=True)
+def _entries_as_given(monkeypatch) -> None:
+    import detok.receiver.receiver as receiver
+
+    monkeypatch.setattr(receiver, "split_logprobs", lambda pairs: list(pairs))
 
 
 async def _play(world: _World, plan: list[list[tuple[str, Any]]]) -> None:
@@ -157,7 +203,7 @@ async def _play(world: _World, plan: list[list[tuple[str, Any]]]) -> None:
             if action[0] == "pause":
                 world.conns[action[1]].flow.write_paused = action[2]
             else:
-                world.rx.dispatch(_batch(action[1], action[2], counter))
+                world.rx.dispatch(_batch(action[1], action[2], counter, action[3]))
         await asyncio.sleep(0)  # one loop turn: the pushes of the Python path
         await asyncio.sleep(0)
     for conn in world.conns.values():
@@ -179,7 +225,7 @@ def test_any_batches_give_the_same_output_with_the_direct_rows_as_without(receiv
     async def run(rx: DeltaReceiver, direct: bool) -> _World:
         for rid in [*rids, nrids, nrids + 1]:
             rx.discard(rid)
-        world = _World(rx, rids, direct)
+        world = _World(rx, rids, direct, items=True)
         await _play(world, plan)
         await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
         return world
@@ -192,8 +238,10 @@ def test_any_batches_give_the_same_output_with_the_direct_rows_as_without(receiv
         loop.close()
     for rid in rids:
         assert direct.text(rid) == python.text(rid)
+        assert direct.conns[rid].items == python.conns[rid].items
         a, b = direct.streams[rid], python.streams[rid]
-        assert (a._received, a._tokens, a.finish, a.num_tokens) == (b._received, b._tokens, b.finish, b.num_tokens)
+        assert (a._received, a._tokens, a._next_token, a.finish, a.num_tokens) == (
+            b._received, b._tokens, b._next_token, b.finish, b.num_tokens)
         assert [d.finish for d in direct.taken[rid]][-1:] == [d.finish for d in python.taken[rid]][-1:]
         if single:  # one batch a turn: the same chunks, deltas and clock ticks
             assert direct.conns[rid].out == python.conns[rid].out
@@ -225,6 +273,25 @@ def test_a_row_is_written_by_the_dispatch_itself_only_where_the_python_path_woul
     asyncio.run(run())
 
 
+def test_a_row_and_its_rendered_entries_are_written_together_by_the_dispatch(receivers) -> None:
+    async def run() -> None:
+        rx = receivers[0]
+        for rid in (1, 3):
+            rx.discard(rid)
+        world = _World(rx, [1, 3], direct=True, items=True)  # (rid 3's entries are not rendered)
+        await asyncio.sleep(0)
+        rx.dispatch(_batch([(1, "Hi", 0), (3, "Yo", 0)], [], [0], [(1, 0, 2, True), (3, 0, 1, False)]))
+        assert [_parts(c) for c in world.conns[1].out] == [("Hi", [{"rid": 1, "token": 0}, {"rid": 1, "token": 1}])]
+        assert world.streams[1]._next_token == 2 and world.streams[1]._logprobs == []
+        assert world.conns[3].out == [] and world.streams[3]._chunks == ["Yo"]  # (the Python path's)
+        rx.dispatch(_batch([(1, "!", 2)], [], [0]))  # a row without its entries: the Python path's
+        assert len(world.conns[1].out) == 1 and world.streams[1]._chunks == ["!"]
+        rx.fail_all("end")
+        await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
+
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize("error", [OSError("gone"), KeyboardInterrupt()])
 def test_a_write_that_raises_reaches_the_consumer_as_the_python_path_hands_it(receivers, error) -> None:
     async def run() -> None:
@@ -248,23 +315,24 @@ def test_a_write_that_raises_reaches_the_consumer_as_the_python_path_hands_it(re
 
 
 def test_hostile_arguments_are_clean_errors() -> None:
-    ok: list[Any] = [{}, RequestStream, [1], ["a"], [0], None, None]
+    ok: list[Any] = [{}, RequestStream, [1], ["a"], [0], None, None, None]
     with pytest.raises(TypeError):
-        push_rows(*ok[:6])
-    for k, bad in [(0, []), (1, 3), (2, (1,)), (3, "a"), (4, None), (5, (1,)), (6, [1])]:
+        push_rows(*ok[:7])
+    for k, bad in [(0, []), (1, 3), (2, (1,)), (3, "a"), (4, None), (5, (1,)), (6, [1]), (7, (1,)), (7, [None]),
+                   (7, [(1, 2, 3)])]:
         args = list(ok)
         args[k] = bad
         with pytest.raises(TypeError):
             push_rows(*args)
     with pytest.raises(ValueError, match="length"):
-        push_rows({}, RequestStream, [1, 2], ["a"], [0], None, None)
+        push_rows({}, RequestStream, [1, 2], ["a"], [0], None, None, None)
     with pytest.raises(ValueError, match="length"):
-        push_rows({}, RequestStream, [1], ["a"], [0], [1, 2], None)
+        push_rows({}, RequestStream, [1], ["a"], [0], [1, 2], None, None)
     # rows whose stream is not exactly the type, or whose text is not a str: the caller's, untouched
     other = types.SimpleNamespace(_received=0)
-    assert push_rows({1: other, 2: object()}, RequestStream, [1, 2, 3], ["a", "b", "c"], [0, 0, 0], None, None) == [0, 1]
+    assert push_rows({1: other, 2: object()}, RequestStream, [1, 2, 3], ["a", "b", "c"], [0, 0, 0], None, None, None) == [0, 1]
     assert other._received == 0
-    assert push_rows({}, RequestStream, [1], ["a"], [0], None, None) is None
+    assert push_rows({}, RequestStream, [1], ["a"], [0], None, None, None) is None
 
 
 def test_no_reference_is_leaked_over_many_rows(receivers) -> None:
@@ -278,7 +346,7 @@ def test_no_reference_is_leaked_over_many_rows(receivers) -> None:
         rows = [9]
         before = (sys.getrefcount(text), sys.getrefcount(stream), sys.getrefcount(rows[0]))
         for k in range(3000):
-            assert push_rows(rx._streams, RequestStream, rows, [text], [k * len(text)], [k + 1], None) is None
+            assert push_rows(rx._streams, RequestStream, rows, [text], [k * len(text)], [k + 1], None, None) is None
         assert len(world.conns[9].out) == 3000
         world.conns[9].out.clear()
         assert (sys.getrefcount(text), sys.getrefcount(stream), sys.getrefcount(rows[0])) == before
