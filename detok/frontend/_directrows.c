@@ -9,7 +9,9 @@
  * exactly of `stream_type` (RequestStream) and is in the state where the Python path would only
  * append the text, queue the stream, and at the end of the loop's turn have its TextPusher take that
  * text alone and write it -
- *   the row not finished by this batch, its text not empty and at the offset the stream expects;
+ *   the row not finished by this batch, its text at the offset the stream expects (an empty text:
+ *   only with the entries of a held token, in chat items mode; an empty row without entries needs
+ *   nothing but its token count, kept here);
  *   nothing else waiting in the stream (no text, no logprob entries, no finish, no typed output, not
  *   queued for a push); its consumer waiting (a waiter not done); its pusher a TextPusher whose
  *   client is there and reads; a text-only pusher's request without entries in the batch, a chat
@@ -71,11 +73,13 @@ static PyObject *direct_stream(PyObject *stream, PyObject *offset, PyObject **wa
         || (r = attr_is(stream, S_typed, Py_None)) <= 0 || (r = attr_empty_list(stream, S_chunks)) <= 0
         || (r = attr_empty_list(stream, S_logprobs)) <= 0)
         return r < 0 ? NULL : Py_None;
-    PyObject *received = PyObject_GetAttr(stream, S_received);
-    if (received == NULL) return NULL;
-    r = PyLong_CheckExact(received) ? PyObject_RichCompareBool(received, offset, Py_EQ) : 0;
-    Py_DECREF(received);
-    if (r <= 0) return r < 0 ? NULL : Py_None;
+    if (offset != NULL) { /* (NULL: an empty row, whose offset says nothing) */
+        PyObject *received = PyObject_GetAttr(stream, S_received);
+        if (received == NULL) return NULL;
+        r = PyLong_CheckExact(received) ? PyObject_RichCompareBool(received, offset, Py_EQ) : 0;
+        Py_DECREF(received);
+        if (r <= 0) return r < 0 ? NULL : Py_None;
+    }
     PyObject *p = PyObject_GetAttr(stream, S_pusher);
     if (p == NULL) return NULL;
     if (Py_TYPE(p) != &detok_TextPusherType) {
@@ -163,7 +167,8 @@ done:
 static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject *count, PyObject *run) {
     PyObject *waiter = NULL;
     TextPusher *pusher = NULL;
-    PyObject *s = direct_stream(stream, offset, &waiter, &pusher);
+    Py_ssize_t chars = PyUnicode_GET_LENGTH(text);
+    PyObject *s = direct_stream(stream, chars > 0 ? offset : NULL, &waiter, &pusher);
     if (s == NULL) return -1;
     if (s == Py_None) return 0;
     PyObject *items = NULL, *run_end = NULL;
@@ -180,8 +185,8 @@ static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject
     int r = count != NULL ? keep_count(stream, count) : 0;
     if (r == 0 && run_end != NULL) r = PyObject_SetAttr(stream, S_next_token, run_end);
     PyObject *end = NULL;
-    if (r == 0) {
-        PyObject *len = PyLong_FromSsize_t(PyUnicode_GET_LENGTH(text));
+    if (r == 0 && chars > 0) {
+        PyObject *len = PyLong_FromSsize_t(chars);
         end = len == NULL ? NULL : PyNumber_Add(offset, len);
         Py_XDECREF(len);
         r = end == NULL ? -1 : PyObject_SetAttr(stream, S_received, end);
@@ -251,7 +256,7 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
             if (PyErr_Occurred()) goto error;
             continue; /* no open stream: nothing to do */
         }
-        if (Py_TYPE(stream) == (PyTypeObject *)type && PyUnicode_CheckExact(text) && PyUnicode_GET_LENGTH(text) > 0) {
+        if (Py_TYPE(stream) == (PyTypeObject *)type && PyUnicode_CheckExact(text)) {
             r = finished != NULL ? PySet_Contains(finished, rid) : 0;
             if (r == 0 && left_rids != NULL) r = PySet_Contains(left_rids, rid);
             PyObject *index = NULL, *run = NULL; /* (borrowed) */
@@ -261,6 +266,12 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
                 run = PyTuple_CheckExact(pair) ? PyTuple_GET_ITEM(pair, 1) : Py_None;
             }
             if (r == 0 && run == Py_None) r = 1; /* the Python path's */
+            if (r == 0 && run == NULL && PyUnicode_GET_LENGTH(text) == 0) {
+                /* an empty row without entries says nothing but its token count (the Python loop's) */
+                r = counts != NULL ? keep_count(stream, PyList_GET_ITEM(counts, k)) : 0;
+                if (r < 0) goto error;
+                continue;
+            }
             if (r == 0) {
                 Py_INCREF(stream); /* (a write may run code that closes it) */
                 r = push_row(stream, text, PyList_GET_ITEM(offsets, k), counts != NULL ? PyList_GET_ITEM(counts, k) : NULL, run);
