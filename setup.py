@@ -28,5 +28,7 @@ setup(
         Extension("detok.frontend._chunkpush", ["detok/frontend/_chunkpush.c", "detok/frontend/_directrows.c"],
                   depends=["detok/frontend/_textpusher.h"], optional=True),
         Extension("detok.receiver._logprobrows", ["detok/receiver/_logprobrows.c"], optional=True),
+        # the frontend's latency clock, ticked once per streamed chunk
+        Extension("detok.frontend._latency", ["detok/frontend/_latency.c"], optional=True),
     ]
 )

@@ -11,18 +11,31 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Callable
 from typing import Any
 
 from detok.metrics import FrontendMetrics
 
+try:  # the per-chunk clock in C (optional: the Python form below otherwise)
+    from detok.frontend._latency import Buckets as _Buckets
+    from detok.frontend._latency import TokenClock as _TokenClock
+except ImportError:  # pragma: no cover - a build without its C extensions
+    _Buckets = _TokenClock = None
+if time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)":  # pragma: no cover
+    _Buckets = _TokenClock = None  # (the compiled clock reads CLOCK_MONOTONIC; arrivals are perf_counter's)
+
 
 class BatchedHistogram:
-    def __init__(self, histogram: Any) -> None:
+    def __init__(self, histogram: Any, compiled: bool = True) -> None:
         self._histogram = histogram
         self._bulk = all(hasattr(histogram, a) for a in ("_upper_bounds", "_buckets", "_sum"))
         self._bounds: list[float] = list(histogram._upper_bounds) if self._bulk else []
         self._counts = [0] * len(self._bounds)
         self._total = 0.0
+        # the counts kept in C (a RequestTimer's compiled clock ticks into them), where built
+        self.buckets: Any = _Buckets(self._bounds) if compiled and self._bulk and _Buckets is not None else None
+        if self.buckets is not None:
+            self.observe = self.buckets.observe  # type: ignore[method-assign]
 
     def observe(self, value: float) -> None:
         if not self._bulk:
@@ -35,6 +48,8 @@ class BatchedHistogram:
     def flush(self) -> None:
         if not self._bulk:
             return
+        if self.buckets is not None:
+            self._counts, self._total = self.buckets.take()
         for i, count in enumerate(self._counts):
             if count:
                 self._histogram._buckets[i].inc(count)
@@ -63,16 +78,21 @@ class LatencyRecorder:
 
 
 class RequestTimer:
-    """One request's clock: feeds a LatencyRecorder (or nothing, without metrics)."""
+    """One request's clock: feeds a LatencyRecorder (or nothing, without metrics). `text()` at
+    each text-bearing chunk (the compiled TokenClock's where the recorder's histograms keep
+    their counts in C)."""
 
-    __slots__ = ("_recorder", "_arrival", "_last")
+    __slots__ = ("_recorder", "_arrival", "_last", "text")
 
     def __init__(self, recorder: LatencyRecorder | None, arrival: float) -> None:
         self._recorder = recorder
         self._arrival = arrival
         self._last: float | None = None
+        self.text: Callable[[], None] = self._text
+        if recorder is not None and recorder.ttft.buckets is not None and recorder.itl.buckets is not None:
+            self.text = _TokenClock(recorder.ttft.buckets, recorder.itl.buckets, arrival).text
 
-    def text(self) -> None:
+    def _text(self) -> None:
         if self._recorder is None:
             return
         now = time.perf_counter()

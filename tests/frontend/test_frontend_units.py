@@ -10,6 +10,8 @@ from pathlib import Path
 import msgspec
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detok.tokenizer.default import load_default_tokenizer
 from detok.frontend import sse
@@ -275,7 +277,8 @@ def test_error_finish():
 # ---- batched latency histograms ----------------------------------------------------------------
 
 
-def test_batched_histogram_matches_direct_observation():
+@pytest.mark.parametrize("compiled", [True, False])
+def test_batched_histogram_matches_direct_observation(compiled):
     from prometheus_client import Histogram
 
     from detok.frontend.latency import BatchedHistogram
@@ -283,7 +286,10 @@ def test_batched_histogram_matches_direct_observation():
     buckets = (0.001, 0.01, 0.1, 1.0)
     direct = Histogram("direct_seconds", "d", buckets=buckets, registry=None)
     batched_metric = Histogram("batched_seconds", "b", buckets=buckets, registry=None)
-    batched = BatchedHistogram(batched_metric)
+    batched = BatchedHistogram(batched_metric, compiled=compiled)
+    if compiled:
+        pytest.importorskip("detok.frontend._latency", reason="built without its C extensions")
+        assert batched.buckets is not None
     values = [0.0005, 0.001, 0.001001, 0.05, 0.1, 0.7, 3.0, 0.0, 0.01]
     for v in values:
         direct.observe(v)
@@ -298,6 +304,72 @@ def test_batched_histogram_matches_direct_observation():
     assert samples(batched_metric) == samples(direct)
     batched.flush()  # a second flush adds nothing
     assert samples(batched_metric) == samples(direct)
+
+
+@settings(max_examples=300, deadline=None)
+@given(bounds=st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=12, unique=True),
+       values=st.lists(st.one_of(st.floats(allow_nan=True), st.sampled_from([0.0, -0.0, 1.0, 0.5])), max_size=40))
+def test_compiled_buckets_count_as_bisect_left_does(bounds, values):
+    import bisect
+    import math
+
+    _latency = pytest.importorskip("detok.frontend._latency", reason="built without its C extensions")
+    bounds = [*sorted(bounds), math.inf]
+    values = [*values, *bounds[:-1]]  # (each bound itself: its own bucket)
+    acc = _latency.Buckets(bounds)
+    want = [0] * len(bounds)
+    for v in values:
+        acc.observe(v)
+        want[min(bisect.bisect_left(bounds, v), len(bounds) - 1)] += 1
+    counts, total = acc.take()
+    assert counts == want
+    running = 0.0
+    for v in values:
+        running += v  # (as the Python form adds them)
+    assert total == running or (math.isnan(total) and math.isnan(running))
+    assert acc.take() == ([0] * len(bounds), 0.0)  # (taken: reset)
+
+
+def test_compiled_request_timer_ticks_ttft_then_itl_on_perf_counters_clock():
+    import time
+
+    from detok.frontend.latency import LatencyRecorder, RequestTimer
+    from detok.metrics import frontend_metrics
+
+    pytest.importorskip("detok.frontend._latency", reason="built without its C extensions")
+    recorder = LatencyRecorder(frontend_metrics())
+    recorder.flush()
+    start = time.perf_counter()
+    timer = RequestTimer(recorder, start)
+    assert type(timer.text).__name__ == "builtin_function_or_method"  # (the compiled clock's)
+    for _ in range(5):
+        timer.text()
+        time.sleep(0.002)
+    elapsed = time.perf_counter() - start
+    ttft, itl = recorder.ttft.buckets.take(), recorder.itl.buckets.take()
+    assert sum(ttft[0]) == 1 and sum(itl[0]) == 4
+    assert 0 <= ttft[1] < 0.002 and 0.008 <= itl[1] <= elapsed  # (the clocks agree: perf_counter's)
+    python = RequestTimer(None, start)  # (no recorder: the Python form, a no-op)
+    python.text()
+
+
+def test_compiled_latency_types_refuse_bad_arguments():
+    _latency = pytest.importorskip("detok.frontend._latency", reason="built without its C extensions")
+    for bad, error in (([], ValueError), ([1.0, 1.0], ValueError), ([2.0, 1.0], ValueError), (["x"], TypeError),
+                       (3, TypeError), ([0.0] * 5000, ValueError)):
+        with pytest.raises(error):
+            _latency.Buckets(bad)
+    acc = _latency.Buckets([1.0])
+    with pytest.raises(TypeError):
+        acc.observe("x")
+    with pytest.raises(TypeError):
+        _latency.TokenClock(acc, object(), 0.0)
+    with pytest.raises(TypeError):
+        _latency.TokenClock(acc, acc, "now")
+    clock = _latency.TokenClock(acc, acc, 0.0)
+    assert clock.last is None
+    clock.text()
+    assert clock.last is not None
 
 
 # ---- error paths, content format, tool-call arguments, limits ------------------------------------
