@@ -66,3 +66,20 @@ def test_load_bench_asks_for_logprobs() -> None:
     assert load._body(load.LoadConfig("http://x", logprobs=3), 1)["logprobs"] == 3
     assert "logprobs" not in load._body(load.LoadConfig("http://x"), 1)
     assert load._parse_args(["--url", "http://x", "--logprobs", "2"]).logprobs == 2
+
+
+def test_push_rows_bench_writes_the_same_chunks_both_ways() -> None:
+    """bench/push_rows.py: with and without the direct rows, every message dispatched, the same
+    chunks written (what is timed is the same work; the times are its report, never asserted)."""
+    pytest.importorskip("detok.frontend._chunkpush", reason="built without its C extensions")
+    from bench import push_rows
+
+    tok = detok.load_tokenizer("mock")
+    outputs = np.array([tok.encode("hello world, this is a test of it")[:8]] * 6, dtype=np.uint32).T.copy()
+    w = Workload([[1, 2]] * 6, outputs, 1)
+    table = LogprobTable.make(outputs, 2, tok.vocab_size)
+    rids = list(range(w.requests))
+    for messages, items in ((logprobs_frontend.frontend_messages(tok, w, None), False),
+                            (logprobs_frontend.frontend_messages(tok, w, table, "chat"), True)):
+        queue, direct = push_rows.run_once(messages, rids, items, False), push_rows.run_once(messages, rids, items, True)
+        assert queue[1] == direct[1] > 0 and queue[0] >= 0 and direct[0] >= 0
