@@ -155,6 +155,7 @@ static int TextPusher_clear(TextPusher *t) {
     Py_CLEAR(t->suffix);
     Py_CLEAR(t->mid);
     Py_CLEAR(t->items_suffix);
+    Py_CLEAR(t->reasoning);
     return 0;
 }
 
@@ -183,9 +184,10 @@ int detok_pusher_ready(TextPusher *t) {
     return r < 0 ? -1 : !r;
 }
 
-/* the chunk of `text` (and, in chat items mode, of `items`: a non-empty list, or NULL), the clock
- * ticked, written: 0, or -1 with an exception set */
-static int write_chunk(TextPusher *t, PyObject *text, PyObject *items) {
+/* the chunk of `text` (and, in chat items mode, of `items`: a non-empty list, or NULL) after
+ * `prefix` (the text's, or a typed pusher's reasoning prefix), the clock ticked, written: 0, or -1
+ * with an exception set */
+static int write_chunk(TextPusher *t, PyObject *prefix, PyObject *text, PyObject *items) {
     Py_ssize_t n;
     const char *u = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &n) : NULL;
     if (u == NULL) { /* not encodable: raised, as the Python pusher's encoder raises */
@@ -193,7 +195,7 @@ static int write_chunk(TextPusher *t, PyObject *text, PyObject *items) {
         return -1;
     }
     PyObject *chunk = items == NULL
-        ? frame(PyBytes_AS_STRING(t->prefix), PyBytes_GET_SIZE(t->prefix), u, n, PyBytes_AS_STRING(t->suffix),
+        ? frame(PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix), u, n, PyBytes_AS_STRING(t->suffix),
                 PyBytes_GET_SIZE(t->suffix))
         : frame_with(PyBytes_AS_STRING(t->prefix), PyBytes_GET_SIZE(t->prefix), u, n, t->mid, items,
                      PyBytes_AS_STRING(t->items_suffix), PyBytes_GET_SIZE(t->items_suffix));
@@ -214,7 +216,11 @@ static int write_chunk(TextPusher *t, PyObject *text, PyObject *items) {
 }
 
 int detok_push_chunk(TextPusher *t, PyObject *text, PyObject *items) {
-    return write_chunk(t, text, items);
+    return write_chunk(t, t->prefix, text, items);
+}
+
+int detok_push_reasoning(TextPusher *t, PyObject *text) {
+    return write_chunk(t, t->reasoning, text, NULL);
 }
 
 static PyObject *push(TextPusher *t, PyObject *stream) {
@@ -241,7 +247,7 @@ static PyObject *push(TextPusher *t, PyObject *stream) {
         items = PyTuple_GET_ITEM(taken, 1);
         if (items == Py_None || PyList_GET_SIZE(items) == 0) items = NULL; /* no entries: logprobs null */
     }
-    r = write_chunk(t, text, items);
+    r = write_chunk(t, t->prefix, text, items);
     Py_DECREF(taken);
     if (r < 0) return NULL;
     Py_RETURN_TRUE;
@@ -257,11 +263,17 @@ static PyObject *TextPusher_vectorcall(PyObject *self, PyObject *const *args, si
 
 static PyObject *TextPusher_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"fallback", "flow", "cycle", "write", "timer_text", "prefix", "suffix", "mid", "items_suffix",
-                         NULL};
+                         "typed", "reasoning", NULL};
     PyObject *fallback, *flow, *cycle, *write, *timer_text, *prefix, *suffix, *mid = NULL, *items_suffix = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOSS|SS", kw, &fallback, &flow, &cycle, &write, &timer_text, &prefix,
-                                     &suffix, &mid, &items_suffix))
+    PyObject *reasoning = Py_None;
+    int typed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOSS|SS$pO", kw, &fallback, &flow, &cycle, &write, &timer_text,
+                                     &prefix, &suffix, &mid, &items_suffix, &typed, &reasoning))
         return NULL;
+    if ((reasoning != Py_None && !(typed && PyBytes_CheckExact(reasoning))) || (typed && mid != NULL)) {
+        PyErr_SetString(PyExc_TypeError, "reasoning: bytes, for a typed pusher only; a typed pusher has no items mode");
+        return NULL;
+    }
     if ((mid == NULL) != (items_suffix == NULL) || (mid != NULL && !(PyBytes_CheckExact(mid) && PyBytes_CheckExact(items_suffix)))) {
         PyErr_SetString(PyExc_TypeError, "mid and items_suffix: both bytes (chat items mode) or neither");
         return NULL;
@@ -285,6 +297,8 @@ static PyObject *TextPusher_new(PyTypeObject *type, PyObject *args, PyObject *kw
     t->suffix = Py_NewRef(suffix);
     t->mid = Py_XNewRef(mid);
     t->items_suffix = Py_XNewRef(items_suffix);
+    t->typed = typed;
+    t->reasoning = reasoning == Py_None ? NULL : Py_NewRef(reasoning);
     t->vectorcall = TextPusher_vectorcall;
     return (PyObject *)t;
 }
@@ -298,8 +312,9 @@ PyTypeObject detok_TextPusherType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.frontend._chunkpush.TextPusher",
     .tp_basicsize = sizeof(TextPusher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "TextPusher(fallback, flow, cycle, write, timer_text, prefix, suffix[, mid, items_suffix]): a text-only "
-              "chunk pusher, or with mid and items_suffix one of text and the workers' chat logprobs items",
+    .tp_doc = "TextPusher(fallback, flow, cycle, write, timer_text, prefix, suffix[, mid, items_suffix], *, typed=False, "
+              "reasoning=None): a text-only chunk pusher, or with mid and items_suffix one of text and the workers' chat "
+              "logprobs items; typed: a parsed chat choice's, reasoning the prefix of its reasoning chunks (None: not shown)",
     .tp_new = TextPusher_new,
     .tp_dealloc = (destructor)TextPusher_dealloc,
     .tp_traverse = (traverseproc)TextPusher_traverse,
@@ -312,7 +327,8 @@ PyTypeObject detok_TextPusherType = {
 static PyMethodDef methods[] = {
     {"frame_text", frame_text, METH_VARARGS, "frame_text(prefix, text, suffix) -> the framed chunk of `text`"},
     {"push_rows", (PyCFunction)(void (*)(void))detok_push_rows, METH_FASTCALL,
-     "push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries) -> the rows left to the caller "
+     "push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries, kinds) -> the rows left to the "
+     "caller "
      "(see _directrows.c)"},
     {NULL, NULL, 0, NULL},
 };

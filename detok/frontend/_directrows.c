@@ -1,7 +1,7 @@
 /* A received batch's text rows written to their connections as they are dispatched
  * (DeltaReceiver.direct_rows, installed by the HTTP frontend; part of detok.frontend._chunkpush).
  *
- * push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries) -> list[int] | None
+ * push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries, kinds) -> list[int] | None
  *
  * Per row k (rids, texts, offsets: lists of one length; counts: a list of that length, or None;
  * finished: a set of the rids this batch finishes, or None; entries: the batch's (rid, TokenLogprobs)
@@ -24,6 +24,14 @@
  * raises is handed to the consumer as the Python `_push` hands it (the pusher dropped, the error
  * kept for the consumer to raise, its waiter woken).
  *
+ * kinds (DeltaBatch.kinds: a uint8 per row, or None): a parsed request's row of reasoning (1) or
+ * content (2), without entries, whose stream has a TypedState with nothing waiting and expects that
+ * offset of that kind, and a typed TextPusher (pusher_for of a parsed chat choice without logprobs
+ * or per-chunk usage) is written at once as TypedChoice.chunks renders a delta of it alone: the
+ * content's text chunk, the reasoning's field chunk (nothing when the request does not show its
+ * reasoning, and then no clock tick either); the state's count of that kind advanced. Tool-call
+ * arguments (3) are the caller's.
+ *
  * Every other row is left untouched to the caller, and so is every later row of a request one of
  * whose rows was left (its rows stay in order): returned are their indices in order (None: no row
  * left). A rid with no open stream needs nothing and is not returned. Why: the Python path is
@@ -32,7 +40,8 @@
 #include "_textpusher.h"
 
 static PyObject *S_pusher, *S_push_queued, *S_chunks, *S_logprobs, *S_finish, *S_typed, *S_received, *S_waiter,
-    *S_tokens, *S_push_error, *S_done, *S_set_result, *S_first, *S_items, *S_token_ids, *S_next_token;
+    *S_tokens, *S_push_error, *S_done, *S_set_result, *S_first, *S_items, *S_token_ids, *S_next_token, *S_reasoning,
+    *S_content, *S_new_reasoning, *S_new_calls;
 
 int detok_directrows_init(void) {
     return (S_pusher = PyUnicode_InternFromString("_pusher")) && (S_push_queued = PyUnicode_InternFromString("_push_queued"))
@@ -44,6 +53,9 @@ int detok_directrows_init(void) {
         && (S_first = PyUnicode_InternFromString("first")) && (S_items = PyUnicode_InternFromString("items"))
         && (S_token_ids = PyUnicode_InternFromString("token_ids"))
         && (S_next_token = PyUnicode_InternFromString("_next_token"))
+        && (S_reasoning = PyUnicode_InternFromString("reasoning")) && (S_content = PyUnicode_InternFromString("content"))
+        && (S_new_reasoning = PyUnicode_InternFromString("new_reasoning"))
+        && (S_new_calls = PyUnicode_InternFromString("new_calls"))
         ? 0 : -1;
 }
 
@@ -67,13 +79,13 @@ static int attr_empty_list(PyObject *stream, PyObject *name) {
 
 /* the row's stream if it can be written at once (a new reference), Py_None (borrowed) if not, NULL
  * on an error; *waiter: the stream's waiter (a new reference) when the stream is given */
-static PyObject *direct_stream(PyObject *stream, PyObject *offset, PyObject **waiter, TextPusher **pusher) {
+static PyObject *direct_stream(PyObject *stream, PyObject *offset, PyObject **waiter, TextPusher **pusher, int typed) {
     int r;
     if ((r = attr_is(stream, S_push_queued, Py_False)) <= 0 || (r = attr_is(stream, S_finish, Py_None)) <= 0
-        || (r = attr_is(stream, S_typed, Py_None)) <= 0 || (r = attr_empty_list(stream, S_chunks)) <= 0
+        || (!typed && (r = attr_is(stream, S_typed, Py_None)) <= 0) || (r = attr_empty_list(stream, S_chunks)) <= 0
         || (r = attr_empty_list(stream, S_logprobs)) <= 0)
         return r < 0 ? NULL : Py_None;
-    if (offset != NULL) { /* (NULL: an empty row, whose offset says nothing) */
+    if (offset != NULL && !typed) { /* (NULL: an empty row, whose offset says nothing; typed: the caller's) */
         PyObject *received = PyObject_GetAttr(stream, S_received);
         if (received == NULL) return NULL;
         r = PyLong_CheckExact(received) ? PyObject_RichCompareBool(received, offset, Py_EQ) : 0;
@@ -82,7 +94,7 @@ static PyObject *direct_stream(PyObject *stream, PyObject *offset, PyObject **wa
     }
     PyObject *p = PyObject_GetAttr(stream, S_pusher);
     if (p == NULL) return NULL;
-    if (Py_TYPE(p) != &detok_TextPusherType) {
+    if (Py_TYPE(p) != &detok_TextPusherType || (typed && !((TextPusher *)p)->typed)) {
         Py_DECREF(p);
         return Py_None;
     }
@@ -168,7 +180,7 @@ static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject
     PyObject *waiter = NULL;
     TextPusher *pusher = NULL;
     Py_ssize_t chars = PyUnicode_GET_LENGTH(text);
-    PyObject *s = direct_stream(stream, chars > 0 ? offset : NULL, &waiter, &pusher);
+    PyObject *s = direct_stream(stream, chars > 0 ? offset : NULL, &waiter, &pusher, 0);
     if (s == NULL) return -1;
     if (s == Py_None) return 0;
     PyObject *items = NULL, *run_end = NULL;
@@ -201,6 +213,43 @@ static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject
     return r < 0 ? -1 : 1;
 }
 
+/* a parsed request's row of one kind (1 reasoning, 2 content: `have`, its TypedState's char count
+ * of that kind) written at once: 1; left to the caller: 0; an error: -1. As the Python path: the
+ * state's count advanced, the content's text chunk or the reasoning's field chunk (none when the
+ * request does not show its reasoning: the consumer would render nothing for it) written. */
+static int push_typed_row(PyObject *stream, int kind, PyObject *text, PyObject *offset, PyObject *count) {
+    PyObject *state = PyObject_GetAttr(stream, S_typed);
+    if (state == NULL) return -1;
+    PyObject *have_name = kind == 1 ? S_reasoning : S_content, *have = NULL, *waiter = NULL, *s = Py_None, *end = NULL;
+    TextPusher *pusher = NULL;
+    int r = state == Py_None ? 0 : attr_empty_list(state, S_new_reasoning); /* (no state yet: the Python path makes it) */
+    if (r == 1) r = attr_empty_list(state, S_new_calls);
+    if (r == 1 && (have = PyObject_GetAttr(state, have_name)) == NULL) r = -1;
+    if (r == 1) r = PyLong_CheckExact(have) ? PyObject_RichCompareBool(have, offset, Py_EQ) : 0;
+    if (r == 1) {
+        s = direct_stream(stream, offset, &waiter, &pusher, 1);
+        r = s == NULL ? -1 : s != Py_None;
+    }
+    if (r == 1 && count != NULL && keep_count(stream, count) < 0) r = -1;
+    if (r == 1) {
+        PyObject *len = PyLong_FromSsize_t(PyUnicode_GET_LENGTH(text));
+        end = len == NULL ? NULL : PyNumber_Add(offset, len);
+        Py_XDECREF(len);
+        if (end == NULL || PyObject_SetAttr(state, have_name, end) < 0) r = -1;
+    }
+    if (r == 1 && (kind == 2 || pusher->reasoning != NULL)) {
+        int w = kind == 2 ? detok_push_chunk(pusher, text, NULL) : detok_push_reasoning(pusher, text);
+        if (w < 0 && hand_over(stream, waiter) < 0) r = -1;
+    }
+    Py_DECREF(state);
+    Py_XDECREF(have);
+    Py_XDECREF(end);
+    Py_XDECREF(waiter);
+    Py_XDECREF(pusher);
+    if (s != Py_None) Py_XDECREF(s);
+    return r;
+}
+
 /* rid -> the index in `entries` of its one run (Py_None: several), or NULL on an error */
 static PyObject *runs_by_rid(PyObject *entries) {
     PyObject *runs = PyDict_New();
@@ -227,9 +276,18 @@ error:
 }
 
 PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries)");
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries, kinds)");
         return NULL;
+    }
+    const unsigned char *kinds = NULL;
+    if (args[8] != Py_None) {
+        if (!PyBytes_CheckExact(args[8])) {
+            PyErr_SetString(PyExc_TypeError, "push_rows: kinds must be bytes or None");
+            return NULL;
+        }
+        kinds = (const unsigned char *)PyBytes_AS_STRING(args[8]);
     }
     PyObject *streams = args[0], *type = args[1], *rids = args[2], *texts = args[3], *offsets = args[4];
     PyObject *counts = args[5] == Py_None ? NULL : args[5], *finished = args[6] == Py_None ? NULL : args[6];
@@ -241,7 +299,8 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(rids);
-    if (PyList_GET_SIZE(texts) != n || PyList_GET_SIZE(offsets) != n || (counts != NULL && PyList_GET_SIZE(counts) != n)) {
+    if (PyList_GET_SIZE(texts) != n || PyList_GET_SIZE(offsets) != n || (counts != NULL && PyList_GET_SIZE(counts) != n)
+        || (kinds != NULL && PyBytes_GET_SIZE(args[8]) != n)) {
         PyErr_SetString(PyExc_ValueError, "push_rows: the columns differ in length");
         return NULL;
     }
@@ -266,6 +325,23 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
                 run = PyTuple_CheckExact(pair) ? PyTuple_GET_ITEM(pair, 1) : Py_None;
             }
             if (r == 0 && run == Py_None) r = 1; /* the Python path's */
+            int kind = kinds != NULL ? kinds[k] : 0;
+            if (kind != 0) { /* a parsed request's row: reasoning or content without entries, at once */
+                int written = 0;
+                if (r == 0 && run == NULL && kind <= 2) {
+                    if (PyUnicode_GET_LENGTH(text) == 0) { /* (says nothing but its token count) */
+                        if (counts != NULL && keep_count(stream, PyList_GET_ITEM(counts, k)) < 0) goto error;
+                        continue;
+                    }
+                    Py_INCREF(stream);
+                    written = push_typed_row(stream, kind, text, PyList_GET_ITEM(offsets, k),
+                                             counts != NULL ? PyList_GET_ITEM(counts, k) : NULL);
+                    Py_DECREF(stream);
+                    if (written < 0) goto error;
+                }
+                if (written) continue;
+                r = 1; /* left to the caller (below) */
+            }
             if (r == 0 && run == NULL && PyUnicode_GET_LENGTH(text) == 0) {
                 /* an empty row without entries says nothing but its token count (the Python loop's) */
                 r = counts != NULL ? keep_count(stream, PyList_GET_ITEM(counts, k)) : 0;

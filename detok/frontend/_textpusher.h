@@ -9,6 +9,10 @@ typedef struct {
     PyObject_HEAD
     PyObject *fallback, *flow, *cycle, *write, *timer_text, *prefix, *suffix;
     PyObject *mid, *items_suffix; /* chat items mode (NULL: text alone) */
+    /* a parsed chat choice's pusher (typed: reasoning and content rows written by push_rows; the
+     * stream's own pushes go to the fallback): the reasoning chunk's prefix, NULL when not shown */
+    int typed;
+    PyObject *reasoning;
     vectorcallfunc vectorcall;
 } TextPusher;
 
@@ -19,6 +23,8 @@ int detok_pusher_ready(TextPusher *t);
 /* the chunk of `text` (and in chat items mode of `items`, a non-empty list; else NULL), the clock
  * ticked, written: 0, or -1 with an exception set */
 int detok_push_chunk(TextPusher *t, PyObject *text, PyObject *items);
+/* a typed pusher's reasoning chunk of `text` (t->reasoning set), the clock ticked, written */
+int detok_push_reasoning(TextPusher *t, PyObject *text);
 /* push_rows(...), the module function (see _directrows.c) */
 PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 int detok_directrows_init(void);

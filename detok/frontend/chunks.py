@@ -60,6 +60,13 @@ class ChunkRenderer:
             raise ValueError("rendered logprobs items are chat's")
         return b"}" + _OPEN_TAIL + b'{"content":[', b"]}" + _END
 
+    def field_prefix(self, index: int, key: str) -> bytes:
+        """What comes before the string value's JSON in `field(index, key, value)` without
+        logprobs, usage or extra choice fields; text_frame's `after` follows it (chat)."""
+        if not self._chat:
+            raise ValueError("delta fields are for chat chunks only")
+        return self._delta_heads[index] + _encode(key) + b":"
+
     def field(self, index: int, key: str, value: Any, logprobs: Any = None, usage: Any = None,
               choice_extra: bytes = b"") -> bytes:
         """A chat chunk whose delta is the one field `key` (the reasoning, or `tool_calls`)."""

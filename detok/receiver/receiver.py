@@ -51,7 +51,7 @@ FINISHED_GENS_MAX = 65_536
 
 
 DirectRows = Callable[[dict[int, RequestStream], type, list[int], list[str], list[int], list[int] | None, set[int] | None,
-                       list[tuple[int, TokenLogprobs] | None] | None], list[int] | None]
+                       list[tuple[int, TokenLogprobs] | None] | None, bytes | None], list[int] | None]
 
 
 class DeltaReceiver:
@@ -94,9 +94,9 @@ class DeltaReceiver:
         # Rows written to their connections as they are dispatched, where the stream's pusher can
         # (the HTTP frontend installs `detok.frontend._chunkpush.push_rows`): called with the open
         # streams, the stream type, the row columns, the token counts (or None), the rids this
-        # batch finishes (or None) and its logprob (rid, run) pairs (or None; a run it writes with
-        # its row, it sets to None); returns the indices of the rows it left (None: none), which
-        # the dispatch then applies as usual.
+        # batch finishes (or None), its logprob (rid, run) pairs (or None; a run it writes with
+        # its row, it sets to None) and its row kinds (or None); returns the indices of the rows
+        # it left (None: none), which the dispatch then applies as usual.
         self.direct_rows: DirectRows | None = None
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
@@ -215,14 +215,16 @@ class DeltaReceiver:
             streams = {r: s for r, s in streams.items() if r not in stale}
             get = streams.get
         rows: Iterable[tuple[int, str, int]] = zip(rids, texts, offsets)
-        if self.direct_rows is not None and not kinds:
+        if self.direct_rows is not None:
             left = self.direct_rows(streams, RequestStream, rids, texts, offsets, counts,
-                                    {d.rid for d in batch.finished} if batch.finished else None, entries or None)
+                                    {d.rid for d in batch.finished} if batch.finished else None, entries or None,
+                                    kinds or None)
             if left is None:
                 rows = ()
             elif len(left) < len(rids):
                 rows = [(rids[k], texts[k], offsets[k]) for k in left]
                 counts = [counts[k] for k in left] if counts is not None else None
+                kinds = bytes(kinds[k] for k in left) if kinds else kinds
         if kinds:  # typed requests' rows from the workers' compiled path among them
             for k, (rid, text, offset) in enumerate(rows):
                 stream = get(rid)

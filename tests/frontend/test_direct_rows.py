@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detok.frontend.chunks import ChunkRenderer
+from detok.frontend.typed_responses import TypedChoice
 from detok.receiver.receiver import DeltaReceiver
 from detok.receiver.request_stream import RequestDelta, RequestStream
 from detok.receiver.token_logprobs import TokenLogprobs
@@ -45,6 +46,8 @@ class _Conn:
         self.fail: BaseException | None = None
         self.log = log if log is not None else []  # the text written and taken, in order
         self.items: list[Any] = []  # the logprobs items written and taken, in order
+        self.events: list[bytes] = []  # a parsed request's chunks, written by the pusher or rendered by its consumer
+        self.reasoning: list[str] = []  # the reasoning written and taken (shown), in order
 
     def write(self, data: bytes) -> None:
         if self.fail is not None:
@@ -53,6 +56,10 @@ class _Conn:
         text, items = _parts(data)
         self.log.append(text)
         self.items += items
+        self.events.append(data)
+        reasoning = msgspec.json.decode(data.split(b"\r\n", 1)[1][len(b"data: "):-4])["choices"][0]["delta"].get("reasoning")
+        if reasoning:
+            self.reasoning.append(reasoning)
 
 
 _RENDER = ChunkRenderer("chat", "chatcmpl-1", 1, "m")
@@ -64,10 +71,14 @@ def _items_mode(rid: int) -> bool:  # (the odd rids' responses have chat logprob
     return rid % 2 == 1
 
 
+_TYPED = 2  # (this rid's request is parsed: reasoning and content rows, DeltaBatch.kinds)
+
+
 class _World:
     """One receiver with streams whose consumers take what their pushers leave (as the app's)."""
 
-    def __init__(self, rx: DeltaReceiver, rids: list[int], direct: bool, items: bool = False) -> None:
+    def __init__(self, rx: DeltaReceiver, rids: list[int], direct: bool, items: bool = False,
+                 show_reasoning: bool | None = None) -> None:
         rx.direct_rows = push_rows if direct else None
         self.rx = rx
         self.logs: dict[int, list[str]] = {rid: [] for rid in rids}
@@ -79,8 +90,13 @@ class _World:
         for rid, stream in self.streams.items():
             conn = self.conns[rid]
             frame = (_MID, _ITEMS_END) if items and _items_mode(rid) else ()
+            typed: dict[str, Any] = {}
+            if show_reasoning is not None and rid == _TYPED:
+                typed = {"typed": True, "reasoning": _RENDER.field_prefix(0, "reasoning") if show_reasoning else None}
             stream.push_to(TextPusher(lambda s: False, conn.flow, conn.cycle, conn.write,
-                                      lambda rid=rid: self._tick(rid), _PREFIX, _SUFFIX, *frame))
+                                      lambda rid=rid: self._tick(rid), _PREFIX, _SUFFIX, *frame, **typed))
+        self.typed = TypedChoice("reasoning", bool(show_reasoning), True, False, True)
+        self.show = show_reasoning
         self.tasks = [asyncio.ensure_future(self._consume(rid)) for rid in rids]
 
     def _tick(self, rid: int) -> None:
@@ -98,6 +114,14 @@ class _World:
                 continue
             self.taken[rid].append(delta)
             self.logs[rid].append(delta.text)
+            if rid == _TYPED and self.show is not None:
+                # (as the app's consumer renders a parsed choice's delta: one tick if it sends anything)
+                chunks = self.typed.chunks(_RENDER, 0, delta, None)
+                if chunks:
+                    self._tick(rid)
+                self.conns[rid].events += [b"%x\r\n%b\r\n" % (len(c), c) for c in chunks]
+                if delta.reasoning and self.typed.include_reasoning:
+                    self.conns[rid].reasoning.append(delta.reasoning)
             if delta.logprobs is not None:
                 self.conns[rid].items += [msgspec.json.decode(i) for i in delta.logprobs.items or ()]
 
@@ -114,10 +138,10 @@ def _parts(chunk: bytes) -> tuple[str, list[Any]]:
     size, rest = chunk.split(b"\r\n", 1)
     body = rest[:-2]
     assert int(size, 16) == len(body) and rest.endswith(b"\r\n")
-    assert body.startswith(_PREFIX) and body.endswith(b"\n\n")
+    assert body.startswith(_RENDER.field_prefix(0, "")[:-3]) and body.endswith(b"\n\n")  # (up to the delta)
     choice = msgspec.json.decode(body[len(b"data: "):-2])["choices"][0]
     logprobs = choice["logprobs"]
-    return choice["delta"]["content"], (logprobs["content"] if logprobs is not None else [])
+    return choice["delta"].get("content", ""), (logprobs["content"] if logprobs is not None else [])
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +160,8 @@ def _plans(draw: Any) -> list[list[tuple[str, Any]]]:
     """Loop turns, each a list of actions: ("pause", rid, bool) first (a client that stops or
     starts reading, seen by both paths alike), then ("batch", rows, finished)."""
     nrids = draw(st.integers(1, 4))
-    lengths = {rid: 0 for rid in range(nrids)}
+    lengths: dict[Any, int] = {rid: 0 for rid in range(nrids)}
+    lengths.update({(_TYPED, kind): 0 for kind in (1, 2, 3)})
     tokens = {rid: 0 for rid in range(nrids)}
     turns = []
     for _ in range(draw(st.integers(1, 8))):
@@ -145,14 +170,17 @@ def _plans(draw: Any) -> list[list[tuple[str, Any]]]:
             if draw(st.integers(0, 5)) == 0:
                 actions.append(("pause", draw(st.integers(0, nrids - 1)), draw(st.booleans())))
                 continue
-            rows, finished = [], []
+            rows, finished, kinds = [], [], []
             for rid in draw(st.lists(st.integers(0, nrids + 1), max_size=4)):  # (nrids, nrids+1: not open)
                 text = draw(_TEXTS)
-                have = lengths.get(rid, 0)
+                kind = draw(st.sampled_from([1, 1, 2, 2, 2, 3])) if rid == _TYPED and nrids > _TYPED else 0
+                key = (rid, kind) if kind else rid
+                have = lengths.get(key, 0)
                 offset = draw(st.sampled_from([have, have, have, max(0, have - 1), have + 1]))
                 rows.append((rid, text, offset))
-                if rid in lengths and offset <= have:
-                    lengths[rid] = max(have, offset + len(text))
+                kinds.append(kind)
+                if key in lengths and offset <= have:
+                    lengths[key] = max(have, offset + len(text))
             if draw(st.integers(0, 6)) == 0:
                 rid = draw(st.integers(0, nrids - 1))
                 finished.append(rid)
@@ -166,17 +194,19 @@ def _plans(draw: Any) -> list[list[tuple[str, Any]]]:
                 runs.append((rid, first, count, rid != 3))  # (a request's entries are all rendered or none)
                 if first <= have:
                     tokens[rid] = max(have, first + count)
-            actions.append(("batch", rows, finished, runs))
+            actions.append(("batch", rows, finished, [r for r in runs if r[0] != _TYPED], kinds if any(kinds) else None))
         turns.append(sorted(actions, key=lambda a: a[0] != "pause"))
-    return [[("rids", nrids, None)], *turns]
+    return [[("rids", nrids, draw(st.booleans()))], *turns]
 
 
 def _batch(rows: list[tuple[int, str, int]], finished: list[int], counter: list[int],
-           runs: list[tuple[int, int, int, bool]] = ()) -> DeltaBatch:
+           runs: list[tuple[int, int, int, bool]] = (), kinds: list[int] | None = None) -> DeltaBatch:
     batch = DeltaBatch.from_rows(0, 0.0, [r for r, _, _ in rows], [t for _, t, _ in rows], [o for _, _, o in rows],
                                  [RequestFinished(rid, Finish("length"), 7) for rid in finished])
     counter[0] += 1
     batch.num_tokens = pack_u32([counter[0] + k for k in range(len(rows))])
+    if kinds:
+        batch.kinds = bytes(kinds)
     if runs:  # (split_logprobs, patched below, gives them as the receiver's entries)
         batch.logprobs = [(rid, _run(rid, first, count, rendered)) for rid, first, count, rendered in runs]
     return batch
@@ -203,7 +233,7 @@ async def _play(world: _World, plan: list[list[tuple[str, Any]]]) -> None:
             if action[0] == "pause":
                 world.conns[action[1]].flow.write_paused = action[2]
             else:
-                world.rx.dispatch(_batch(action[1], action[2], counter, action[3]))
+                world.rx.dispatch(_batch(action[1], action[2], counter, action[3], action[4]))
         await asyncio.sleep(0)  # one loop turn: the pushes of the Python path
         await asyncio.sleep(0)
     for conn in world.conns.values():
@@ -225,7 +255,7 @@ def test_any_batches_give_the_same_output_with_the_direct_rows_as_without(receiv
     async def run(rx: DeltaReceiver, direct: bool) -> _World:
         for rid in [*rids, nrids, nrids + 1]:
             rx.discard(rid)
-        world = _World(rx, rids, direct, items=True)
+        world = _World(rx, rids, direct, items=True, show_reasoning=plan[0][0][2])
         await _play(world, plan)
         await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
         return world
@@ -239,11 +269,15 @@ def test_any_batches_give_the_same_output_with_the_direct_rows_as_without(receiv
     for rid in rids:
         assert direct.text(rid) == python.text(rid)
         assert direct.conns[rid].items == python.conns[rid].items
+        assert "".join(direct.conns[rid].reasoning) == "".join(python.conns[rid].reasoning)
         a, b = direct.streams[rid], python.streams[rid]
         assert (a._received, a._tokens, a._next_token, a.finish, a.num_tokens) == (
             b._received, b._tokens, b._next_token, b.finish, b.num_tokens)
         assert [d.finish for d in direct.taken[rid]][-1:] == [d.finish for d in python.taken[rid]][-1:]
-        if single:  # one batch a turn: the same chunks, deltas and clock ticks
+        if single and rid == _TYPED:  # a parsed request: the same chunks, whoever wrote them, and ticks
+            assert direct.conns[rid].events == python.conns[rid].events
+            assert direct.ticks[rid] == python.ticks[rid]
+        elif single:  # one batch a turn: the same chunks, deltas and clock ticks
             assert direct.conns[rid].out == python.conns[rid].out
             assert direct.taken[rid] == python.taken[rid]
             assert direct.ticks[rid] == python.ticks[rid]
@@ -292,6 +326,35 @@ def test_a_row_and_its_rendered_entries_are_written_together_by_the_dispatch(rec
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("show", [True, False])
+def test_a_parsed_requests_reasoning_and_content_rows_are_written_by_the_dispatch(receivers, show) -> None:
+    async def run() -> None:
+        rx = receivers[0]
+        rx.discard(_TYPED)
+        world = _World(rx, [_TYPED], direct=True, show_reasoning=show)
+        await asyncio.sleep(0)
+        conn, stream = world.conns[_TYPED], world.streams[_TYPED]
+        rx.dispatch(_batch([(_TYPED, "Hi", 0)], [], [0], kinds=[2]))  # (no typed state yet: the Python path's)
+        assert conn.out == [] and stream._typed is not None
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert [d.text for d in world.taken[_TYPED]] == ["Hi"] and world.ticks[_TYPED] == 1  # (the consumer's)
+        rx.dispatch(_batch([(_TYPED, "Why", 0)], [], [0], kinds=[1]))
+        assert stream._typed.reasoning == 3 and stream._typed.new_reasoning == []
+        written = [_RENDER.field(0, "reasoning", "Why")] if show else []
+        assert conn.out == [b"%x\r\n%b\r\n" % (len(c), c) for c in written]
+        assert world.ticks[_TYPED] == 1 + len(written)
+        rx.dispatch(_batch([(_TYPED, " there", 2)], [], [0], kinds=[2]))
+        assert conn.out[-1] == b"%x\r\n%b\r\n" % (len(_RENDER.text(0, " there")), _RENDER.text(0, " there"))
+        assert stream._typed.content == 8 and stream._chunks == []
+        rx.dispatch(_batch([(_TYPED, "{}", 0)], [], [0], kinds=[3]))  # (tool-call arguments: the Python path's)
+        assert len(conn.out) == len(written) + 1
+        rx.fail_all("end")
+        await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
+
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize("error", [OSError("gone"), KeyboardInterrupt()])
 def test_a_write_that_raises_reaches_the_consumer_as_the_python_path_hands_it(receivers, error) -> None:
     async def run() -> None:
@@ -315,24 +378,24 @@ def test_a_write_that_raises_reaches_the_consumer_as_the_python_path_hands_it(re
 
 
 def test_hostile_arguments_are_clean_errors() -> None:
-    ok: list[Any] = [{}, RequestStream, [1], ["a"], [0], None, None, None]
+    ok: list[Any] = [{}, RequestStream, [1], ["a"], [0], None, None, None, None]
     with pytest.raises(TypeError):
-        push_rows(*ok[:7])
+        push_rows(*ok[:8])
     for k, bad in [(0, []), (1, 3), (2, (1,)), (3, "a"), (4, None), (5, (1,)), (6, [1]), (7, (1,)), (7, [None]),
-                   (7, [(1, 2, 3)])]:
+                   (7, [(1, 2, 3)]), (8, "x"), (8, [1])]:
         args = list(ok)
         args[k] = bad
         with pytest.raises(TypeError):
             push_rows(*args)
     with pytest.raises(ValueError, match="length"):
-        push_rows({}, RequestStream, [1, 2], ["a"], [0], None, None, None)
+        push_rows({}, RequestStream, [1, 2], ["a"], [0], None, None, None, None)
     with pytest.raises(ValueError, match="length"):
-        push_rows({}, RequestStream, [1], ["a"], [0], [1, 2], None, None)
+        push_rows({}, RequestStream, [1], ["a"], [0], [1, 2], None, None, None)
     # rows whose stream is not exactly the type, or whose text is not a str: the caller's, untouched
     other = types.SimpleNamespace(_received=0)
-    assert push_rows({1: other, 2: object()}, RequestStream, [1, 2, 3], ["a", "b", "c"], [0, 0, 0], None, None, None) == [0, 1]
+    assert push_rows({1: other, 2: object()}, RequestStream, [1, 2, 3], ["a", "b", "c"], [0, 0, 0], None, None, None, None) == [0, 1]
     assert other._received == 0
-    assert push_rows({}, RequestStream, [1], ["a"], [0], None, None, None) is None
+    assert push_rows({}, RequestStream, [1], ["a"], [0], None, None, None, None) is None
 
 
 def test_no_reference_is_leaked_over_many_rows(receivers) -> None:
@@ -346,7 +409,7 @@ def test_no_reference_is_leaked_over_many_rows(receivers) -> None:
         rows = [9]
         before = (sys.getrefcount(text), sys.getrefcount(stream), sys.getrefcount(rows[0]))
         for k in range(3000):
-            assert push_rows(rx._streams, RequestStream, rows, [text], [k * len(text)], [k + 1], None, None) is None
+            assert push_rows(rx._streams, RequestStream, rows, [text], [k * len(text)], [k + 1], None, None, None) is None
         assert len(world.conns[9].out) == 3000
         world.conns[9].out.clear()
         assert (sys.getrefcount(text), sys.getrefcount(stream), sys.getrefcount(rows[0])) == before
