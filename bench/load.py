@@ -63,6 +63,8 @@ class LoadConfig:
     ignore_eos: bool = True  # fixed-length outputs, comparable across points
     logprobs: int | None = None  # top alternatives per token (chat: logprobs + top_logprobs)
     system_chars: int = 0  # chat: a system message of this many characters, the same in every request
+    prompt: str | None = None  # the user message (None: "Request N: tell me a story."); with the stub's
+    # `--workload echo` it is also the output, e.g. "<think>...</think>..." for a reasoning parser
 
 
 def _system_text(chars: int) -> str:
@@ -79,7 +81,7 @@ def _body(cfg: LoadConfig, index: int) -> dict[str, Any]:
         "seed": index,
         "ignore_eos": cfg.ignore_eos,
     }
-    prompt = f"Request {index}: tell me a story."
+    prompt = cfg.prompt if cfg.prompt is not None else f"Request {index}: tell me a story."
     if cfg.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
         if cfg.system_chars:  # (an agent's instructions and tool descriptions: the same long text each time)
@@ -284,6 +286,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "10k chunks/s; use more on a machine with cores to spare)")
     p.add_argument("--system-chars", type=int, default=0, metavar="N",
                    help="chat: a system message of N characters (the same in every request)")
+    p.add_argument("--prompt", default=None, metavar="TEXT",
+                   help="the user message of every request (with the stub's --workload echo, also its output)")
     p.add_argument("--logprobs", type=int, default=None, metavar="N",
                    help="every request asks for logprobs with N alternatives (chat: top_logprobs=N; completions 0-5)")
     p.add_argument("--json", action="store_true", help="one JSON line per level on stdout")
@@ -298,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = SpawnedServer(args.serve_arg) if args.spawn else None
     url = server.url if server is not None else args.url.rstrip("/")
     cfg = LoadConfig(url, args.model, args.api_key, args.endpoint, args.max_tokens, args.duration, args.grace,
-                     logprobs=args.logprobs, system_chars=args.system_chars)
+                     logprobs=args.logprobs, system_chars=args.system_chars, prompt=args.prompt)
     results: list[PointResult] = []
     try:
         for level in levels:
