@@ -21,6 +21,11 @@
  * items, mid + the items joined with commas + items_suffix (`{"content":[...]}` and the chunk's end),
  * without, suffix (`"logprobs":null`) - ChunkPusher's bytes for that delta.
  *
+ * With typed=True (a parsed chat choice's pusher) the receiver's pass (`push_rows`,
+ * _directrows.c) writes its reasoning rows after `reasoning` (the delta's reasoning field; None:
+ * not shown) and its content rows as text; called itself, take_text gives None for typed output and
+ * the fallback (ChunkPusher, which declines it) is called, as before.
+ *
  * frame_text(prefix, text, suffix) -> bytes: the framed chunk alone (for the tests). */
 #include "_textpusher.h"
 #include <structmember.h>

@@ -83,7 +83,8 @@ class FrontendState:
         self.watch = SchedulerWatch(self.link.receiver, self.health, self.health_detail, self.scheduler_generation,
                                     self.scheduler_serving)
         self.tokenizer.encode_prompt("")  # (a backend's prompt tables built now, not at the first request)
-        # a text-only streamed response's rows written as the receiver dispatches them (one C pass)
+        # a streamed response's rows written as the receiver dispatches them where its compiled
+        # pusher can (one C pass over a batch: detok/frontend/_directrows.c)
         self.link.receiver.direct_rows = direct_rows
         eos = self.tokenizer.special_tokens.eos
         self.eos_id = self.tokenizer.token_to_id(eos) if eos is not None else None

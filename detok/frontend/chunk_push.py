@@ -88,23 +88,22 @@ def pusher_for(ctx: ResponseContext, render: ChunkRenderer, choices: Sequence[Ch
     (`ctx.direct`), one choice, every delta its own chunk, plain text. Without logprobs or
     per-chunk usage, on uvicorn's connection (`DirectWriter.parts`), the compiled `TextPusher`
     (`_chunkpush.c`): the same chunks as ChunkPusher's text-only branch, which it calls for
-    anything but text alone."""
+    anything but text alone. A parsed chat choice without logprobs or per-chunk usage gets a typed
+    compiled pusher, which only the receiver's pass (`_directrows.c`) writes with: its reasoning and
+    content rows, as `TypedChoice.chunks` renders a delta of one of them; everything else (tool
+    calls, the finish) stays the consumer's (ChunkPusher declines typed output)."""
     typed = choices[0].typed
     if ctx.direct is None or len(streams) != 1 or ctx.stream_interval > 1 or ctx.return_token_ids:
         return None
     pusher = ChunkPusher(ctx, render, choices[0], ctx.direct)
+    parts: Callable[[], tuple[Any, Any, Callable[[bytes], object]]] | None = getattr(ctx.direct, "parts", None)
     if typed is not None:
-        # a parsed choice: its reasoning and content rows written by the receiver's compiled pass
-        # (`_directrows.c`), as `TypedChoice.chunks` renders a delta of one of them; everything else
-        # (tool calls, the finish, logprobs, per-chunk usage) stays the consumer's
-        parts_of = getattr(ctx.direct, "parts", None)
-        if _TextPusher is None or not pusher.text_only or parts_of is None or ctx.kind != "chat":
+        if _TextPusher is None or not pusher.text_only or parts is None or ctx.kind != "chat":
             return None
-        flow, cycle, write = parts_of()
+        flow, cycle, write = parts()
         prefix, suffix = render.text_frame(0)
         shown = render.field_prefix(0, typed.field) if typed.include_reasoning else None
         return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix, typed=True, reasoning=shown)
-    parts: Callable[[], tuple[Any, Any, Callable[[bytes], object]]] | None = getattr(ctx.direct, "parts", None)
     # chat logprobs as the workers' rendered items (no per-chunk usage, tokens not named by id):
     # the compiled pusher in its items mode, which leaves any delta of unrendered entries to ChunkPusher
     items = (ctx.kind == "chat" and ctx.logprobs is not None and not ctx.continuous_usage and not ctx.tokens_as_ids)

@@ -254,6 +254,42 @@ def test_pusher_for_picks_the_compiled_pusher_only_where_it_applies(case: str) -
         assert isinstance(pusher, ChunkPusher)
 
 
+@pytest.mark.parametrize("case", ["shown", "hidden", "reasoning_content", "logprobs", "usage"])
+def test_pusher_for_gives_a_parsed_chat_choice_a_typed_pusher(case: str) -> None:
+    from detok.parsing.types import OutputParsing
+
+    ctx = ResponseContext("chat", "id", "m", 3, False, 0.0)  # type: ignore[arg-type]
+    ctx.direct = _Direct()
+    ctx.parsing = OutputParsing(reasoning_parser="qwen3")
+    ctx.include_reasoning = case != "hidden"
+    ctx.reasoning_field = "reasoning_content" if case == "reasoning_content" else "reasoning"
+    ctx.logprobs = 2 if case == "logprobs" else None
+    ctx.continuous_usage = case == "usage"
+    choices = [ChoiceState(0, ctx, None)]
+    render = ChunkRenderer("chat", "id", 1, "m")
+    stream = RequestStream(0, types.SimpleNamespace(gaps=0))  # type: ignore[arg-type]
+    pusher = pusher_for(ctx, render, choices, [stream])
+    if case in ("logprobs", "usage"):  # (the consumer's, as before)
+        assert pusher is None
+        return
+    assert isinstance(pusher, TextPusher) and isinstance(pusher.fallback, ChunkPusher)
+    # called itself on typed output: the fallback declines it, nothing written (the consumer's)
+    stream._feed_kind(2, "hi", 0)
+    assert pusher(stream) is False and ctx.direct.conn.out == [] and stream._chunks == ["hi"]
+    field = render.field_prefix(0, ctx.reasoning_field)
+    assert render.field(0, ctx.reasoning_field, "x") == field + b'"x"' + render.text_frame(0)[1]
+
+
+def test_typed_pushers_refuse_what_they_cannot_write() -> None:
+    ok: dict[str, Any] = dict(fallback=lambda s: True, flow=object(), cycle=object(), write=lambda b: None,
+                              timer_text=None, prefix=b"", suffix=b"")
+    TextPusher(**ok, typed=True, reasoning=b"r")
+    TextPusher(**ok, typed=True)
+    for bad in (dict(reasoning=b"r"), dict(typed=True, reasoning="r"), dict(typed=True, mid=b"", items_suffix=b"")):
+        with pytest.raises(TypeError):
+            TextPusher(**ok, **bad)
+
+
 # ---- the items mode: chat logprobs rendered by the workers ------------------------------------
 def _run(first: int, items: list[bytes] | None) -> TokenLogprobs:
     n = len(items) if items is not None else 1
