@@ -147,6 +147,7 @@ static int TextPusher_traverse(TextPusher *t, visitproc visit, void *arg) {
     Py_VISIT(t->cycle);
     Py_VISIT(t->write);
     Py_VISIT(t->timer_text);
+    Py_VISIT(t->sent_args);
     return 0;
 }
 
@@ -161,6 +162,8 @@ static int TextPusher_clear(TextPusher *t) {
     Py_CLEAR(t->mid);
     Py_CLEAR(t->items_suffix);
     Py_CLEAR(t->reasoning);
+    Py_CLEAR(t->sent_args);
+    Py_CLEAR(t->calls_prefix);
     return 0;
 }
 
@@ -228,6 +231,30 @@ int detok_push_reasoning(TextPusher *t, PyObject *text) {
     return write_chunk(t, t->reasoning, text, NULL);
 }
 
+int detok_push_arguments(TextPusher *t, Py_ssize_t index, PyObject *text) {
+    /* `"tool_calls":[{"index":I,"function":{"arguments":` JSON(text) `}}]` + the chunk's end: the
+     * bytes of TypedChoice._fragments' one fragment, as msgspec encodes it */
+    PyObject *prefix = Py_NewRef(t->calls_prefix), *call = PyBytes_FromFormat("[{\"index\":%zd,\"function\":{\"arguments\":", index);
+    if (call == NULL) {
+        Py_DECREF(prefix);
+        return -1;
+    }
+    PyBytes_ConcatAndDel(&prefix, call); /* (a new object: calls_prefix has other references) */
+    if (prefix == NULL) return -1;
+    PyObject *suffix = t->suffix, *end = PyBytes_FromStringAndSize("}}]", 3);
+    if (end != NULL) PyBytes_Concat(&end, suffix);
+    if (end == NULL) {
+        Py_DECREF(prefix);
+        return -1;
+    }
+    t->suffix = end; /* (write_chunk frames with t->suffix: this call's end for this chunk) */
+    int r = write_chunk(t, prefix, text, NULL);
+    t->suffix = suffix;
+    Py_DECREF(end);
+    Py_DECREF(prefix);
+    return r;
+}
+
 static PyObject *push(TextPusher *t, PyObject *stream) {
     int r = detok_pusher_ready(t);
     if (r < 0) return NULL;
@@ -268,15 +295,21 @@ static PyObject *TextPusher_vectorcall(PyObject *self, PyObject *const *args, si
 
 static PyObject *TextPusher_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"fallback", "flow", "cycle", "write", "timer_text", "prefix", "suffix", "mid", "items_suffix",
-                         "typed", "reasoning", NULL};
+                         "typed", "reasoning", "sent_args", "calls_prefix", "parallel", NULL};
     PyObject *fallback, *flow, *cycle, *write, *timer_text, *prefix, *suffix, *mid = NULL, *items_suffix = NULL;
-    PyObject *reasoning = Py_None;
-    int typed = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOSS|SS$pO", kw, &fallback, &flow, &cycle, &write, &timer_text,
-                                     &prefix, &suffix, &mid, &items_suffix, &typed, &reasoning))
+    PyObject *reasoning = Py_None, *sent_args = Py_None, *calls_prefix = Py_None;
+    int typed = 0, parallel = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOSS|SS$pOOOp", kw, &fallback, &flow, &cycle, &write, &timer_text,
+                                     &prefix, &suffix, &mid, &items_suffix, &typed, &reasoning, &sent_args,
+                                     &calls_prefix, &parallel))
         return NULL;
     if ((reasoning != Py_None && !(typed && PyBytes_CheckExact(reasoning))) || (typed && mid != NULL)) {
         PyErr_SetString(PyExc_TypeError, "reasoning: bytes, for a typed pusher only; a typed pusher has no items mode");
+        return NULL;
+    }
+    if ((sent_args == Py_None) != (calls_prefix == Py_None)
+        || (sent_args != Py_None && !(typed && PyDict_CheckExact(sent_args) && PyBytes_CheckExact(calls_prefix)))) {
+        PyErr_SetString(PyExc_TypeError, "sent_args and calls_prefix: a dict and bytes (a typed pusher's) or neither");
         return NULL;
     }
     if ((mid == NULL) != (items_suffix == NULL) || (mid != NULL && !(PyBytes_CheckExact(mid) && PyBytes_CheckExact(items_suffix)))) {
@@ -304,6 +337,9 @@ static PyObject *TextPusher_new(PyTypeObject *type, PyObject *args, PyObject *kw
     t->items_suffix = Py_XNewRef(items_suffix);
     t->typed = typed;
     t->reasoning = reasoning == Py_None ? NULL : Py_NewRef(reasoning);
+    t->sent_args = sent_args == Py_None ? NULL : Py_NewRef(sent_args);
+    t->calls_prefix = calls_prefix == Py_None ? NULL : Py_NewRef(calls_prefix);
+    t->parallel = parallel;
     t->vectorcall = TextPusher_vectorcall;
     return (PyObject *)t;
 }

@@ -4,14 +4,15 @@
  * push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries, kinds) -> list[int] | None
  *
  * Per row k (rids, texts, offsets: lists of one length; counts: a list of that length, or None;
- * finished: a set of the rids this batch finishes, or None; entries: the batch's (rid, TokenLogprobs)
+ * finished: a set of the rids this batch finishes or gives typed rows (what is applied after the
+ * rows), or None; entries: the batch's (rid, TokenLogprobs)
  * pairs, split_logprobs's list, or None) whose stream (streams[rids[k]]) is
  * exactly of `stream_type` (RequestStream) and is in the state where the Python path would only
  * append the text, queue the stream, and at the end of the loop's turn have its TextPusher take that
  * text alone and write it -
- *   the row not finished by this batch, its text at the offset the stream expects (an empty text:
- *   only with the entries of a held token, in chat items mode; an empty row without entries needs
- *   nothing but its token count, kept here);
+ *   the row not finished by this batch (nor given typed rows), its text at the offset the stream
+ *   expects (an empty text: only with the entries of a held token, in chat items mode; an empty row
+ *   without entries needs nothing but its token count, kept here);
  *   nothing else waiting in the stream (no text, no logprob entries, no finish, no typed output, not
  *   queued for a push); its consumer waiting (a waiter not done); its pusher a TextPusher whose
  *   client is there and reads; a text-only pusher's request without entries in the batch, a chat
@@ -30,7 +31,8 @@
  * or per-chunk usage) is written at once as TypedChoice.chunks renders a delta of it alone: the
  * content's text chunk, the reasoning's field chunk (nothing when the request does not show its
  * reasoning, and then no clock tick either); the state's count of that kind advanced. Tool-call
- * arguments (3) are the caller's.
+ * argument rows (3) too, for a pusher given the choice's sent_args: the fragment chunk of the last
+ * call opened, as TypedChoice._fragments writes it.
  *
  * Every other row is left untouched to the caller, and so is every later row of a request one of
  * whose rows was left (its rows stay in order): returned are their indices in order (None: no row
@@ -41,7 +43,7 @@
 
 static PyObject *S_pusher, *S_push_queued, *S_chunks, *S_logprobs, *S_finish, *S_typed, *S_received, *S_waiter,
     *S_tokens, *S_push_error, *S_done, *S_set_result, *S_first, *S_items, *S_token_ids, *S_next_token, *S_reasoning,
-    *S_content, *S_new_reasoning, *S_new_calls;
+    *S_content, *S_new_reasoning, *S_new_calls, *S_last_call, *S_args;
 
 int detok_directrows_init(void) {
     return (S_pusher = PyUnicode_InternFromString("_pusher")) && (S_push_queued = PyUnicode_InternFromString("_push_queued"))
@@ -56,6 +58,7 @@ int detok_directrows_init(void) {
         && (S_reasoning = PyUnicode_InternFromString("reasoning")) && (S_content = PyUnicode_InternFromString("content"))
         && (S_new_reasoning = PyUnicode_InternFromString("new_reasoning"))
         && (S_new_calls = PyUnicode_InternFromString("new_calls"))
+        && (S_last_call = PyUnicode_InternFromString("last_call")) && (S_args = PyUnicode_InternFromString("args"))
         ? 0 : -1;
 }
 
@@ -213,37 +216,70 @@ static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject
     return r < 0 ? -1 : 1;
 }
 
-/* a parsed request's row of one kind (1 reasoning, 2 content: `have`, its TypedState's char count
- * of that kind) written at once: 1; left to the caller: 0; an error: -1. As the Python path: the
- * state's count advanced, the content's text chunk or the reasoning's field chunk (none when the
- * request does not show its reasoning: the consumer would render nothing for it) written. */
+/* a parsed request's row of one kind (1 reasoning, 2 content, 3 arguments of its last call opened)
+ * written at once: 1; left to the caller: 0; an error: -1. As the Python path (TypedState.feed_kind,
+ * then TypedChoice.chunks of a delta of that row alone): the state's char count of that kind (of
+ * that call's arguments) advanced; the content's text chunk, the reasoning's field chunk (none when
+ * the request does not show its reasoning), the call's arguments fragment (none for a call past the
+ * first when parallel_tool_calls is false; its sent count kept as TypedChoice keeps it) written. */
 static int push_typed_row(PyObject *stream, int kind, PyObject *text, PyObject *offset, PyObject *count) {
     PyObject *state = PyObject_GetAttr(stream, S_typed);
     if (state == NULL) return -1;
     PyObject *have_name = kind == 1 ? S_reasoning : S_content, *have = NULL, *waiter = NULL, *s = Py_None, *end = NULL;
+    PyObject *args = NULL, *call = NULL; /* kind 3: the state's argument counts, the call's index */
     TextPusher *pusher = NULL;
     int r = state == Py_None ? 0 : attr_empty_list(state, S_new_reasoning); /* (no state yet: the Python path makes it) */
     if (r == 1) r = attr_empty_list(state, S_new_calls);
-    if (r == 1 && (have = PyObject_GetAttr(state, have_name)) == NULL) r = -1;
+    if (r == 1 && kind == 3) { /* (no call opened yet: the Python path counts the gap) */
+        if ((call = PyObject_GetAttr(state, S_last_call)) == NULL || (args = PyObject_GetAttr(state, S_args)) == NULL) {
+            r = -1;
+        } else if (!PyLong_CheckExact(call) || !PyDict_CheckExact(args) || PyLong_AsSsize_t(call) < 0) {
+            r = PyErr_Occurred() ? -1 : 0;
+        } else {
+            have = PyDict_GetItemWithError(args, call);
+            if (have == NULL && PyErr_Occurred()) r = -1;
+            else have = have == NULL ? PyLong_FromLong(0) : Py_NewRef(have);
+            if (have == NULL) r = -1;
+        }
+    } else if (r == 1 && (have = PyObject_GetAttr(state, have_name)) == NULL) {
+        r = -1;
+    }
     if (r == 1) r = PyLong_CheckExact(have) ? PyObject_RichCompareBool(have, offset, Py_EQ) : 0;
     if (r == 1) {
         s = direct_stream(stream, offset, &waiter, &pusher, 1);
         r = s == NULL ? -1 : s != Py_None;
+        if (r == 1 && kind == 3 && pusher->sent_args == NULL) r = 0; /* (its tool calls are the consumer's) */
     }
     if (r == 1 && count != NULL && keep_count(stream, count) < 0) r = -1;
+    Py_ssize_t chars = PyUnicode_GET_LENGTH(text), index = call != NULL ? PyLong_AsSsize_t(call) : -1;
     if (r == 1) {
-        PyObject *len = PyLong_FromSsize_t(PyUnicode_GET_LENGTH(text));
+        PyObject *len = PyLong_FromSsize_t(chars);
         end = len == NULL ? NULL : PyNumber_Add(offset, len);
         Py_XDECREF(len);
-        if (end == NULL || PyObject_SetAttr(state, have_name, end) < 0) r = -1;
+        if (end == NULL || (kind == 3 ? PyDict_SetItem(args, call, end) : PyObject_SetAttr(state, have_name, end)) < 0)
+            r = -1;
     }
-    if (r == 1 && (kind == 2 || pusher->reasoning != NULL)) {
-        int w = kind == 2 ? detok_push_chunk(pusher, text, NULL) : detok_push_reasoning(pusher, text);
+    int shown = kind == 2 || (kind == 1 && pusher != NULL && pusher->reasoning != NULL)
+        || (kind == 3 && pusher != NULL && (pusher->parallel || index == 0));
+    if (r == 1 && kind == 3 && shown) { /* the chars sent of the call, as TypedChoice._fragments counts them */
+        PyObject *sent = PyDict_GetItemWithError(pusher->sent_args, call), *total = NULL;
+        if (sent == NULL && PyErr_Occurred()) r = -1;
+        PyObject *len = r == 1 ? PyLong_FromSsize_t(chars) : NULL;
+        if (len != NULL) total = sent != NULL ? PyNumber_Add(sent, len) : Py_NewRef(len);
+        if (total == NULL || PyDict_SetItem(pusher->sent_args, call, total) < 0) r = -1;
+        Py_XDECREF(len);
+        Py_XDECREF(total);
+    }
+    if (r == 1 && shown) {
+        int w = kind == 2 ? detok_push_chunk(pusher, text, NULL)
+            : kind == 1 ? detok_push_reasoning(pusher, text) : detok_push_arguments(pusher, index, text);
         if (w < 0 && hand_over(stream, waiter) < 0) r = -1;
     }
     Py_DECREF(state);
     Py_XDECREF(have);
     Py_XDECREF(end);
+    Py_XDECREF(args);
+    Py_XDECREF(call);
     Py_XDECREF(waiter);
     Py_XDECREF(pusher);
     if (s != Py_None) Py_XDECREF(s);
@@ -328,7 +364,7 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
             int kind = kinds != NULL ? kinds[k] : 0;
             if (kind != 0) { /* a parsed request's row: reasoning or content without entries, at once */
                 int written = 0;
-                if (r == 0 && run == NULL && kind <= 2) {
+                if (r == 0 && run == NULL && kind <= 3) {
                     if (PyUnicode_GET_LENGTH(text) == 0) { /* (says nothing but its token count) */
                         if (counts != NULL && keep_count(stream, PyList_GET_ITEM(counts, k)) < 0) goto error;
                         continue;

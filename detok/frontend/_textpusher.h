@@ -13,6 +13,11 @@ typedef struct {
      * stream's own pushes go to the fallback): the reasoning chunk's prefix, NULL when not shown */
     int typed;
     PyObject *reasoning;
+    /* its tool calls (NULL: their rows are the consumer's): the choice's TypedChoice.sent_args (call
+     * index -> argument chars sent), the `"tool_calls":` chunk prefix, whether every call is shown
+     * (parallel_tool_calls; else only call 0) */
+    PyObject *sent_args, *calls_prefix;
+    int parallel;
     vectorcallfunc vectorcall;
 } TextPusher;
 
@@ -25,6 +30,8 @@ int detok_pusher_ready(TextPusher *t);
 int detok_push_chunk(TextPusher *t, PyObject *text, PyObject *items);
 /* a typed pusher's reasoning chunk of `text` (t->reasoning set), the clock ticked, written */
 int detok_push_reasoning(TextPusher *t, PyObject *text);
+/* a typed pusher's tool-call chunk of call `index`'s argument fragment `text` (t->calls_prefix set) */
+int detok_push_arguments(TextPusher *t, Py_ssize_t index, PyObject *text);
 /* push_rows(...), the module function (see _directrows.c) */
 PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 int detok_directrows_init(void);

@@ -89,9 +89,10 @@ def pusher_for(ctx: ResponseContext, render: ChunkRenderer, choices: Sequence[Ch
     per-chunk usage, on uvicorn's connection (`DirectWriter.parts`), the compiled `TextPusher`
     (`_chunkpush.c`): the same chunks as ChunkPusher's text-only branch, which it calls for
     anything but text alone. A parsed chat choice without logprobs or per-chunk usage gets a typed
-    compiled pusher, which only the receiver's pass (`_directrows.c`) writes with: its reasoning and
-    content rows, as `TypedChoice.chunks` renders a delta of one of them; everything else (tool
-    calls, the finish) stays the consumer's (ChunkPusher declines typed output)."""
+    compiled pusher, which only the receiver's pass (`_directrows.c`) writes with: its reasoning,
+    content and tool-call argument rows, as `TypedChoice.chunks` renders a delta of one of them
+    (the choice's `sent_args` kept); everything else (a call's header, the finish) stays the
+    consumer's (ChunkPusher declines typed output)."""
     typed = choices[0].typed
     if ctx.direct is None or len(streams) != 1 or ctx.stream_interval > 1 or ctx.return_token_ids:
         return None
@@ -103,7 +104,9 @@ def pusher_for(ctx: ResponseContext, render: ChunkRenderer, choices: Sequence[Ch
         flow, cycle, write = parts()
         prefix, suffix = render.text_frame(0)
         shown = render.field_prefix(0, typed.field) if typed.include_reasoning else None
-        return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix, typed=True, reasoning=shown)
+        return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix, typed=True, reasoning=shown,
+                           sent_args=typed.sent_args, calls_prefix=render.field_prefix(0, "tool_calls"),
+                           parallel=typed.parallel)
     # chat logprobs as the workers' rendered items (no per-chunk usage, tokens not named by id):
     # the compiled pusher in its items mode, which leaves any delta of unrendered entries to ChunkPusher
     items = (ctx.kind == "chat" and ctx.logprobs is not None and not ctx.continuous_usage and not ctx.tokens_as_ids)

@@ -94,7 +94,7 @@ class DeltaReceiver:
         # Rows written to their connections as they are dispatched, where the stream's pusher can
         # (the HTTP frontend installs `detok.frontend._chunkpush.push_rows`): called with the open
         # streams, the stream type, the row columns, the token counts (or None), the rids this
-        # batch finishes (or None), its logprob (rid, run) pairs (or None; a run it writes with
+        # batch finishes or gives typed rows (or None), its logprob (rid, run) pairs (or None; a run it writes with
         # its row, it sets to None) and its row kinds (or None); returns the indices of the rows
         # it left (None: none), which the dispatch then applies as usual.
         self.direct_rows: DirectRows | None = None
@@ -216,8 +216,11 @@ class DeltaReceiver:
             get = streams.get
         rows: Iterable[tuple[int, str, int]] = zip(rids, texts, offsets)
         if self.direct_rows is not None:
-            left = self.direct_rows(streams, RequestStream, rids, texts, offsets, counts,
-                                    {d.rid for d in batch.finished} if batch.finished else None, entries or None,
+            # (rids the batch finishes or gives typed rows, applied after the rows: theirs go out with those)
+            later = {d.rid for d in batch.finished} if batch.finished else None
+            if batch.typed:
+                later = (later or set()) | {row.rid for row in batch.typed}
+            left = self.direct_rows(streams, RequestStream, rids, texts, offsets, counts, later, entries or None,
                                     kinds or None)
             if left is None:
                 rows = ()

@@ -30,7 +30,7 @@ from detok.receiver.request_stream import RequestDelta, RequestStream
 from detok.receiver.token_logprobs import TokenLogprobs
 from detok.stream.params import Finish
 from detok.wire.packing import pack_u32
-from detok.wire.to_frontends import DeltaBatch, RequestFinished
+from detok.wire.to_frontends import CallFragment, DeltaBatch, RequestFinished, TypedRow
 
 _chunkpush = pytest.importorskip("detok.frontend._chunkpush", reason="built without its C extensions")
 TextPusher, push_rows = _chunkpush.TextPusher, _chunkpush.push_rows
@@ -48,6 +48,7 @@ class _Conn:
         self.items: list[Any] = []  # the logprobs items written and taken, in order
         self.events: list[bytes] = []  # a parsed request's chunks, written by the pusher or rendered by its consumer
         self.reasoning: list[str] = []  # the reasoning written and taken (shown), in order
+        self.args: list[tuple[int, str]] = []  # tool-call argument fragments written and taken (shown), in order
 
     def write(self, data: bytes) -> None:
         if self.fail is not None:
@@ -57,9 +58,11 @@ class _Conn:
         self.log.append(text)
         self.items += items
         self.events.append(data)
-        reasoning = msgspec.json.decode(data.split(b"\r\n", 1)[1][len(b"data: "):-4])["choices"][0]["delta"].get("reasoning")
-        if reasoning:
-            self.reasoning.append(reasoning)
+        delta = msgspec.json.decode(data.split(b"\r\n", 1)[1][len(b"data: "):-4])["choices"][0]["delta"]
+        if delta.get("reasoning"):
+            self.reasoning.append(delta["reasoning"])
+        for call in delta.get("tool_calls", ()):
+            self.args.append((call["index"], call["function"]["arguments"]))
 
 
 _RENDER = ChunkRenderer("chat", "chatcmpl-1", 1, "m")
@@ -78,7 +81,7 @@ class _World:
     """One receiver with streams whose consumers take what their pushers leave (as the app's)."""
 
     def __init__(self, rx: DeltaReceiver, rids: list[int], direct: bool, items: bool = False,
-                 show_reasoning: bool | None = None) -> None:
+                 show_reasoning: bool | None = None, parallel: bool = True) -> None:
         rx.direct_rows = push_rows if direct else None
         self.rx = rx
         self.logs: dict[int, list[str]] = {rid: [] for rid in rids}
@@ -87,16 +90,18 @@ class _World:
         self.errors: dict[int, list[str]] = {rid: [] for rid in rids}
         self.ticks = {rid: 0 for rid in rids}
         self.streams = {rid: rx.open(rid) for rid in rids}
+        self.typed = TypedChoice("reasoning", bool(show_reasoning), parallel, True, True)
+        self.show = show_reasoning
         for rid, stream in self.streams.items():
             conn = self.conns[rid]
             frame = (_MID, _ITEMS_END) if items and _items_mode(rid) else ()
             typed: dict[str, Any] = {}
             if show_reasoning is not None and rid == _TYPED:
-                typed = {"typed": True, "reasoning": _RENDER.field_prefix(0, "reasoning") if show_reasoning else None}
+                typed = {"typed": True, "reasoning": _RENDER.field_prefix(0, "reasoning") if show_reasoning else None,
+                         "sent_args": self.typed.sent_args, "calls_prefix": _RENDER.field_prefix(0, "tool_calls"),
+                         "parallel": parallel}
             stream.push_to(TextPusher(lambda s: False, conn.flow, conn.cycle, conn.write,
                                       lambda rid=rid: self._tick(rid), _PREFIX, _SUFFIX, *frame, **typed))
-        self.typed = TypedChoice("reasoning", bool(show_reasoning), True, False, True)
-        self.show = show_reasoning
         self.tasks = [asyncio.ensure_future(self._consume(rid)) for rid in rids]
 
     def _tick(self, rid: int) -> None:
@@ -122,6 +127,7 @@ class _World:
                 self.conns[rid].events += [b"%x\r\n%b\r\n" % (len(c), c) for c in chunks]
                 if delta.reasoning and self.typed.include_reasoning:
                     self.conns[rid].reasoning.append(delta.reasoning)
+                self.conns[rid].args += [(d.index, d.arguments) for d in self.typed._calls_of(delta) if d.arguments]
             if delta.logprobs is not None:
                 self.conns[rid].items += [msgspec.json.decode(i) for i in delta.logprobs.items or ()]
 
@@ -161,7 +167,8 @@ def _plans(draw: Any) -> list[list[tuple[str, Any]]]:
     starts reading, seen by both paths alike), then ("batch", rows, finished)."""
     nrids = draw(st.integers(1, 4))
     lengths: dict[Any, int] = {rid: 0 for rid in range(nrids)}
-    lengths.update({(_TYPED, kind): 0 for kind in (1, 2, 3)})
+    lengths.update({(_TYPED, kind): 0 for kind in (1, 2)})
+    calls = 0  # the parsed request's tool calls opened (TypedRow headers applied)
     tokens = {rid: 0 for rid in range(nrids)}
     turns = []
     for _ in range(draw(st.integers(1, 8))):
@@ -173,8 +180,8 @@ def _plans(draw: Any) -> list[list[tuple[str, Any]]]:
             rows, finished, kinds = [], [], []
             for rid in draw(st.lists(st.integers(0, nrids + 1), max_size=4)):  # (nrids, nrids+1: not open)
                 text = draw(_TEXTS)
-                kind = draw(st.sampled_from([1, 1, 2, 2, 2, 3])) if rid == _TYPED and nrids > _TYPED else 0
-                key = (rid, kind) if kind else rid
+                kind = draw(st.sampled_from([1, 1, 2, 2, 3, 3])) if rid == _TYPED and nrids > _TYPED else 0
+                key = (rid, kind, calls - 1) if kind == 3 else (rid, kind) if kind else rid
                 have = lengths.get(key, 0)
                 offset = draw(st.sampled_from([have, have, have, max(0, have - 1), have + 1]))
                 rows.append((rid, text, offset))
@@ -194,19 +201,28 @@ def _plans(draw: Any) -> list[list[tuple[str, Any]]]:
                 runs.append((rid, first, count, rid != 3))  # (a request's entries are all rendered or none)
                 if first <= have:
                     tokens[rid] = max(have, first + count)
-            actions.append(("batch", rows, finished, [r for r in runs if r[0] != _TYPED], kinds if any(kinds) else None))
+            headers = []  # a new tool call opened (or an earlier one's header again: a replay)
+            if nrids > _TYPED and draw(st.integers(0, 3)) == 0:
+                index = draw(st.sampled_from([calls, calls, max(0, calls - 1)]))
+                headers.append(TypedRow(_TYPED, calls=[CallFragment(index, f"call_{index}", "f", "", 0)]))
+                calls = max(calls, index + 1)
+            actions.append(("batch", rows, finished, [r for r in runs if r[0] != _TYPED], kinds if any(kinds) else None,
+                            headers))
         turns.append(sorted(actions, key=lambda a: a[0] != "pause"))
-    return [[("rids", nrids, draw(st.booleans()))], *turns]
+    return [[("rids", nrids, draw(st.booleans()), draw(st.booleans()))], *turns]
 
 
 def _batch(rows: list[tuple[int, str, int]], finished: list[int], counter: list[int],
-           runs: list[tuple[int, int, int, bool]] = (), kinds: list[int] | None = None) -> DeltaBatch:
+           runs: list[tuple[int, int, int, bool]] = (), kinds: list[int] | None = None,
+           typed: list[TypedRow] | None = None) -> DeltaBatch:
     batch = DeltaBatch.from_rows(0, 0.0, [r for r, _, _ in rows], [t for _, t, _ in rows], [o for _, _, o in rows],
                                  [RequestFinished(rid, Finish("length"), 7) for rid in finished])
     counter[0] += 1
     batch.num_tokens = pack_u32([counter[0] + k for k in range(len(rows))])
     if kinds:
         batch.kinds = bytes(kinds)
+    if typed:
+        batch.typed = typed
     if runs:  # (split_logprobs, patched below, gives them as the receiver's entries)
         batch.logprobs = [(rid, _run(rid, first, count, rendered)) for rid, first, count, rendered in runs]
     return batch
@@ -233,7 +249,7 @@ async def _play(world: _World, plan: list[list[tuple[str, Any]]]) -> None:
             if action[0] == "pause":
                 world.conns[action[1]].flow.write_paused = action[2]
             else:
-                world.rx.dispatch(_batch(action[1], action[2], counter, action[3], action[4]))
+                world.rx.dispatch(_batch(action[1], action[2], counter, action[3], action[4], action[5]))
         await asyncio.sleep(0)  # one loop turn: the pushes of the Python path
         await asyncio.sleep(0)
     for conn in world.conns.values():
@@ -255,7 +271,7 @@ def test_any_batches_give_the_same_output_with_the_direct_rows_as_without(receiv
     async def run(rx: DeltaReceiver, direct: bool) -> _World:
         for rid in [*rids, nrids, nrids + 1]:
             rx.discard(rid)
-        world = _World(rx, rids, direct, items=True, show_reasoning=plan[0][0][2])
+        world = _World(rx, rids, direct, items=True, show_reasoning=plan[0][0][2], parallel=plan[0][0][3])
         await _play(world, plan)
         await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
         return world
@@ -270,6 +286,10 @@ def test_any_batches_give_the_same_output_with_the_direct_rows_as_without(receiv
         assert direct.text(rid) == python.text(rid)
         assert direct.conns[rid].items == python.conns[rid].items
         assert "".join(direct.conns[rid].reasoning) == "".join(python.conns[rid].reasoning)
+        for index in {i for i, _ in direct.conns[rid].args + python.conns[rid].args}:  # each call's arguments
+            assert "".join(a for i, a in direct.conns[rid].args if i == index) == "".join(
+                a for i, a in python.conns[rid].args if i == index)
+        assert direct.typed.sent_args == python.typed.sent_args
         a, b = direct.streams[rid], python.streams[rid]
         assert (a._received, a._tokens, a._next_token, a.finish, a.num_tokens) == (
             b._received, b._tokens, b._next_token, b.finish, b.num_tokens)
@@ -347,8 +367,15 @@ def test_a_parsed_requests_reasoning_and_content_rows_are_written_by_the_dispatc
         rx.dispatch(_batch([(_TYPED, " there", 2)], [], [0], kinds=[2]))
         assert conn.out[-1] == b"%x\r\n%b\r\n" % (len(_RENDER.text(0, " there")), _RENDER.text(0, " there"))
         assert stream._typed.content == 8 and stream._chunks == []
-        rx.dispatch(_batch([(_TYPED, "{}", 0)], [], [0], kinds=[3]))  # (tool-call arguments: the Python path's)
+        rx.dispatch(_batch([(_TYPED, "{}", 0)], [], [0], kinds=[3]))  # (no call opened yet: the Python path's)
         assert len(conn.out) == len(written) + 1
+        rx.dispatch(_batch([], [], [0], typed=[TypedRow(_TYPED, calls=[CallFragment(0, "call_0", "f", "", 0)])]))
+        for _ in range(3):
+            await asyncio.sleep(0)  # (a call's header: the consumer's)
+        rx.dispatch(_batch([(_TYPED, '{"a"', 0)], [], [0], kinds=[3]))
+        fragment = _RENDER.field(0, "tool_calls", [{"index": 0, "function": {"arguments": '{"a"'}}])
+        assert conn.out[-1] == b"%x\r\n%b\r\n" % (len(fragment), fragment)
+        assert world.typed.sent_args == {0: 4} and stream._typed.args == {0: 4}
         rx.fail_all("end")
         await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
 
