@@ -25,7 +25,8 @@ setup(
                   depends=["detok/_jsonfloats.h", "detok/_textbuf.h"], optional=True),
         # the receiving loop's text-only chunk: taken, rendered, framed and written in one call; and a
         # received batch's text rows written as they are dispatched (DeltaReceiver.direct_rows)
-        Extension("detok.frontend._chunkpush", ["detok/frontend/_chunkpush.c", "detok/frontend/_directrows.c"],
+        Extension("detok.frontend._chunkpush",
+                  ["detok/frontend/_chunkpush.c", "detok/frontend/_directrows.c", "detok/frontend/_typedrows.c"],
                   depends=["detok/frontend/_textpusher.h"], optional=True),
         Extension("detok.receiver._logprobrows", ["detok/receiver/_logprobrows.c"], optional=True),
         # the frontend's latency clock, ticked once per streamed chunk

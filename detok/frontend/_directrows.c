@@ -42,8 +42,7 @@
 #include "_textpusher.h"
 
 static PyObject *S_pusher, *S_push_queued, *S_chunks, *S_logprobs, *S_finish, *S_typed, *S_received, *S_waiter,
-    *S_tokens, *S_push_error, *S_done, *S_set_result, *S_first, *S_items, *S_token_ids, *S_next_token, *S_reasoning,
-    *S_content, *S_new_reasoning, *S_new_calls, *S_last_call, *S_args;
+    *S_tokens, *S_push_error, *S_done, *S_set_result, *S_first, *S_items, *S_token_ids, *S_next_token;
 
 int detok_directrows_init(void) {
     return (S_pusher = PyUnicode_InternFromString("_pusher")) && (S_push_queued = PyUnicode_InternFromString("_push_queued"))
@@ -55,10 +54,7 @@ int detok_directrows_init(void) {
         && (S_first = PyUnicode_InternFromString("first")) && (S_items = PyUnicode_InternFromString("items"))
         && (S_token_ids = PyUnicode_InternFromString("token_ids"))
         && (S_next_token = PyUnicode_InternFromString("_next_token"))
-        && (S_reasoning = PyUnicode_InternFromString("reasoning")) && (S_content = PyUnicode_InternFromString("content"))
-        && (S_new_reasoning = PyUnicode_InternFromString("new_reasoning"))
-        && (S_new_calls = PyUnicode_InternFromString("new_calls"))
-        && (S_last_call = PyUnicode_InternFromString("last_call")) && (S_args = PyUnicode_InternFromString("args"))
+        && detok_typedrows_init() == 0
         ? 0 : -1;
 }
 
@@ -72,7 +68,7 @@ static int attr_is(PyObject *stream, PyObject *name, PyObject *expected) {
 }
 
 /* 1 if stream.name is an empty list, 0 if not (or not a list), -1 on an error */
-static int attr_empty_list(PyObject *stream, PyObject *name) {
+int detok_attr_empty_list(PyObject *stream, PyObject *name) {
     PyObject *v = PyObject_GetAttr(stream, name);
     if (v == NULL) return -1;
     int r = PyList_CheckExact(v) && PyList_GET_SIZE(v) == 0;
@@ -82,11 +78,11 @@ static int attr_empty_list(PyObject *stream, PyObject *name) {
 
 /* the row's stream if it can be written at once (a new reference), Py_None (borrowed) if not, NULL
  * on an error; *waiter: the stream's waiter (a new reference) when the stream is given */
-static PyObject *direct_stream(PyObject *stream, PyObject *offset, PyObject **waiter, TextPusher **pusher, int typed) {
+PyObject *detok_direct_stream(PyObject *stream, PyObject *offset, PyObject **waiter, TextPusher **pusher, int typed) {
     int r;
     if ((r = attr_is(stream, S_push_queued, Py_False)) <= 0 || (r = attr_is(stream, S_finish, Py_None)) <= 0
-        || (!typed && (r = attr_is(stream, S_typed, Py_None)) <= 0) || (r = attr_empty_list(stream, S_chunks)) <= 0
-        || (r = attr_empty_list(stream, S_logprobs)) <= 0)
+        || (!typed && (r = attr_is(stream, S_typed, Py_None)) <= 0) || (r = detok_attr_empty_list(stream, S_chunks)) <= 0
+        || (r = detok_attr_empty_list(stream, S_logprobs)) <= 0)
         return r < 0 ? NULL : Py_None;
     if (offset != NULL && !typed) { /* (NULL: an empty row, whose offset says nothing; typed: the caller's) */
         PyObject *received = PyObject_GetAttr(stream, S_received);
@@ -121,7 +117,7 @@ static PyObject *direct_stream(PyObject *stream, PyObject *offset, PyObject **wa
 }
 
 /* the stream's token count kept as the Python loop keeps it: raised to n if higher (or unset) */
-static int keep_count(PyObject *stream, PyObject *n) {
+int detok_keep_count(PyObject *stream, PyObject *n) {
     PyObject *have = PyObject_GetAttr(stream, S_tokens);
     if (have == NULL) return -1;
     int higher = have == Py_None ? 1 : PyObject_RichCompareBool(n, have, Py_GT);
@@ -131,7 +127,7 @@ static int keep_count(PyObject *stream, PyObject *n) {
 }
 
 /* a write that raised an Exception: the consumer's to raise, as RequestStream._push hands it over */
-static int hand_over(PyObject *stream, PyObject *waiter) {
+int detok_hand_over(PyObject *stream, PyObject *waiter) {
     if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1; /* (not caught by the Python path either) */
     PyObject *type, *exc, *tb;
     PyErr_Fetch(&type, &exc, &tb);
@@ -183,7 +179,7 @@ static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject
     PyObject *waiter = NULL;
     TextPusher *pusher = NULL;
     Py_ssize_t chars = PyUnicode_GET_LENGTH(text);
-    PyObject *s = direct_stream(stream, chars > 0 ? offset : NULL, &waiter, &pusher, 0);
+    PyObject *s = detok_direct_stream(stream, chars > 0 ? offset : NULL, &waiter, &pusher, 0);
     if (s == NULL) return -1;
     if (s == Py_None) return 0;
     PyObject *items = NULL, *run_end = NULL;
@@ -197,7 +193,7 @@ static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject
             return items == NULL ? -1 : 0;
         }
     }
-    int r = count != NULL ? keep_count(stream, count) : 0;
+    int r = count != NULL ? detok_keep_count(stream, count) : 0;
     if (r == 0 && run_end != NULL) r = PyObject_SetAttr(stream, S_next_token, run_end);
     PyObject *end = NULL;
     if (r == 0 && chars > 0) {
@@ -207,83 +203,13 @@ static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject
         r = end == NULL ? -1 : PyObject_SetAttr(stream, S_received, end);
         Py_XDECREF(end);
     }
-    if (r == 0 && detok_push_chunk(pusher, text, items) < 0) r = hand_over(stream, waiter);
+    if (r == 0 && detok_push_chunk(pusher, text, items) < 0) r = detok_hand_over(stream, waiter);
     Py_XDECREF(items);
     Py_XDECREF(run_end);
     Py_DECREF(s);
     Py_DECREF(waiter);
     Py_DECREF(pusher);
     return r < 0 ? -1 : 1;
-}
-
-/* a parsed request's row of one kind (1 reasoning, 2 content, 3 arguments of its last call opened)
- * written at once: 1; left to the caller: 0; an error: -1. As the Python path (TypedState.feed_kind,
- * then TypedChoice.chunks of a delta of that row alone): the state's char count of that kind (of
- * that call's arguments) advanced; the content's text chunk, the reasoning's field chunk (none when
- * the request does not show its reasoning), the call's arguments fragment (none for a call past the
- * first when parallel_tool_calls is false; its sent count kept as TypedChoice keeps it) written. */
-static int push_typed_row(PyObject *stream, int kind, PyObject *text, PyObject *offset, PyObject *count) {
-    PyObject *state = PyObject_GetAttr(stream, S_typed);
-    if (state == NULL) return -1;
-    PyObject *have_name = kind == 1 ? S_reasoning : S_content, *have = NULL, *waiter = NULL, *s = Py_None, *end = NULL;
-    PyObject *args = NULL, *call = NULL; /* kind 3: the state's argument counts, the call's index */
-    TextPusher *pusher = NULL;
-    int r = state == Py_None ? 0 : attr_empty_list(state, S_new_reasoning); /* (no state yet: the Python path makes it) */
-    if (r == 1) r = attr_empty_list(state, S_new_calls);
-    if (r == 1 && kind == 3) { /* (no call opened yet: the Python path counts the gap) */
-        if ((call = PyObject_GetAttr(state, S_last_call)) == NULL || (args = PyObject_GetAttr(state, S_args)) == NULL) {
-            r = -1;
-        } else if (!PyLong_CheckExact(call) || !PyDict_CheckExact(args) || PyLong_AsSsize_t(call) < 0) {
-            r = PyErr_Occurred() ? -1 : 0;
-        } else {
-            have = PyDict_GetItemWithError(args, call);
-            if (have == NULL && PyErr_Occurred()) r = -1;
-            else have = have == NULL ? PyLong_FromLong(0) : Py_NewRef(have);
-            if (have == NULL) r = -1;
-        }
-    } else if (r == 1 && (have = PyObject_GetAttr(state, have_name)) == NULL) {
-        r = -1;
-    }
-    if (r == 1) r = PyLong_CheckExact(have) ? PyObject_RichCompareBool(have, offset, Py_EQ) : 0;
-    if (r == 1) {
-        s = direct_stream(stream, offset, &waiter, &pusher, 1);
-        r = s == NULL ? -1 : s != Py_None;
-        if (r == 1 && kind == 3 && pusher->sent_args == NULL) r = 0; /* (its tool calls are the consumer's) */
-    }
-    if (r == 1 && count != NULL && keep_count(stream, count) < 0) r = -1;
-    Py_ssize_t chars = PyUnicode_GET_LENGTH(text), index = call != NULL ? PyLong_AsSsize_t(call) : -1;
-    if (r == 1) {
-        PyObject *len = PyLong_FromSsize_t(chars);
-        end = len == NULL ? NULL : PyNumber_Add(offset, len);
-        Py_XDECREF(len);
-        if (end == NULL || (kind == 3 ? PyDict_SetItem(args, call, end) : PyObject_SetAttr(state, have_name, end)) < 0)
-            r = -1;
-    }
-    int shown = kind == 2 || (kind == 1 && pusher != NULL && pusher->reasoning != NULL)
-        || (kind == 3 && pusher != NULL && (pusher->parallel || index == 0));
-    if (r == 1 && kind == 3 && shown) { /* the chars sent of the call, as TypedChoice._fragments counts them */
-        PyObject *sent = PyDict_GetItemWithError(pusher->sent_args, call), *total = NULL;
-        if (sent == NULL && PyErr_Occurred()) r = -1;
-        PyObject *len = r == 1 ? PyLong_FromSsize_t(chars) : NULL;
-        if (len != NULL) total = sent != NULL ? PyNumber_Add(sent, len) : Py_NewRef(len);
-        if (total == NULL || PyDict_SetItem(pusher->sent_args, call, total) < 0) r = -1;
-        Py_XDECREF(len);
-        Py_XDECREF(total);
-    }
-    if (r == 1 && shown) {
-        int w = kind == 2 ? detok_push_chunk(pusher, text, NULL)
-            : kind == 1 ? detok_push_reasoning(pusher, text) : detok_push_arguments(pusher, index, text);
-        if (w < 0 && hand_over(stream, waiter) < 0) r = -1;
-    }
-    Py_DECREF(state);
-    Py_XDECREF(have);
-    Py_XDECREF(end);
-    Py_XDECREF(args);
-    Py_XDECREF(call);
-    Py_XDECREF(waiter);
-    Py_XDECREF(pusher);
-    if (s != Py_None) Py_XDECREF(s);
-    return r;
 }
 
 /* rid -> the index in `entries` of its one run (Py_None: several), or NULL on an error */
@@ -366,11 +292,11 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
                 int written = 0;
                 if (r == 0 && run == NULL && kind <= 3) {
                     if (PyUnicode_GET_LENGTH(text) == 0) { /* (says nothing but its token count) */
-                        if (counts != NULL && keep_count(stream, PyList_GET_ITEM(counts, k)) < 0) goto error;
+                        if (counts != NULL && detok_keep_count(stream, PyList_GET_ITEM(counts, k)) < 0) goto error;
                         continue;
                     }
                     Py_INCREF(stream);
-                    written = push_typed_row(stream, kind, text, PyList_GET_ITEM(offsets, k),
+                    written = detok_push_typed_row(stream, kind, text, PyList_GET_ITEM(offsets, k),
                                              counts != NULL ? PyList_GET_ITEM(counts, k) : NULL);
                     Py_DECREF(stream);
                     if (written < 0) goto error;
@@ -380,7 +306,7 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
             }
             if (r == 0 && run == NULL && PyUnicode_GET_LENGTH(text) == 0) {
                 /* an empty row without entries says nothing but its token count (the Python loop's) */
-                r = counts != NULL ? keep_count(stream, PyList_GET_ITEM(counts, k)) : 0;
+                r = counts != NULL ? detok_keep_count(stream, PyList_GET_ITEM(counts, k)) : 0;
                 if (r < 0) goto error;
                 continue;
             }

@@ -36,4 +36,17 @@ int detok_push_arguments(TextPusher *t, Py_ssize_t index, PyObject *text);
 PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 int detok_directrows_init(void);
 
+/* _directrows.c's checks on a stream, shared with _typedrows.c: 1 if stream.name is an empty list,
+ * 0 if not, -1 on an error; the stream (a new reference) if its row can be written at once, with
+ * its waiter and pusher (new references), Py_None (borrowed) if not, NULL on an error (typed: a
+ * parsed request's row, whose offset the caller checked); its token count kept as the Python loop
+ * keeps it; a write's Exception handed to its consumer as RequestStream._push hands it over */
+int detok_attr_empty_list(PyObject *stream, PyObject *name);
+PyObject *detok_direct_stream(PyObject *stream, PyObject *offset, PyObject **waiter, TextPusher **pusher, int typed);
+int detok_keep_count(PyObject *stream, PyObject *n);
+int detok_hand_over(PyObject *stream, PyObject *waiter);
+/* _typedrows.c: a parsed request's row of kind 1-3 written at once: 1; left: 0; an error: -1 */
+int detok_push_typed_row(PyObject *stream, int kind, PyObject *text, PyObject *offset, PyObject *count);
+int detok_typedrows_init(void);
+
 #endif
