@@ -106,23 +106,33 @@ def handle(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = Non
     return seconds, formatted
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def workload_args(doc: str | None, repeats: int) -> argparse.Namespace:
+    """This benchmark's command line (also bench/push_rows.py's)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common.add_common_args(p)
     p.add_argument("--logprobs", type=int, default=5, metavar="K", help="alternatives per token (top_logprobs)")
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=repeats)
     p.add_argument("--kinds", default="corpus,multilingual", help="token stream kinds (bench/_common.py)")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def workload_of(args: argparse.Namespace) -> tuple[Any, Workload, LogprobTable]:
+    """(tokenizer, the pool benchmark's workload, its logprob table) for the command line's sizes."""
     source = args.tokenizer[0] if args.tokenizer else _common.default_tokenizer_sources()[0][1]
     tok = detok.load_tokenizer(source)
-    hf = getattr(tok, "hf_tokenizer", None)
-    decode_ids = hf.decode if hf is not None else (lambda ids: tok.decode(ids, skip_special_tokens=False))
     streams = _common.make_streams(tok, args.tokens, args.concurrency, args.seed, tuple(args.kinds.split(",")))
     outputs = np.ascontiguousarray(np.array([s.ids for s in streams], dtype=np.uint32).T)
     workload = Workload([list(s.context) for s in streams], outputs, 1)
-    table = LogprobTable.make(outputs, args.logprobs, tok.vocab_size, args.seed)
+    return tok, workload, LogprobTable.make(outputs, args.logprobs, tok.vocab_size, args.seed)
+
+
+def main() -> int:
+    args = workload_args(__doc__, 3)
+    tok, workload, table = workload_of(args)
+    hf = getattr(tok, "hf_tokenizer", None)
+    decode_ids = hf.decode if hf is not None else (lambda ids: tok.decode(ids, skip_special_tokens=False))
     with_strings = frontend_messages(tok, workload, table)
     configs = {  # name: (messages, ids decoded in the frontend by, logprobs object made by)
         "no-logprobs": (frontend_messages(tok, workload, None), None, None),

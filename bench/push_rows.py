@@ -23,7 +23,6 @@ if __package__ in (None, ""):  # run as `python bench/push_rows.py`: make the `b
 
     _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 
-import argparse
 import asyncio
 import gc
 import statistics
@@ -32,12 +31,8 @@ import time
 import types
 from typing import Any
 
-import numpy as np
-
-import detok
 from bench import _common
-from bench.logprobs_frontend import frontend_messages
-from bench.pool_drivers import LogprobTable, Workload
+from bench.logprobs_frontend import frontend_messages, workload_args, workload_of
 from detok import wire
 from detok.frontend.chunks import ChunkRenderer
 from detok.receiver.receiver import DeltaReceiver
@@ -93,20 +88,8 @@ def run_once(messages: list[bytes], rids: list[int], items: bool, direct: bool) 
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common.add_common_args(p)
-    p.add_argument("--logprobs", type=int, default=5, metavar="K", help="alternatives per token (top_logprobs)")
-    p.add_argument("--concurrency", type=int, default=256)
-    p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--kinds", default="corpus,multilingual", help="token stream kinds (bench/_common.py)")
-    args = p.parse_args()
-    source = args.tokenizer[0] if args.tokenizer else _common.default_tokenizer_sources()[0][1]
-    tok = detok.load_tokenizer(source)
-    streams = _common.make_streams(tok, args.tokens, args.concurrency, args.seed, tuple(args.kinds.split(",")))
-    outputs = np.ascontiguousarray(np.array([s.ids for s in streams], dtype=np.uint32).T)
-    workload = Workload([list(s.context) for s in streams], outputs, 1)
-    table = LogprobTable.make(outputs, args.logprobs, tok.vocab_size, args.seed)
+    args = workload_args(__doc__, 5)
+    tok, workload, table = workload_of(args)
     modes = {"none": (frontend_messages(tok, workload, None), False),
              f"top-{args.logprobs}": (frontend_messages(tok, workload, table, "chat"), True)}
     rids = list(range(workload.requests))
