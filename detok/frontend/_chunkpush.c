@@ -195,7 +195,7 @@ int detok_pusher_ready(TextPusher *t) {
 /* the chunk of `text` (and, in chat items mode, of `items`: a non-empty list, or NULL) after
  * `prefix` (the text's, or a typed pusher's reasoning prefix), the clock ticked, written: 0, or -1
  * with an exception set */
-static int write_chunk(TextPusher *t, PyObject *prefix, PyObject *text, PyObject *items) {
+static int write_chunk(TextPusher *t, PyObject *prefix, PyObject *text, PyObject *items, PyObject *suffix) {
     Py_ssize_t n;
     const char *u = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &n) : NULL;
     if (u == NULL) { /* not encodable: raised, as the Python pusher's encoder raises */
@@ -203,8 +203,8 @@ static int write_chunk(TextPusher *t, PyObject *prefix, PyObject *text, PyObject
         return -1;
     }
     PyObject *chunk = items == NULL
-        ? frame(PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix), u, n, PyBytes_AS_STRING(t->suffix),
-                PyBytes_GET_SIZE(t->suffix))
+        ? frame(PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix), u, n, PyBytes_AS_STRING(suffix),
+                PyBytes_GET_SIZE(suffix))
         : frame_with(PyBytes_AS_STRING(t->prefix), PyBytes_GET_SIZE(t->prefix), u, n, t->mid, items,
                      PyBytes_AS_STRING(t->items_suffix), PyBytes_GET_SIZE(t->items_suffix));
     if (chunk == NULL) return -1;
@@ -224,11 +224,11 @@ static int write_chunk(TextPusher *t, PyObject *prefix, PyObject *text, PyObject
 }
 
 int detok_push_chunk(TextPusher *t, PyObject *text, PyObject *items) {
-    return write_chunk(t, t->prefix, text, items);
+    return write_chunk(t, t->prefix, text, items, t->suffix);
 }
 
 int detok_push_reasoning(TextPusher *t, PyObject *text) {
-    return write_chunk(t, t->reasoning, text, NULL);
+    return write_chunk(t, t->reasoning, text, NULL, t->suffix);
 }
 
 int detok_push_arguments(TextPusher *t, Py_ssize_t index, PyObject *text) {
@@ -241,15 +241,13 @@ int detok_push_arguments(TextPusher *t, Py_ssize_t index, PyObject *text) {
     }
     PyBytes_ConcatAndDel(&prefix, call); /* (a new object: calls_prefix has other references) */
     if (prefix == NULL) return -1;
-    PyObject *suffix = t->suffix, *end = PyBytes_FromStringAndSize("}}]", 3);
-    if (end != NULL) PyBytes_Concat(&end, suffix);
+    PyObject *end = PyBytes_FromStringAndSize("}}]", 3);
+    if (end != NULL) PyBytes_Concat(&end, t->suffix);
     if (end == NULL) {
         Py_DECREF(prefix);
         return -1;
     }
-    t->suffix = end; /* (write_chunk frames with t->suffix: this call's end for this chunk) */
-    int r = write_chunk(t, prefix, text, NULL);
-    t->suffix = suffix;
+    int r = write_chunk(t, prefix, text, NULL, end);
     Py_DECREF(end);
     Py_DECREF(prefix);
     return r;
@@ -279,7 +277,7 @@ static PyObject *push(TextPusher *t, PyObject *stream) {
         items = PyTuple_GET_ITEM(taken, 1);
         if (items == Py_None || PyList_GET_SIZE(items) == 0) items = NULL; /* no entries: logprobs null */
     }
-    r = write_chunk(t, t->prefix, text, items);
+    r = write_chunk(t, t->prefix, text, items, t->suffix);
     Py_DECREF(taken);
     if (r < 0) return NULL;
     Py_RETURN_TRUE;

@@ -146,8 +146,8 @@ int detok_hand_over(PyObject *stream, PyObject *waiter) {
 }
 
 /* the items of `run` (a TokenLogprobs: a new reference to its non-empty list of rendered items, one
- * per entry) if it starts at the token the stream expects, with *end its end; Py_None (borrowed)
- * if not; NULL on an error */
+ * per entry) if it starts at the token the stream expects, with *end its end; Py_None (a new
+ * reference) if not; NULL on an error */
 static PyObject *run_items(PyObject *stream, PyObject *run, PyObject **end) {
     PyObject *first = PyObject_GetAttr(run, S_first), *items = NULL, *ids = NULL, *next = NULL;
     if (first == NULL) return NULL;
@@ -169,7 +169,7 @@ done:
     Py_XDECREF(next);
     if (r == 1) return items;
     Py_XDECREF(items);
-    return r < 0 ? NULL : Py_None;
+    return r < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 /* row k written at once: 1; left to the caller: 0; an error: -1. `run`: the row's request's one

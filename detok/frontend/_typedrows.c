@@ -51,7 +51,7 @@ int detok_push_typed_row(PyObject *stream, int kind, PyObject *text, PyObject *o
         if (r == 1 && kind == 3 && pusher->sent_args == NULL) r = 0; /* (its tool calls are the consumer's) */
     }
     if (r == 1 && count != NULL && detok_keep_count(stream, count) < 0) r = -1;
-    Py_ssize_t chars = PyUnicode_GET_LENGTH(text), index = call != NULL ? PyLong_AsSsize_t(call) : -1;
+    Py_ssize_t chars = PyUnicode_GET_LENGTH(text), index = r == 1 && kind == 3 ? PyLong_AsSsize_t(call) : -1;
     if (r == 1) {
         PyObject *len = PyLong_FromSsize_t(chars);
         end = len == NULL ? NULL : PyNumber_Add(offset, len);

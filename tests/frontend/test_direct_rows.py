@@ -425,6 +425,30 @@ def test_hostile_arguments_are_clean_errors() -> None:
     assert push_rows({}, RequestStream, [1], ["a"], [0], None, None, None, None) is None
 
 
+def test_no_reference_is_leaked_where_a_run_does_not_fit(receivers) -> None:
+    # (an items-mode row whose run starts past the token the stream expects: left to the caller,
+    # every object's count as it was, None's included)
+    async def run() -> None:
+        rx = receivers[0]
+        rx.discard(1)
+        world = _World(rx, [1], direct=True, items=True)
+        await asyncio.sleep(0)
+        entries = [(1, _run(1, 5, 1, True))]
+        args = (rx._streams, RequestStream, [1], ["x"], [0], None, None, entries, None)
+        push_rows(*args)
+        nones, runs = sys.getrefcount(None), sys.getrefcount(entries[0][1])
+        for _ in range(3000):
+            assert push_rows(*args) == [0]
+        # (None is shared: a few references come and go elsewhere, one per row would be 3,000)
+        nones_after, runs_after = sys.getrefcount(None), sys.getrefcount(entries[0][1])
+        assert abs(nones_after - nones) < 50 and runs_after == runs
+        assert world.conns[1].out == [] and world.streams[1]._next_token == 0
+        rx.fail_all("end")
+        await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
+
+    asyncio.run(run())
+
+
 def test_no_reference_is_leaked_over_many_rows(receivers) -> None:
     async def run() -> None:
         rx = receivers[0]
