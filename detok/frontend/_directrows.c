@@ -237,108 +237,101 @@ error:
     return NULL;
 }
 
+/* one batch's columns, as push_rows was given them (borrowed; NULL where None), and its pass's state */
+typedef struct {
+    PyObject *texts, *offsets, *counts, *finished, *entries, *runs, *left_rids;
+    const unsigned char *kinds;
+} Batch;
+
+/* row k of the batch, of an open `stream` of the stream type: 1 done here (written, or nothing to
+ * do but its token count), 0 left to the caller, -1 an error */
+static int push_one(Batch *b, Py_ssize_t k, PyObject *stream, PyObject *rid, PyObject *text) {
+    /* a request the batch finishes or gives typed rows after the rows, or one with a row left
+     * before: the caller's, so that its rows stay in order and go out with the rest */
+    int r = b->finished != NULL ? PySet_Contains(b->finished, rid) : 0;
+    if (r == 0 && b->left_rids != NULL) r = PySet_Contains(b->left_rids, rid);
+    if (r != 0) return r < 0 ? -1 : 0;
+    PyObject *index = NULL, *run = NULL; /* (borrowed) */
+    if (b->runs != NULL && (index = PyDict_GetItemWithError(b->runs, rid)) == NULL && PyErr_Occurred()) return -1;
+    if (index != NULL) { /* (None: several runs, or its one run written with an earlier row: the caller's) */
+        PyObject *pair = index == Py_None ? Py_None : PyList_GET_ITEM(b->entries, PyLong_AsSsize_t(index));
+        if (!PyTuple_CheckExact(pair)) return 0;
+        run = PyTuple_GET_ITEM(pair, 1);
+    }
+    PyObject *count = b->counts != NULL ? PyList_GET_ITEM(b->counts, k) : NULL;
+    PyObject *offset = PyList_GET_ITEM(b->offsets, k);
+    int kind = b->kinds != NULL ? b->kinds[k] : 0;
+    if (run == NULL && PyUnicode_GET_LENGTH(text) == 0) /* an empty row says nothing but its token count */
+        return count != NULL && detok_keep_count(stream, count) < 0 ? -1 : 1;
+    if (kind != 0) /* a parsed request's row (without entries: its pusher is text-only) */
+        return run == NULL && kind <= 3 ? detok_push_typed_row(stream, kind, text, offset, count) : 0;
+    r = push_row(stream, text, offset, count, run);
+    if (r == 1 && run != NULL) { /* its run is written: not applied again */
+        Py_INCREF(Py_None);
+        if (PyList_SetItem(b->entries, PyLong_AsSsize_t(index), Py_None) < 0) return -1;
+    }
+    return r;
+}
+
 PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
                         "push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries, kinds)");
         return NULL;
     }
-    const unsigned char *kinds = NULL;
-    if (args[8] != Py_None) {
-        if (!PyBytes_CheckExact(args[8])) {
-            PyErr_SetString(PyExc_TypeError, "push_rows: kinds must be bytes or None");
-            return NULL;
-        }
-        kinds = (const unsigned char *)PyBytes_AS_STRING(args[8]);
+    PyObject *streams = args[0], *type = args[1], *rids = args[2];
+    Batch b = {args[3], args[4], args[5] == Py_None ? NULL : args[5], args[6] == Py_None ? NULL : args[6],
+               args[7] == Py_None ? NULL : args[7], NULL, NULL, NULL};
+    if (args[8] != Py_None && !PyBytes_CheckExact(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "push_rows: kinds must be bytes or None");
+        return NULL;
     }
-    PyObject *streams = args[0], *type = args[1], *rids = args[2], *texts = args[3], *offsets = args[4];
-    PyObject *counts = args[5] == Py_None ? NULL : args[5], *finished = args[6] == Py_None ? NULL : args[6];
-    PyObject *entries = args[7] == Py_None ? NULL : args[7];
-    if (!PyDict_CheckExact(streams) || !PyType_Check(type) || !PyList_CheckExact(rids) || !PyList_CheckExact(texts)
-        || !PyList_CheckExact(offsets) || (counts != NULL && !PyList_CheckExact(counts))
-        || (finished != NULL && !PyAnySet_CheckExact(finished)) || (entries != NULL && !PyList_CheckExact(entries))) {
+    if (!PyDict_CheckExact(streams) || !PyType_Check(type) || !PyList_CheckExact(rids) || !PyList_CheckExact(b.texts)
+        || !PyList_CheckExact(b.offsets) || (b.counts != NULL && !PyList_CheckExact(b.counts))
+        || (b.finished != NULL && !PyAnySet_CheckExact(b.finished)) || (b.entries != NULL && !PyList_CheckExact(b.entries))) {
         PyErr_SetString(PyExc_TypeError, "push_rows: a dict, a type, three lists, a list or None, a set or None, a list or None");
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(rids);
-    if (PyList_GET_SIZE(texts) != n || PyList_GET_SIZE(offsets) != n || (counts != NULL && PyList_GET_SIZE(counts) != n)
-        || (kinds != NULL && PyBytes_GET_SIZE(args[8]) != n)) {
+    if (PyList_GET_SIZE(b.texts) != n || PyList_GET_SIZE(b.offsets) != n || (b.counts != NULL && PyList_GET_SIZE(b.counts) != n)
+        || (args[8] != Py_None && PyBytes_GET_SIZE(args[8]) != n)) {
         PyErr_SetString(PyExc_ValueError, "push_rows: the columns differ in length");
         return NULL;
     }
-    PyObject *runs = entries != NULL && PyList_GET_SIZE(entries) > 0 ? runs_by_rid(entries) : NULL;
-    if (runs == NULL && PyErr_Occurred()) return NULL;
-    PyObject *left = NULL, *left_rids = NULL; /* (rows after one left to the caller are its too: in order) */
+    if (args[8] != Py_None) b.kinds = (const unsigned char *)PyBytes_AS_STRING(args[8]);
+    b.runs = b.entries != NULL && PyList_GET_SIZE(b.entries) > 0 ? runs_by_rid(b.entries) : NULL;
+    if (b.runs == NULL && PyErr_Occurred()) return NULL;
+    PyObject *left = NULL;
     for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *rid = PyList_GET_ITEM(rids, k), *text = PyList_GET_ITEM(texts, k);
+        PyObject *rid = PyList_GET_ITEM(rids, k), *text = PyList_GET_ITEM(b.texts, k);
         PyObject *stream = PyDict_GetItemWithError(streams, rid); /* borrowed */
-        int r = 0;
         if (stream == NULL) {
             if (PyErr_Occurred()) goto error;
             continue; /* no open stream: nothing to do */
         }
+        int r = 0;
         if (Py_TYPE(stream) == (PyTypeObject *)type && PyUnicode_CheckExact(text)) {
-            r = finished != NULL ? PySet_Contains(finished, rid) : 0;
-            if (r == 0 && left_rids != NULL) r = PySet_Contains(left_rids, rid);
-            PyObject *index = NULL, *run = NULL; /* (borrowed) */
-            if (r == 0 && runs != NULL && (index = PyDict_GetItemWithError(runs, rid)) == NULL && PyErr_Occurred()) r = -1;
-            if (r == 0 && index != NULL) { /* (None: several runs, or its one run written with an earlier row) */
-                PyObject *pair = index == Py_None ? Py_None : PyList_GET_ITEM(entries, PyLong_AsSsize_t(index));
-                run = PyTuple_CheckExact(pair) ? PyTuple_GET_ITEM(pair, 1) : Py_None;
-            }
-            if (r == 0 && run == Py_None) r = 1; /* the Python path's */
-            int kind = kinds != NULL ? kinds[k] : 0;
-            if (kind != 0) { /* a parsed request's row: reasoning or content without entries, at once */
-                int written = 0;
-                if (r == 0 && run == NULL && kind <= 3) {
-                    if (PyUnicode_GET_LENGTH(text) == 0) { /* (says nothing but its token count) */
-                        if (counts != NULL && detok_keep_count(stream, PyList_GET_ITEM(counts, k)) < 0) goto error;
-                        continue;
-                    }
-                    Py_INCREF(stream);
-                    written = detok_push_typed_row(stream, kind, text, PyList_GET_ITEM(offsets, k),
-                                             counts != NULL ? PyList_GET_ITEM(counts, k) : NULL);
-                    Py_DECREF(stream);
-                    if (written < 0) goto error;
-                }
-                if (written) continue;
-                r = 1; /* left to the caller (below) */
-            }
-            if (r == 0 && run == NULL && PyUnicode_GET_LENGTH(text) == 0) {
-                /* an empty row without entries says nothing but its token count (the Python loop's) */
-                r = counts != NULL ? detok_keep_count(stream, PyList_GET_ITEM(counts, k)) : 0;
-                if (r < 0) goto error;
-                continue;
-            }
-            if (r == 0) {
-                Py_INCREF(stream); /* (a write may run code that closes it) */
-                r = push_row(stream, text, PyList_GET_ITEM(offsets, k), counts != NULL ? PyList_GET_ITEM(counts, k) : NULL, run);
-                Py_DECREF(stream);
-                if (r == 1 && run != NULL) { /* its run is written: not applied again */
-                    Py_INCREF(Py_None);
-                    if (PyList_SetItem(entries, PyLong_AsSsize_t(index), Py_None) < 0) r = -1;
-                }
-            } else if (r == 1) {
-                r = 0;
-            }
+            Py_INCREF(stream); /* (a write may run code that closes it) */
+            r = push_one(&b, k, stream, rid, text);
+            Py_DECREF(stream);
             if (r < 0) goto error;
         }
         if (r == 0) {
             PyObject *at = PyLong_FromSsize_t(k);
             if (at == NULL || (left == NULL && (left = PyList_New(0)) == NULL) || PyList_Append(left, at) < 0
-                || (left_rids == NULL && (left_rids = PySet_New(NULL)) == NULL) || PySet_Add(left_rids, rid) < 0) {
+                || (b.left_rids == NULL && (b.left_rids = PySet_New(NULL)) == NULL) || PySet_Add(b.left_rids, rid) < 0) {
                 Py_XDECREF(at);
                 goto error;
             }
             Py_DECREF(at);
         }
     }
-    Py_XDECREF(runs);
-    Py_XDECREF(left_rids);
+    Py_XDECREF(b.runs);
+    Py_XDECREF(b.left_rids);
     return left != NULL ? left : Py_NewRef(Py_None);
 error:
-    Py_XDECREF(runs);
+    Py_XDECREF(b.runs);
+    Py_XDECREF(b.left_rids);
     Py_XDECREF(left);
-    Py_XDECREF(left_rids);
     return NULL;
 }
