@@ -26,8 +26,9 @@ setup(
         # the receiving loop's text-only chunk: taken, rendered, framed and written in one call; and a
         # received batch's text rows written as they are dispatched (DeltaReceiver.direct_rows)
         Extension("detok.frontend._chunkpush",
-                  ["detok/frontend/_chunkpush.c", "detok/frontend/_directrows.c", "detok/frontend/_typedrows.c"],
-                  depends=["detok/frontend/_textpusher.h"], optional=True),
+                  ["detok/frontend/_chunkpush.c", "detok/frontend/_directrows.c", "detok/frontend/_typedrows.c",
+                   "detok/frontend/_streamslots.c"],
+                  depends=["detok/frontend/_textpusher.h", "detok/frontend/_streamslots.h"], optional=True),
         Extension("detok.receiver._logprobrows", ["detok/receiver/_logprobrows.c"], optional=True),
         # the frontend's latency clock, ticked once per streamed chunk
         Extension("detok.frontend._latency", ["detok/frontend/_latency.c"], optional=True),

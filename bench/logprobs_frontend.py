@@ -107,7 +107,12 @@ def handle(messages: list[bytes], rids: list[int], k: int, decode_ids: Any = Non
 
 
 def workload_args(doc: str | None, repeats: int) -> argparse.Namespace:
-    """This benchmark's command line (also bench/push_rows.py's)."""
+    """This benchmark's command line."""
+    return workload_parser(doc, repeats).parse_args()
+
+
+def workload_parser(doc: str | None, repeats: int) -> argparse.ArgumentParser:
+    """This benchmark's options (also bench/push_rows.py's, which adds its own)."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common.add_common_args(p)
     p.add_argument("--logprobs", type=int, default=5, metavar="K", help="alternatives per token (top_logprobs)")
@@ -115,7 +120,7 @@ def workload_args(doc: str | None, repeats: int) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=repeats)
     p.add_argument("--kinds", default="corpus,multilingual", help="token stream kinds (bench/_common.py)")
-    return p.parse_args()
+    return p
 
 
 def workload_of(args: argparse.Namespace) -> tuple[Any, Workload, LogprobTable]:

@@ -40,64 +40,61 @@
  * six calls per row (feed, wake, queue, push, take, the pusher) ≈ 2 µs of the frontend under load;
  * this is one pass of slot reads. */
 #include "_textpusher.h"
+#include "_streamslots.h"
 
-static PyObject *S_pusher, *S_push_queued, *S_chunks, *S_logprobs, *S_finish, *S_typed, *S_received, *S_waiter,
-    *S_tokens, *S_push_error, *S_done, *S_set_result, *S_first, *S_items, *S_token_ids, *S_next_token;
+static PyObject *S_done, *S_set_result, *S_first, *S_items, *S_token_ids;
 
 int detok_directrows_init(void) {
-    return (S_pusher = PyUnicode_InternFromString("_pusher")) && (S_push_queued = PyUnicode_InternFromString("_push_queued"))
-        && (S_chunks = PyUnicode_InternFromString("_chunks")) && (S_logprobs = PyUnicode_InternFromString("_logprobs"))
-        && (S_finish = PyUnicode_InternFromString("finish")) && (S_typed = PyUnicode_InternFromString("_typed"))
-        && (S_received = PyUnicode_InternFromString("_received")) && (S_waiter = PyUnicode_InternFromString("_waiter"))
-        && (S_tokens = PyUnicode_InternFromString("_tokens")) && (S_push_error = PyUnicode_InternFromString("_push_error"))
-        && (S_done = PyUnicode_InternFromString("done")) && (S_set_result = PyUnicode_InternFromString("set_result"))
+    return (S_done = PyUnicode_InternFromString("done")) && (S_set_result = PyUnicode_InternFromString("set_result"))
         && (S_first = PyUnicode_InternFromString("first")) && (S_items = PyUnicode_InternFromString("items"))
         && (S_token_ids = PyUnicode_InternFromString("token_ids"))
-        && (S_next_token = PyUnicode_InternFromString("_next_token"))
-        && detok_typedrows_init() == 0
+        && detok_streamslots_init() == 0 && detok_typedrows_init() == 0
         ? 0 : -1;
 }
 
-/* 1 if stream.name is `expected` (an identity test: None, False), 0 if not, -1 on an error */
-static int attr_is(PyObject *stream, PyObject *name, PyObject *expected) {
-    PyObject *v = PyObject_GetAttr(stream, name);
+/* 1 if stream.<which> is `expected` (an identity test: None, False), 0 if not, -1 on an error */
+static int slot_is(PyObject *stream, StreamSlot which, PyObject *expected) {
+    PyObject *v = detok_stream_get(stream, which);
     if (v == NULL) return -1;
     int r = v == expected;
     Py_DECREF(v);
     return r;
 }
 
-/* 1 if stream.name is an empty list, 0 if not (or not a list), -1 on an error */
-int detok_attr_empty_list(PyObject *stream, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(stream, name);
+/* 1 if `v` (a new reference, or NULL on an error) is an empty list, 0 if not (or not a list), -1 on an error */
+static int empty_list(PyObject *v) {
     if (v == NULL) return -1;
     int r = PyList_CheckExact(v) && PyList_GET_SIZE(v) == 0;
     Py_DECREF(v);
     return r;
 }
 
+int detok_attr_empty_list(PyObject *obj, PyObject *name) {
+    return empty_list(PyObject_GetAttr(obj, name));
+}
+
 /* the row's stream if it can be written at once (a new reference), Py_None (borrowed) if not, NULL
  * on an error; *waiter: the stream's waiter (a new reference) when the stream is given */
 PyObject *detok_direct_stream(PyObject *stream, PyObject *offset, PyObject **waiter, TextPusher **pusher, int typed) {
     int r;
-    if ((r = attr_is(stream, S_push_queued, Py_False)) <= 0 || (r = attr_is(stream, S_finish, Py_None)) <= 0
-        || (!typed && (r = attr_is(stream, S_typed, Py_None)) <= 0) || (r = detok_attr_empty_list(stream, S_chunks)) <= 0
-        || (r = detok_attr_empty_list(stream, S_logprobs)) <= 0)
+    if ((r = slot_is(stream, SL_PUSH_QUEUED, Py_False)) <= 0 || (r = slot_is(stream, SL_FINISH, Py_None)) <= 0
+        || (!typed && (r = slot_is(stream, SL_TYPED, Py_None)) <= 0) || (r = empty_list(detok_stream_get(stream, SL_CHUNKS))) <= 0
+        || (r = empty_list(detok_stream_get(stream, SL_LOGPROBS))) <= 0)
         return r < 0 ? NULL : Py_None;
     if (offset != NULL && !typed) { /* (NULL: an empty row, whose offset says nothing; typed: the caller's) */
-        PyObject *received = PyObject_GetAttr(stream, S_received);
+        PyObject *received = detok_stream_get(stream, SL_RECEIVED);
         if (received == NULL) return NULL;
         r = PyLong_CheckExact(received) ? PyObject_RichCompareBool(received, offset, Py_EQ) : 0;
         Py_DECREF(received);
         if (r <= 0) return r < 0 ? NULL : Py_None;
     }
-    PyObject *p = PyObject_GetAttr(stream, S_pusher);
+    PyObject *p = detok_stream_get(stream, SL_PUSHER);
     if (p == NULL) return NULL;
     if (Py_TYPE(p) != &detok_TextPusherType || (typed && !((TextPusher *)p)->typed)) {
         Py_DECREF(p);
         return Py_None;
     }
-    PyObject *w = PyObject_GetAttr(stream, S_waiter);
+    PyObject *w = detok_stream_get(stream, SL_WAITER);
     if (w == NULL) {
         Py_DECREF(p);
         return NULL;
@@ -118,12 +115,12 @@ PyObject *detok_direct_stream(PyObject *stream, PyObject *offset, PyObject **wai
 
 /* the stream's token count kept as the Python loop keeps it: raised to n if higher (or unset) */
 int detok_keep_count(PyObject *stream, PyObject *n) {
-    PyObject *have = PyObject_GetAttr(stream, S_tokens);
+    PyObject *have = detok_stream_get(stream, SL_TOKENS);
     if (have == NULL) return -1;
     int higher = have == Py_None ? 1 : PyObject_RichCompareBool(n, have, Py_GT);
     Py_DECREF(have);
     if (higher < 0) return -1;
-    return higher ? PyObject_SetAttr(stream, S_tokens, n) : 0;
+    return higher ? detok_stream_set(stream, SL_TOKENS, n) : 0;
 }
 
 /* a write that raised an Exception: the consumer's to raise, as RequestStream._push hands it over */
@@ -135,8 +132,8 @@ int detok_hand_over(PyObject *stream, PyObject *waiter) {
     if (tb != NULL) PyException_SetTraceback(exc, tb);
     Py_XDECREF(type);
     Py_XDECREF(tb);
-    int r = PyObject_SetAttr(stream, S_pusher, Py_None);
-    if (r == 0) r = PyObject_SetAttr(stream, S_push_error, exc);
+    int r = detok_stream_set(stream, SL_PUSHER, Py_None);
+    if (r == 0) r = detok_stream_set(stream, SL_PUSH_ERROR, exc);
     Py_DECREF(exc);
     if (r < 0) return -1;
     PyObject *ok = PyObject_CallMethodOneArg(waiter, S_set_result, Py_None);
@@ -153,7 +150,7 @@ static PyObject *run_items(PyObject *stream, PyObject *run, PyObject **end) {
     if (first == NULL) return NULL;
     int r = -1;
     if ((items = PyObject_GetAttr(run, S_items)) == NULL || (ids = PyObject_GetAttr(run, S_token_ids)) == NULL
-        || (next = PyObject_GetAttr(stream, S_next_token)) == NULL)
+        || (next = detok_stream_get(stream, SL_NEXT_TOKEN)) == NULL)
         goto done;
     r = PyList_CheckExact(items) && PyList_CheckExact(ids) && PyList_GET_SIZE(items) > 0
         && PyList_GET_SIZE(items) == PyList_GET_SIZE(ids) && PyLong_CheckExact(first) ? PyObject_RichCompareBool(first, next, Py_EQ) : 0;
@@ -194,13 +191,13 @@ static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject
         }
     }
     int r = count != NULL ? detok_keep_count(stream, count) : 0;
-    if (r == 0 && run_end != NULL) r = PyObject_SetAttr(stream, S_next_token, run_end);
+    if (r == 0 && run_end != NULL) r = detok_stream_set(stream, SL_NEXT_TOKEN, run_end);
     PyObject *end = NULL;
     if (r == 0 && chars > 0) {
         PyObject *len = PyLong_FromSsize_t(chars);
         end = len == NULL ? NULL : PyNumber_Add(offset, len);
         Py_XDECREF(len);
-        r = end == NULL ? -1 : PyObject_SetAttr(stream, S_received, end);
+        r = end == NULL ? -1 : detok_stream_set(stream, SL_RECEIVED, end);
         Py_XDECREF(end);
     }
     if (r == 0 && detok_push_chunk(pusher, text, items) < 0) r = detok_hand_over(stream, waiter);
@@ -302,6 +299,7 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
     b.runs = b.entries != NULL && PyList_GET_SIZE(b.entries) > 0 ? runs_by_rid(b.entries) : NULL;
     if (b.runs == NULL && PyErr_Occurred()) return NULL;
     PyObject *left = NULL;
+    if (detok_streamslots_bind((PyTypeObject *)type) < 0) goto error;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *rid = PyList_GET_ITEM(rids, k), *text = PyList_GET_ITEM(b.texts, k);
         PyObject *stream = PyDict_GetItemWithError(streams, rid); /* borrowed */

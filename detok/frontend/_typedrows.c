@@ -4,11 +4,12 @@
  * batch-level checks (not finished nor given typed rows by the batch, no logprob entries, no row of
  * its left to the Python path before it). */
 #include "_textpusher.h"
+#include "_streamslots.h"
 
-static PyObject *S_typed, *S_reasoning, *S_content, *S_new_reasoning, *S_new_calls, *S_last_call, *S_args;
+static PyObject *S_reasoning, *S_content, *S_new_reasoning, *S_new_calls, *S_last_call, *S_args;
 
 int detok_typedrows_init(void) {
-    return (S_typed = PyUnicode_InternFromString("_typed")) && (S_reasoning = PyUnicode_InternFromString("reasoning"))
+    return (S_reasoning = PyUnicode_InternFromString("reasoning"))
         && (S_content = PyUnicode_InternFromString("content"))
         && (S_new_reasoning = PyUnicode_InternFromString("new_reasoning"))
         && (S_new_calls = PyUnicode_InternFromString("new_calls"))
@@ -23,7 +24,7 @@ int detok_typedrows_init(void) {
  * the request does not show its reasoning), the call's arguments fragment (none for a call past the
  * first when parallel_tool_calls is false; its sent count kept as TypedChoice keeps it) written. */
 int detok_push_typed_row(PyObject *stream, int kind, PyObject *text, PyObject *offset, PyObject *count) {
-    PyObject *state = PyObject_GetAttr(stream, S_typed);
+    PyObject *state = detok_stream_get(stream, SL_TYPED);
     if (state == NULL) return -1;
     PyObject *have_name = kind == 1 ? S_reasoning : S_content, *have = NULL, *waiter = NULL, *s = Py_None, *end = NULL;
     PyObject *args = NULL, *call = NULL; /* kind 3: the state's argument counts, the call's index */

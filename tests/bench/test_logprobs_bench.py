@@ -83,3 +83,6 @@ def test_push_rows_bench_writes_the_same_chunks_both_ways() -> None:
                             (logprobs_frontend.frontend_messages(tok, w, table, "chat"), True)):
         queue, direct = push_rows.run_once(messages, rids, items, False), push_rows.run_once(messages, rids, items, True)
         assert queue[1] == direct[1] > 0 and queue[0] >= 0 and direct[0] >= 0
+        # (with the caches written over between messages: the same chunks)
+        evicted = push_rows.run_once(messages, rids, items, True, bytearray(64 * 1024))
+        assert evicted[1] == direct[1]

@@ -468,3 +468,59 @@ def test_no_reference_is_leaked_over_many_rows(receivers) -> None:
         await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
 
     asyncio.run(run())
+
+
+
+_PROBE_READS: list[int] = []
+
+
+class _Probed(RequestStream):
+    """A stream type that first has RequestStream's slots, then (the test sets it) a `_received`
+    property over another slot."""
+
+    __slots__ = ("_probe_received",)
+
+
+def _probe_get(stream: _Probed) -> int:
+    _PROBE_READS.append(stream._probe_received)
+    return stream._probe_received
+
+
+def _probe_set(stream: _Probed, value: int) -> None:
+    stream._probe_received = value
+
+
+def test_a_stream_types_attributes_are_read_as_getattr_reads_them(receivers) -> None:
+    # push_rows reads a stream type's plain slots at their offsets, bound per type: a type changed
+    # after binding (an attribute now a property) is bound again and read through it, and an unset
+    # slot raises as getattr does
+    async def run() -> None:
+        rx = receivers[0]
+        rx.discard(4)
+        world = _World(rx, [4], direct=True)
+        probed = _Probed(6, rx)
+        conn = _Conn()
+        probed.push_to(TextPusher(lambda s: False, conn.flow, conn.cycle, conn.write, None, _PREFIX, _SUFFIX))
+        task = asyncio.ensure_future(anext(probed))
+        await asyncio.sleep(0)
+        plain = world.streams[4]
+        for k in range(2):  # (each call binds its type: alternated)
+            assert push_rows({4: plain}, RequestStream, [4], ["ab"], [2 * k], None, None, None, None) is None
+            assert push_rows({6: probed}, _Probed, [6], ["cd"], [2 * k], [k + 1], None, None, None) is None
+        assert plain._received == 4 and probed._received == 4 and probed._tokens == 2
+        _Probed._received = property(_probe_get, _probe_set)  # type: ignore[assignment]
+        try:
+            probed._probe_received = 4
+            assert push_rows({6: probed}, _Probed, [6], ["e"], [4], None, None, None, None) is None
+            assert _PROBE_READS == [4] and probed._probe_received == 5
+        finally:
+            del _Probed._received
+        assert [_RENDER_TEXT(c) for c in conn.out] == ["cd", "cd", "e"]
+        del probed._tokens
+        with pytest.raises(AttributeError, match="_tokens"):
+            push_rows({6: probed}, _Probed, [6], ["f"], [4], [3], None, None, None)
+        task.cancel()
+        rx.fail_all("end")
+        await asyncio.wait_for(asyncio.gather(*world.tasks), 5)
+
+    asyncio.run(run())
