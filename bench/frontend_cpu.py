@@ -103,12 +103,12 @@ def detok_source(env: dict[str, str], cwd: str) -> str:
 
 def measure(label: str, env: dict[str, str], cwd: str, serve_args: Sequence[str], users: int, duration: float,
             logprobs: int | None, procs: int, max_tokens: int = 128, system_chars: int = 0,
-            prompt: str | None = None) -> dict[str, object]:
+            prompt: str | None = None, tools: bool = False) -> dict[str, object]:
     server = SpawnedServer(serve_args, env=env, cwd=cwd)
     root = server.proc.pid
     try:
         cfg = LoadConfig(server.url, endpoint="chat", duration_s=duration, grace_s=30.0, logprobs=logprobs,
-                         max_tokens=max_tokens, system_chars=system_chars, prompt=prompt)
+                         max_tokens=max_tokens, system_chars=system_chars, prompt=prompt, tools=tools)
         uvloop.run(run_point(LoadConfig(server.url, endpoint="chat", duration_s=1.0, logprobs=logprobs), 8, False))
         tree = process_tree(root)
         named = roles(server.url, root, tree)
@@ -166,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=128,
                    help="output tokens per request (a few: the per-request cost, frontend_us_per_request)")
     p.add_argument("--system-chars", type=int, default=0, help="a system message of this many characters per request")
+    p.add_argument("--tools", action="store_true", help="every request offers bench/load.py's TOOLS (a tool-call parser's replies)")
     p.add_argument("--prompt", default=None, metavar="TEXT",
                    help="the user message of every request (with --serve-arg=--workload --serve-arg=echo, its output too)")
     p.add_argument("--json", action="store_true")
@@ -191,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label, env, tree, frontends in runs:
                 extra = serve_extras(label, frontends, args.after_arg)
                 row = measure(label, env, tree, [*serve_args, *extra], users, args.duration, n or None, args.procs,
-                              args.max_tokens, args.system_chars, args.prompt)
+                              args.max_tokens, args.system_chars, args.prompt, args.tools)
                 row["frontends"] = frontends
                 print(json.dumps(row) if args.json else
                   f"{label:6s} frontends={frontends} users={users} logprobs={n}  "

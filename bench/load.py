@@ -3,7 +3,8 @@
 For each concurrency level, `concurrency` simulated users each send streamed requests back to
 back (one keep-alive connection each) for `--duration` seconds; requests in flight at the end are
 waited for (up to `--grace`). Reported per level: request throughput, output tokens/s, time to
-first token and inter-token latency (between text-bearing chunks) p50 / p99, end-to-end p50, and,
+first token and inter-token latency (between text-bearing chunks: content, reasoning or tool-call
+fragments) p50 / p99, end-to-end p50, and,
 when the server exports detok's /metrics, its own TTFT and inter-token means over the level (the
 difference to the client's figures is HTTP and the load generator). One JSON line per level with
 --json; --plot writes a PNG of throughput and latency against concurrency.
@@ -17,7 +18,13 @@ the ideal output rate is concurrency x 50 tokens/s; what matters is how close th
 it and what latency it adds. Requests set `ignore_eos` so every output has --max-tokens tokens.
 The client (bench/_sse_client.py, an asyncio Protocol on uvloop) costs ≈15 us of CPU per chunk; --procs
 spreads the users over several processes on machines with cores to spare. --logprobs N asks
-every request for logprobs with N alternatives (chat: `logprobs: true, top_logprobs: N`).
+every request for logprobs with N alternatives (chat: `logprobs: true, top_logprobs: N`). --tools
+offers every chat request a tool (TOOLS below); with the stub's `--workload echo`, a
+`--tool-call-parser` and a `--prompt` that is a call in the parser's format, every reply calls it:
+
+    python bench/load.py --spawn --endpoint chat --tools --concurrency 256 --serve-arg=--workload \
+        --serve-arg=echo --serve-arg=--tool-call-parser --serve-arg=hermes \
+        --prompt '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 
 The samples and their summary are in `bench/load_summary.py`, the spawned server and the plot in
 `bench/spawned_server.py`.
@@ -65,6 +72,14 @@ class LoadConfig:
     system_chars: int = 0  # chat: a system message of this many characters, the same in every request
     prompt: str | None = None  # the user message (None: "Request N: tell me a story."); with the stub's
     # `--workload echo` it is also the output, e.g. "<think>...</think>..." for a reasoning parser
+    tools: bool = False  # chat: every request offers TOOLS (tool_choice "auto"): a tool-call parser's replies
+
+
+# what --tools offers (a reply that calls it: `--prompt` in the parser's format with the stub's `--workload echo`)
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city, with notes.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "notes": {"type": "string"}},
+                   "required": ["city"]}}}]
 
 
 def _system_text(chars: int) -> str:
@@ -89,6 +104,9 @@ def _body(cfg: LoadConfig, index: int) -> dict[str, Any]:
         if cfg.logprobs is not None:
             body["logprobs"] = True
             body["top_logprobs"] = cfg.logprobs
+        if cfg.tools:
+            body["tools"] = TOOLS
+            body["tool_choice"] = "auto"
     else:
         body["prompt"] = prompt
         if cfg.logprobs is not None:
@@ -98,6 +116,10 @@ def _body(cfg: LoadConfig, index: int) -> dict[str, Any]:
 
 class _Text(msgspec.Struct):
     content: str | None = None
+    # a parsed reply's output: reasoning (vLLM's field or SGLang's) and tool-call fragments
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[Any] | None = None
 
 
 class _Choice(msgspec.Struct):
@@ -143,7 +165,9 @@ class _ChunkClock:
         choices = chunk.choices
         if choices:
             choice = choices[0]
-            text = choice.delta.content if choice.delta is not None else choice.text
+            delta = choice.delta
+            text = choice.text if delta is None else (delta.content or delta.reasoning or delta.reasoning_content
+                                                       or delta.tool_calls)
             if text:
                 now = time.perf_counter()
                 if self.last is None:
@@ -288,6 +312,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="chat: a system message of N characters (the same in every request)")
     p.add_argument("--prompt", default=None, metavar="TEXT",
                    help="the user message of every request (with the stub's --workload echo, also its output)")
+    p.add_argument("--tools", action="store_true",
+                   help="chat: every request offers a get_weather tool (tool_choice auto): with the stub's --workload echo, "
+                        "a --tool-call-parser and a --prompt in its format, replies that call it")
     p.add_argument("--logprobs", type=int, default=None, metavar="N",
                    help="every request asks for logprobs with N alternatives (chat: top_logprobs=N; completions 0-5)")
     p.add_argument("--json", action="store_true", help="one JSON line per level on stdout")
@@ -302,7 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = SpawnedServer(args.serve_arg) if args.spawn else None
     url = server.url if server is not None else args.url.rstrip("/")
     cfg = LoadConfig(url, args.model, args.api_key, args.endpoint, args.max_tokens, args.duration, args.grace,
-                     logprobs=args.logprobs, system_chars=args.system_chars, prompt=args.prompt)
+                     logprobs=args.logprobs, system_chars=args.system_chars, prompt=args.prompt,
+                     tools=args.tools)
     results: list[PointResult] = []
     try:
         for level in levels:

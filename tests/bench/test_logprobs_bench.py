@@ -68,6 +68,24 @@ def test_load_bench_asks_for_logprobs() -> None:
     assert load._parse_args(["--url", "http://x", "--logprobs", "2"]).logprobs == 2
 
 
+def test_load_bench_offers_tools_and_times_every_kind_of_output() -> None:
+    """bench/load.py --tools: chat requests offer its tool; a chunk of reasoning or of tool-call
+    fragments is output as content is (timed: TTFT, then the gaps), an empty delta is not."""
+    from bench import load
+    from bench.load_summary import _Sample
+
+    chat = load._body(load.LoadConfig("http://x", endpoint="chat", tools=True), 1)
+    assert chat["tools"] == load.TOOLS and chat["tool_choice"] == "auto"
+    assert "tools" not in load._body(load.LoadConfig("http://x", endpoint="chat"), 1)
+    assert load._parse_args(["--url", "http://x", "--tools"]).tools
+    sample = _Sample(ok=False)
+    clock = load._ChunkClock(0.0, sample)
+    for delta in ({"role": "assistant", "content": ""}, {"reasoning": "hm"}, {"reasoning_content": "so"},
+                  {"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}, {"content": "x"}, {}):
+        clock(json.dumps({"choices": [{"index": 0, "delta": delta}]}).encode())
+    assert sample.ttft > 0 and len(sample.itls) == 3
+
+
 def test_push_rows_bench_writes_the_same_chunks_both_ways() -> None:
     """bench/push_rows.py: with and without the direct rows, every message dispatched, the same
     chunks written (what is timed is the same work; the times are its report, never asserted)."""
