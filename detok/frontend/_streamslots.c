@@ -5,7 +5,7 @@
 PyTypeObject *detok_slots_type = NULL;
 Py_ssize_t detok_slot_offsets[N_STREAM_SLOTS];
 PyObject *detok_slot_names[N_STREAM_SLOTS];
-static unsigned int bound_tag = 0;
+unsigned int detok_slots_tag = 0;
 
 int detok_streamslots_init(void) {
     static const char *names[N_STREAM_SLOTS] = {
@@ -19,7 +19,7 @@ int detok_streamslots_init(void) {
 }
 
 int detok_streamslots_bind(PyTypeObject *type) {
-    if (type == detok_slots_type && type->tp_version_tag != 0 && type->tp_version_tag == bound_tag) return 0;
+    if (type == detok_slots_type && type->tp_version_tag != 0 && type->tp_version_tag == detok_slots_tag) return 0;
     detok_slots_type = NULL;
     for (int i = 0; i < N_STREAM_SLOTS; i++) {
         /* (borrowed; looking it up gives the type a version tag if it has none) */
@@ -34,7 +34,7 @@ int detok_streamslots_bind(PyTypeObject *type) {
             detok_slot_offsets[i] = m->offset;
     }
     if (type->tp_version_tag == 0) return 0; /* (no tag to notice a change by: every read through getattr) */
-    bound_tag = type->tp_version_tag;
+    detok_slots_tag = type->tp_version_tag;
     detok_slots_type = type;
     return 0;
 }

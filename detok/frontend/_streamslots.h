@@ -2,12 +2,13 @@
  * (_directrows.c, _typedrows.c; the extension detok.frontend._chunkpush).
  *
  * Why: push_rows reads about ten attributes of each row's stream; through PyObject_GetAttr each is
- * a type lookup, a member descriptor's call and a refcount, ≈1 µs of a chunk's frontend CPU under
- * load (perf: PyMember_GetOne, PyObject_GetAttr, _PyType_Lookup). The stream type's `__slots__`
- * are member descriptors at fixed offsets: bound once per type (and again if the type changes:
- * its version tag), a read is one load. Anything else (a name that is not a writable object slot
- * of the type, an unset slot, an object of another type) goes through PyObject_GetAttr /
- * PyObject_SetAttr, with their results and errors. */
+ * a type lookup and a member descriptor's call (perf, 512 users: PyMember_GetOne alone ≈4% of the
+ * frontend's CPU). The stream type's `__slots__` are member descriptors at fixed offsets: bound
+ * once per type, a read is one load. A change to the type (its version tag: set anew by any class
+ * attribute assignment, here or in a base) makes every read go through getattr until the next
+ * bind, even within a pass. Anything else (a name that is not a writable object slot of the type,
+ * an unset slot, an object of another type) goes through PyObject_GetAttr / PyObject_SetAttr, with
+ * their results and errors. */
 #ifndef DETOK_STREAMSLOTS_H
 #define DETOK_STREAMSLOTS_H
 #define PY_SSIZE_T_CLEAN
@@ -18,8 +19,9 @@ typedef enum {
     SL_PUSH_ERROR, SL_NEXT_TOKEN, N_STREAM_SLOTS
 } StreamSlot;
 
-/* the bound type (NULL: none) and each name's offset in it (-1: through getattr) */
+/* the bound type (NULL: none), its version tag when bound, and each name's offset in it (-1: through getattr) */
 extern PyTypeObject *detok_slots_type;
+extern unsigned int detok_slots_tag;
 extern Py_ssize_t detok_slot_offsets[N_STREAM_SLOTS];
 extern PyObject *detok_slot_names[N_STREAM_SLOTS];
 
@@ -28,7 +30,8 @@ int detok_streamslots_init(void);
 int detok_streamslots_bind(PyTypeObject *type);
 
 static inline PyObject **detok_slot_at(PyObject *stream, StreamSlot which) {
-    Py_ssize_t off = Py_TYPE(stream) == detok_slots_type ? detok_slot_offsets[which] : -1;
+    PyTypeObject *type = Py_TYPE(stream);
+    Py_ssize_t off = type == detok_slots_type && type->tp_version_tag == detok_slots_tag ? detok_slot_offsets[which] : -1;
     return off >= 0 ? (PyObject **)((char *)stream + off) : NULL;
 }
 
@@ -47,12 +50,6 @@ static inline int detok_stream_set(PyObject *stream, StreamSlot which, PyObject 
     *at = Py_NewRef(value);
     Py_XDECREF(old);
     return 0;
-}
-
-/* where stream.<which> is, for a prefetch: its value's address, or NULL (unset, not bound) */
-static inline PyObject *detok_stream_peek(PyObject *stream, StreamSlot which) {
-    PyObject **at = detok_slot_at(stream, which);
-    return at != NULL ? *at : NULL;
 }
 
 #endif

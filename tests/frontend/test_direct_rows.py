@@ -516,6 +516,24 @@ def test_a_stream_types_attributes_are_read_as_getattr_reads_them(receivers) -> 
         finally:
             del _Probed._received
         assert [_RENDER_TEXT(c) for c in conn.out] == ["cd", "cd", "e"]
+        # changed by a write within a pass: the next row's stream is read through the property already
+        other, out = _Probed(7, rx), []
+
+        def write_then_change(data: bytes) -> None:
+            out.append(data)
+            _Probed._received = property(_probe_get, _probe_set)  # type: ignore[assignment]
+
+        other.push_to(TextPusher(lambda s: False, conn.flow, conn.cycle, write_then_change, None, _PREFIX, _SUFFIX))
+        task2 = asyncio.ensure_future(anext(other))
+        await asyncio.sleep(0)
+        _PROBE_READS.clear()
+        probed._probe_received = 5
+        try:
+            assert push_rows({7: other, 6: probed}, _Probed, [7, 6], ["g", "h"], [0, 5], None, None, None, None) is None
+            assert _PROBE_READS == [5] and probed._probe_received == 6 and len(out) == 1
+        finally:
+            del _Probed._received
+        task2.cancel()
         del probed._tokens
         with pytest.raises(AttributeError, match="_tokens"):
             push_rows({6: probed}, _Probed, [6], ["f"], [4], [3], None, None, None)
