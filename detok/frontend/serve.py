@@ -94,7 +94,15 @@ class _Shutdown(BaseException):
     """SIGTERM outside uvicorn's own handling (start-up, clean-up): unwind like Ctrl-C."""
 
 
+# Called first on a SIGTERM, from the handler: the stack's `expect_stop` once it exists. A SIGTERM
+# to the whole process group (systemd's default stop) stops the stub and the spare workers at the
+# same moment; told first, the stack's supervisors do not restart them while this process unwinds.
+_on_sigterm: list[Callable[[], None]] = []
+
+
 def _raise_shutdown(_signum: int, _frame: FrameType | None) -> None:
+    for hook in _on_sigterm:
+        hook()
     raise _Shutdown
 
 
@@ -141,6 +149,7 @@ def run_serve(cfg: ServeConfig) -> int:
     stack = None
     try:
         stack = _start_stack(cfg, metrics_root)
+        _on_sigterm.append(stack.expect_stop)
         return _serve_http(cfg, stack, listener, metrics_root)
     except (KeyboardInterrupt, _Shutdown):
         print("\ndetok serve: stopping", file=sys.stderr, flush=True)
@@ -149,6 +158,7 @@ def run_serve(cfg: ServeConfig) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # clean-up is bounded: let it finish
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if stack is not None:
+            _on_sigterm.remove(stack.expect_stop)
             stack.close()
         listener.close()
         metrics_dir.remove()
@@ -212,6 +222,7 @@ def _serve_http(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics
     base = f"http://{_url_host(cfg.host)}:{listener.getsockname()[1]}"
 
     def banner(server: uvicorn.Server) -> None:
+        server.on_sigterm = stack.expect_stop  # type: ignore[attr-defined]  (a DrainingServer: uvicorn's handler meanwhile)
         threading.Thread(target=_after_start, args=(lambda: server.started, lambda: server.should_exit, cfg, base),
                          name="detok-serve-banner", daemon=True).start()
 

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,9 @@ class DrainingServer(uvicorn.Server):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining: asyncio.Task[None] | None = None
         self._skip_wait = False
+        # called first on a SIGTERM (from the signal handler): `detok serve` tells its stack a stop
+        # is coming, before the drain, so a child the same signal stopped is not restarted
+        self.on_sigterm: Callable[[], None] | None = None
 
     async def serve(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
@@ -51,6 +55,8 @@ class DrainingServer(uvicorn.Server):
         """Called from the signal handler: hand over to the event loop."""
         if sig == signal.SIGINT and self._ignore_sigint:
             return
+        if sig == signal.SIGTERM and self.on_sigterm is not None:
+            self.on_sigterm()
         if self._loop is None or not self.started or self.should_exit:
             super().handle_exit(sig, frame)  # not serving yet, or already stopping: uvicorn's way
             return

@@ -43,6 +43,10 @@ _STUB_STOP_TIMEOUT_S: Final = 5.0
 STUB_RESTART_BACKOFF_S: Final = (0.0, 0.5, 1.0, 2.0, 5.0)  # before the n-th consecutive quick restart
 _STUB_STABLE_S: Final = 30.0  # a stub that served this long resets the backoff
 _STUB_POLL_S: Final = 0.2
+# A stub's death is acted on this long after it is seen, unless a stop comes meanwhile: a SIGTERM
+# to the whole process group (systemd's default stop, `kill -TERM -PGID`) reaches the stub as it
+# reaches this process, whose handler may run a moment after the stub is gone
+_DEATH_GRACE_S: Final = 0.5
 
 StubState = Literal["starting", "up", "restarting", "closed"]
 
@@ -202,7 +206,7 @@ class Stack:
             stub = self._stub
             assert stub is not None
             stub.join(_STUB_POLL_S)
-            if stub.exitcode is None or self._stopping.is_set():
+            if stub.exitcode is None or self._stopping.wait(_DEATH_GRACE_S):
                 continue
             quick_deaths = 0 if time.monotonic() - up_since >= _STUB_STABLE_S else quick_deaths + 1
             with self._lock:
@@ -282,6 +286,14 @@ class Stack:
         return {"scheduler": scheduler, "pool": pool}
 
     # ---- stop -----------------------------------------------------------------------------------
+    def expect_stop(self) -> None:
+        """A stop signal reached this process (called from its handler): the stack is about to be
+        closed, so a child that dies from now on (the signal may have reached it too) is not
+        restarted. Safe to call from a signal handler: it sets flags and takes no lock."""
+        self._stopping.set()
+        if self.pool is not None:
+            self.pool.expect_stop()
+
     def close(self) -> None:
         """Stop the stub (SIGTERM, bounded wait, SIGKILL), then the pool. Safe to call twice."""
         if self._closed:

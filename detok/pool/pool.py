@@ -206,6 +206,11 @@ class DetokPool:
         return self._supervisor.wait_serving(timeout_s)
 
     # ---- shutdown ---------------------------------------------------------------------------------
+    def expect_stop(self) -> None:
+        """The pool is about to be closed (a stop signal reached this process, and perhaps its
+        workers): a worker that exits from now on is not replaced (see Supervisor.expect_stop)."""
+        self._supervisor.expect_stop()
+
     def close(self) -> None:
         self._finalizer()
 

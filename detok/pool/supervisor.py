@@ -83,6 +83,7 @@ class Supervisor(StallWatch):
         self._lock = threading.Condition()
         self._status = PoolStatus()
         self._closing = False
+        self._stop_expected = False  # set by expect_stop: exits are no longer replaced
         self._wake_r, self._wake_w = self._mp.Pipe(duplex=False)
         self._failed_starts = 0
         self._started = False  # every slot served once: later failures are restarts, not start errors
@@ -111,6 +112,12 @@ class Supervisor(StallWatch):
         if failure:
             self.stop()
             raise PoolStartError(f"detok pool failed to start: {failure}")
+
+    def expect_stop(self) -> None:
+        """A stop signal reached this process and is about to stop the pool: a worker that exits
+        from now on (the signal may have reached the whole process group) is noted, not replaced
+        or reported as a failure. Safe in a signal handler: one flag, no lock."""
+        self._stop_expected = True
 
     def stop(self) -> None:
         with self._lock:
@@ -246,6 +253,13 @@ class Supervisor(StallWatch):
             p.conn.close()
         if self._cfg.metrics_dir and p.pid:
             mark_process_dead(p.pid, self._cfg.metrics_dir)
+        if self._stop_expected:  # (the pool stops: no replacement, nothing to report but this)
+            log.info("worker process %d %s as the pool stops", p.pid, cause)
+            if p.slot is not None:
+                with self._lock:
+                    self._slots[p.slot].proc = None
+                    self._lock.notify_all()
+            return
         if p.slot is None:
             if p.state == "loading":
                 self._failed_starts += 1
@@ -268,6 +282,8 @@ class Supervisor(StallWatch):
 
     def _balance(self) -> None:
         """Give every empty slot a loaded spare, and keep enough processes loading."""
+        if self._stop_expected:
+            return
         spares = [p for p in self._procs if p.state == "spare"]
         for slot in self._slots:
             if slot.proc is None and spares:

@@ -43,6 +43,25 @@ def test_demo_streams_multilingual_text_then_ctrl_c_stops_everything():
         server.kill_group()
 
 
+@pytest.mark.parametrize("frontends", ["1", "2"])
+def test_sigterm_to_the_whole_group_stops_everything_without_a_restart(frontends):
+    # (systemd's default stop, `kill -TERM -PGID`: the stub and a spare worker get the SIGTERM as
+    # `detok serve` does; its supervisors must not take their exits for failures to restart)
+    server = LiveServer("--frontends", frontends, "--workers", "1")
+    try:
+        deadline = time.monotonic() + 30  # (the health board may not show every frontend at once)
+        while server.get("/health").json()["status"] != "ok":
+            assert time.monotonic() < deadline, server.output
+            time.sleep(0.1)
+        assert server.stop(signal.SIGTERM, whole_group=True) == 0, server.output
+        assert not server.leftovers(), server.output
+        noise = [line for line in server.output.splitlines()
+                 if "restarting" in line or "Traceback" in line or " WARNING " in line or " ERROR " in line]
+        assert not noise, server.output
+    finally:
+        server.kill_group()
+
+
 def test_real_tokenizer_random_workload_and_sigint_to_main_process():
     server = LiveServer(
         "--tokenizer", str(FIXTURES / "hf" / "gpt-2"), "--workload", "random", "--tokens-per-step", "3",
