@@ -289,7 +289,8 @@ class Stack:
     def expect_stop(self) -> None:
         """A stop signal reached this process (called from its handler): the stack is about to be
         closed, so a child that dies from now on (the signal may have reached it too) is not
-        restarted. Safe to call from a signal handler: it sets flags and takes no lock."""
+        restarted. Called from a signal handler in the main thread: it sets an Event (whose lock
+        the main thread holds only within close(), when the handlers are already off) and a flag."""
         self._stopping.set()
         if self.pool is not None:
             self.pool.expect_stop()
