@@ -59,27 +59,27 @@ def test_bench_worker_and_frontend_with_logprobs() -> None:
 
 def test_load_bench_asks_for_logprobs() -> None:
     """bench/load.py --logprobs N: the parameter as each endpoint names it (absent without it)."""
-    from bench import load
+    from bench import load, load_requests
 
-    chat = load._body(load.LoadConfig("http://x", endpoint="chat", logprobs=5), 1)
+    chat = load_requests.request_body(load_requests.LoadConfig("http://x", endpoint="chat", logprobs=5), 1)
     assert (chat["logprobs"], chat["top_logprobs"]) == (True, 5)
-    assert load._body(load.LoadConfig("http://x", logprobs=3), 1)["logprobs"] == 3
-    assert "logprobs" not in load._body(load.LoadConfig("http://x"), 1)
+    assert load_requests.request_body(load_requests.LoadConfig("http://x", logprobs=3), 1)["logprobs"] == 3
+    assert "logprobs" not in load_requests.request_body(load_requests.LoadConfig("http://x"), 1)
     assert load._parse_args(["--url", "http://x", "--logprobs", "2"]).logprobs == 2
 
 
 def test_load_bench_offers_tools_and_times_every_kind_of_output() -> None:
     """bench/load.py --tools: chat requests offer its tool; a chunk of reasoning or of tool-call
     fragments is output as content is (timed: TTFT, then the gaps), an empty delta is not."""
-    from bench import load
+    from bench import load, load_requests
     from bench.load_summary import _Sample
 
-    chat = load._body(load.LoadConfig("http://x", endpoint="chat", tools=True), 1)
-    assert chat["tools"] == load.TOOLS and chat["tool_choice"] == "auto"
-    assert "tools" not in load._body(load.LoadConfig("http://x", endpoint="chat"), 1)
+    chat = load_requests.request_body(load_requests.LoadConfig("http://x", endpoint="chat", tools=True), 1)
+    assert chat["tools"] == load_requests.TOOLS and chat["tool_choice"] == "auto"
+    assert "tools" not in load_requests.request_body(load_requests.LoadConfig("http://x", endpoint="chat"), 1)
     assert load._parse_args(["--url", "http://x", "--tools"]).tools
     sample = _Sample(ok=False)
-    clock = load._ChunkClock(0.0, sample)
+    clock = load_requests.ChunkClock(0.0, sample)
     for delta in ({"role": "assistant", "content": ""}, {"reasoning": "hm"}, {"reasoning_content": "so"},
                   {"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}, {"content": "x"}, {}):
         clock(json.dumps({"choices": [{"index": 0, "delta": delta}]}).encode())
