@@ -42,6 +42,9 @@ class SchedulerWatch:
         self.health_detail = health_detail
         self.generation = generation
         self.scheduler_down = False
+        # set from the stop signal's handler: the scheduler going down then is the stack stopping
+        # (a SIGTERM to the whole process group reaches the stub too), not a fault to report
+        self.stopping = False
         self._seen_generation = generation()
         self._inflight: dict[int, int] = {}  # rid -> scheduler generation it was sent to
 
@@ -78,10 +81,16 @@ class SchedulerWatch:
         up = self.health().get("scheduler", False)
         generation = self.generation()
         if not up and not self.scheduler_down:
-            failed = self.receiver.fail_all("the request was lost: the scheduler is down")
+            why = "the server is shutting down" if self.stopping else "the scheduler is down"
+            failed = self.receiver.fail_all(f"the request was lost: {why}")
             self._inflight.clear()
-            log.error("the scheduler is down: refusing requests (503) until it is back; %d requests in flight "
-                      "failed", failed)
+            if self.stopping:  # (as the drain reports the requests it ends: a warning only if there were any)
+                log.log(logging.WARNING if failed else logging.INFO,
+                        "shutting down: the scheduler stopped with the stack; %d requests in flight ended with an "
+                        "error", failed)
+            else:
+                log.error("the scheduler is down: refusing requests (503) until it is back; %d requests in "
+                          "flight failed", failed)
         elif up and generation != self._seen_generation:
             failed = self._fail_older_than(generation, "the request was lost: the scheduler restarted")
             log.warning("the scheduler restarted (generation %d); %d requests it held failed", generation, failed)

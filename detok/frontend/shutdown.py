@@ -55,6 +55,7 @@ class DrainingServer(uvicorn.Server):
         """Called from the signal handler: hand over to the event loop."""
         if sig == signal.SIGINT and self._ignore_sigint:
             return
+        self._state.watch.stopping = True  # now, not at the loop's next turn: the watchdog may poll first
         if sig == signal.SIGTERM and self.on_sigterm is not None:
             self.on_sigterm()
         if self._loop is None or not self.started or self.should_exit:

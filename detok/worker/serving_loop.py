@@ -257,7 +257,9 @@ class ServingLoop:
             and not (self.cfg.parent_pid and orphaned(self.cfg.parent_pid))
         )
         if self.core.live and replayable:
-            log.warning("worker %d: %d live requests left to the slot's next process (replayed)", self.worker, len(self.core.live))
+            # (info: nothing is lost, and its supervisor says whether the exit was expected; a SIGTERM
+            # to the whole process group, systemd's stop, reaches every worker as well)
+            log.info("worker %d: %d live requests left to the slot's next process (replayed)", self.worker, len(self.core.live))
         elif self.core.live:
             self._send(self.core.finish_all(f"detok worker {self.worker} shut down ({self.stop.reason})"))
         self._close()
