@@ -81,8 +81,9 @@ class SchedulerWatch:
         up = self.health().get("scheduler", False)
         generation = self.generation()
         if not up and not self.scheduler_down:
-            why = "the server is shutting down" if self.stopping else "the scheduler is down"
-            failed = self.receiver.fail_all(f"the request was lost: {why}")
+            # (stopping: the drain's own words, whichever of the two ends a stream first)
+            failed = self.receiver.fail_all("the server is shutting down" if self.stopping
+                                            else "the request was lost: the scheduler is down")
             self._inflight.clear()
             if self.stopping:  # (as the drain reports the requests it ends: a warning only if there were any)
                 log.log(logging.WARNING if failed else logging.INFO,
