@@ -3,6 +3,7 @@ and batched paths, and the anchors), split out of bench/decode.py."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -150,7 +151,8 @@ class _DetokBatchRunner(_Runner):
     per-row lengths and offsets). With `split`, each step's blob is also cut into per-row Python
     strings on the clock (what a consumer wanting one str per stream per step would pay); without,
     that happens after the clock stops, for the mismatch check only. With `strs`, the step returns
-    one str per row itself (`step_packed(row_texts=True)`: an in-process caller's form). The
+    one str per row itself (`step_packed(row_texts=True, packed_text=False)`: an in-process caller's
+    form, the strs alone, no packed blob). The
     requests are set up and ended with `open_many` / `finish_many` (one call for the batch's new or
     ending requests, as an engine admits and ends them per step) where the table has them."""
 
@@ -170,6 +172,8 @@ class _DetokBatchRunner(_Runner):
         self._rid_list = list(range(n))
         self._prompts = [s.context for s in streams]  # (the engine's list of the step's prompts)
         self._many = hasattr(self._table, "open_many")  # (a tree from before the batched set-up: one by one)
+        # (a tree from before `packed_text`: the strs and the blob)
+        self._strs_only = {"packed_text": False} if "packed_text" in inspect.signature(self._table.step_packed).parameters else {}
         self._columns = [np.array(col, dtype="<u4").tobytes() for col in zip(*(s.ids for s in streams))]
         self._starts = [np.full(n, t, dtype="<u4").tobytes() for t in range(len(self._columns))]
         self._out: list[Any] = []
@@ -183,7 +187,8 @@ class _DetokBatchRunner(_Runner):
 
     def step(self, t: int) -> None:
         if self._strs:
-            self._out.append(self._table.step_packed(self._rids, self._starts[t], b"", self._columns[t], row_texts=True).texts)
+            self._out.append(self._table.step_packed(self._rids, self._starts[t], b"", self._columns[t], row_texts=True,
+                                                     **self._strs_only).texts)
             return
         out = self._table.step_packed(self._rids, self._starts[t], b"", self._columns[t])
         self._out.append(split_text(out.text, out.lengths) if self._split else out)

@@ -299,12 +299,15 @@ static inline int64_t row_entry_index(const int64_t *pre_slot, Py_ssize_t j, Py_
 
 /* step_packed(ridmap, rids, starts, counts, tokens, (entries, utf8, vocab, stop_marks),
  *             (pend, pend_len, choff, ntok, expect, eos_stops, mode, tag), (stop_firsts, stop_firsts_len),
- *             slow_row[, token_texts])
+ *             slow_row[, token_texts[, packed_text]])
  *   -> (text, lengths, offsets, num_tokens, byte_lengths, tags, kinds[, texts]): bytes; all but
  *      `text` and `kinds` packed uint32, one per row (`tags`: the row's slot's tag, 0 for an
  *      unknown rid; `kinds`: a byte per row, empty if all are 0). With `token_texts` (a list or tuple of
  *      str or None per (mode, id), ModeTables.texts), also the rows' texts as a list of str: a
- *      whole token's own object where the row is just that token (no str is made for it).
+ *      whole token's own object where the row is just that token (no str is made for it); with
+ *      `token_texts` and a false `packed_text`, `text` is empty: the strs are the rows' text alone,
+ *      and a whole token's bytes are neither read nor copied (for a long token, a cache line of
+ *      `utf8` fewer: 14% of a 16-token request's cost, cold).
  *
  * rids: uint64, starts/counts/tokens: uint32, little-endian; `counts` empty means one id per row.
  * entries[mode * vocab + id] (TokenEntry, 16 bytes) holds a token's bytes in that decode mode:
@@ -322,11 +325,13 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
     PyObject *o[N_BUFS], *slow_row, *token_texts = Py_None;
     RidMap *map;
     Py_ssize_t vocab;
-    if (!PyArg_ParseTuple(args, "O!OOOO(OOnO)(OOOOOOOO)(OO)O|O", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
+    int packed_text = 1;
+    if (!PyArg_ParseTuple(args, "O!OOOO(OOnO)(OOOOOOOO)(OO)O|Op", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
                           &o[B_TOKENS], &o[B_ENTRIES], &o[B_UTF8], &vocab, &o[B_MARKS], &o[B_PEND], &o[B_PEND_LEN], &o[B_CHOFF],
                           &o[B_NTOK], &o[B_EXPECT], &o[B_EOS_STOPS], &o[B_MODE], &o[B_TAG], &o[B_FIRSTS], &o[B_FIRSTS_LEN],
-                          &slow_row, &token_texts))
+                          &slow_row, &token_texts, &packed_text))
         return NULL;
+    if (token_texts == Py_None) packed_text = 1; /* (the blob is then the rows' only text) */
     static const struct {
         Py_ssize_t itemsize;
         int writable;
@@ -437,7 +442,7 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
         }
         int64_t tok = count >= 1 ? load_u32(tokens, first) : 0;
         uint32_t row_tag = tag[slot]; /* read before a slow row may close the slot */
-        Py_ssize_t size_before = text.size;
+        Py_ssize_t size_before = text.size, row_bytes = -1; /* (row_bytes: set where the blob does not hold them) */
         const TokenEntry *e = NULL;
         if (count == 1 && slot != 0 && ex[slot] == start && tok < vocab) {
             int64_t idx = md[slot] * vocab + tok;
@@ -466,12 +471,14 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
                 int nl = (e->flags & T_NL_PREFIX) != 0, sp = (e->flags & T_SP_PREFIX) != 0;
                 if (out_strs != NULL && !nl && !sp) {
                     PyObject *str = texts_items[md[slot] * vocab + tok];
-                    if (PyUnicode_Check(str) && PyUnicode_GET_LENGTH(str) == e->nchars)
+                    if (PyUnicode_Check(str) && PyUnicode_GET_LENGTH(str) == e->nchars) {
                         PyList_SET_ITEM(out_strs, k, Py_NewRef(str));
+                        if (!packed_text) row_bytes = e->nbytes; /* its str is its text: no bytes to copy */
+                    }
                 }
                 if (nl && text_append(&text, "\\n", 2) < 0) goto done;
                 if (sp && text_append(&text, " ", 1) < 0) goto done;
-                if (text_append(&text, p, e->nbytes) < 0) goto done;
+                if (row_bytes < 0 && text_append(&text, p, e->nbytes) < 0) goto done;
                 chars = e->nchars + 2 * nl + sp;
             } else { /* part of a character, or bytes held: the slot's incremental UTF-8 */
                 unsigned char small[64], *data = small;
@@ -533,10 +540,12 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             if (str == NULL) goto done;
             PyList_SET_ITEM(out_strs, k, str);
         }
+        if (row_bytes < 0) row_bytes = text.size - size_before;
+        if (!packed_text) text.size = size_before; /* (the buffer only made this row's str) */
         store_u32(o_len, k, (uint32_t)chars);
         store_u32(o_off, k, (uint32_t)offset);
         store_u32(o_nt, k, (uint32_t)count_after);
-        store_u32(o_nb, k, (uint32_t)(text.size - size_before));
+        store_u32(o_nb, k, (uint32_t)row_bytes);
         /* a tag's bits 30-31: the kind of a typed request's row (detok.stream.typed_fast) */
         o_kind[k] = (char)(row_tag >> 30);
         any_kind |= (int)(row_tag >> 30);

@@ -85,12 +85,16 @@ class PackedStepping:
         def _step_numpy(self, rids: Any, starts: Any, counts: Any, tokens: Any) -> StepResult: ...
         def _step_one(self, rid: Hashable, slot: int, start: int, ids_a: np.ndarray) -> tuple[str, int, int, Finish | None]: ...
 
-    def step_packed(self, rids: bytes, starts: bytes, counts: bytes, tokens: bytes, row_texts: bool = False) -> PackedStep:
+    def step_packed(self, rids: bytes, starts: bytes, counts: bytes, tokens: bytes, row_texts: bool = False,
+                    packed_text: bool = True) -> PackedStep:
         """One scheduler batch in wire form (`DetokBatch`'s packed columns: uint64 rids, uint32
         starts, counts - empty for one id per row - and ids) -> the frontend's packed columns, and
         with `row_texts` each row's text as a str too (`PackedStep.texts`: for an in-process
-        caller; a row of one whole token is that token's own str, made once per vocabulary).
-        ValueError, before any state changes, if the columns do not fit together."""
+        caller; a row of one whole token is that token's own str, made once per vocabulary). With
+        `row_texts` and not `packed_text`, `PackedStep.text` is empty (b""): the strs are the
+        rows' text alone (every other column as with it), and a whole token's bytes are not
+        copied. ValueError, before any state changes, if the columns do not fit together."""
+        packed_text = packed_text or not row_texts
         if not self.compiled:
             rid_a = unpack_rids(rids)
             count_a = unpack_u32(counts) if counts else np.ones(len(rid_a), dtype=np.int64)
@@ -101,6 +105,8 @@ class PackedStepping:
                 tags, kinds = self._kinds(tags)
             result = self._step_numpy(np.frombuffer(rid_a, dtype=np.uint64), unpack_u32(starts), count_a, unpack_u32(tokens))
             text, lengths = join_texts(result.texts)
+            if not packed_text:
+                text = b""
             finished = [(k, rid_a[k], f) for k, f in enumerate(result.finishes) if f is not None]
             byte_lengths = pack_u32(map(len, map(str.encode, result.texts)))
             return PackedStep(text, lengths, pack_u32(result.offsets), pack_u32(result.num_tokens), byte_lengths, tags, finished,
@@ -112,7 +118,7 @@ class PackedStepping:
         # (the tags come back without kind bits, the kinds as their own column: detok.stream.typed_fast)
         if row_texts:
             out = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args.table, c_args.slots,
-                                        c_args.stop_firsts, self._slow_row, self._tables.texts)
+                                        c_args.stop_firsts, self._slow_row, self._tables.texts, packed_text)
         else:
             out = (*_compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args.table, c_args.slots,
                                           c_args.stop_firsts, self._slow_row), None)
@@ -160,5 +166,5 @@ class PackedStepping:
         if self.compiled:
             packed = _packed_columns(rids, starts, counts, tokens)
             if packed is not None:
-                return self.step_packed(*packed, row_texts=True).unpacked()
+                return self.step_packed(*packed, row_texts=True, packed_text=False).unpacked()
         return self._step_numpy(rids, starts, counts, tokens)

@@ -31,7 +31,8 @@ class PackedStep(NamedTuple):
     """A step's output as the frontend's wire columns: `text` is the rows' texts in UTF-8, back to
     back; `lengths` (chars of each row's text), `offsets` and `num_tokens` (as in StepResult),
     `byte_lengths` (UTF-8 bytes of each row's text) and `tags` (the tag each row's request was
-    opened with, 0 for an unknown rid) are packed little-endian uint32, one per row. `finished`:
+    opened with, 0 for an unknown rid) are packed little-endian uint32, one per row (`text` is
+    empty when the step gave each row's str alone: `step_packed(packed_text=False)`). `finished`:
     (row, rid, finish) of rows that ended their request. `unknown_rows` / `unknown_rids`: the rows
     whose rid is not open (never registered, or finished by an earlier row), kept as arrays, not
     as a Finish per row: a flood of a million unknown rids builds no per-row objects (the compiled

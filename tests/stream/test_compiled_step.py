@@ -174,3 +174,50 @@ def test_batches_of_one_id_per_row_agree_where_the_step_prefetches(batches: list
         assert a == b
     for rid in range(14):
         assert tables[0].finish(rid, "length") == tables[1].finish(rid, "length")
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(st.lists(st.tuples(st.integers(0, 13), st.integers(0, 10_000), st.integers(1, 3)), max_size=60),
+                        min_size=1, max_size=6),
+       one_each=st.booleans())
+def test_rows_strs_alone_are_the_packed_texts_without_the_blob(batches: list[list[tuple[int, int, int]]],
+                                                               one_each: bool) -> None:
+    """`step_packed(row_texts=True, packed_text=False)`: the same strs (a whole token's own object
+    alike), and every column the same, as with the packed text, whose blob alone is left out
+    (b""); on the compiled step (one id a row: the prefetching loop from 32 rows on; several) and
+    the numpy path. Held bytes, stop strings, special tokens with spaces, stop ids and unknown rids
+    included; the streams' state after each step is the same."""
+    from detok.wire.packing import pack_rids, pack_u32, split_text
+
+    tok = stream_roster.get("qwen2")
+    pool = _pool_of_ids()
+    eos = sorted(tok.eos_token_ids)
+    params = [DecodeParams(), DecodeParams(stop=["stop", "欢"]), DecodeParams(skip_special_tokens=False),
+              DecodeParams(stop_token_ids=pool[3:4]), DecodeParams(skip_special_tokens=False, spaces_between_special_tokens=False)]
+    tables = [StreamTable(tok, capacity=4) for _ in range(3)]  # packed text, strs alone, strs alone (numpy)
+    tables[2].compiled = False
+    for t in tables:
+        for rid in range(12):  # rids 12 and 13 are never registered
+            t.open(rid, pool[rid : rid + 2], params[rid % 5])
+    sent = dict.fromkeys(range(14), 0)
+    for batch in batches:
+        rows = batch if not one_each else [(rid, pick, 1) for rid, pick, _ in batch]
+        ids = [pool[(pick + j) % len(pool)] if (pick + j) % 40 else eos[pick % len(eos)]
+               for _, pick, n in rows for j in range(n)]
+        starts = []
+        for rid, _, n in rows:
+            starts.append(sent[rid])
+            sent[rid] += n
+        columns = (pack_rids([rid for rid, _, _ in rows]), pack_u32(starts),
+                   b"" if one_each else pack_u32([n for _, _, n in rows]), pack_u32(ids))
+        whole, alone, alone_numpy = (t.step_packed(*columns, row_texts=True, packed_text=i == 0) for i, t in enumerate(tables))
+        assert alone.text == b"" == alone_numpy.text and whole.texts == split_text(whole.text, whole.lengths)
+        assert alone.texts == whole.texts == alone_numpy.texts
+        own = [{id(x) for x in t._tables.texts if x} for t in tables[:2]]  # (each table's vocabulary strs)
+        assert [id(x) in own[1] for x in alone.texts] == [id(x) in own[0] for x in whole.texts]
+        assert alone._replace(text=whole.text, texts=None, unknown_rows=None, unknown_rids=None) == whole._replace(
+            texts=None, unknown_rows=None, unknown_rids=None)
+        assert alone.unknown_rids.tolist() == whole.unknown_rids.tolist()
+        assert alone.unpacked() == whole.unpacked() == alone_numpy.unpacked()
+    for rid in range(14):
+        assert tables[0].finish(rid, "length") == tables[1].finish(rid, "length") == tables[2].finish(rid, "length")
