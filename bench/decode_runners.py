@@ -18,7 +18,8 @@ from detok.wire.packing import split_text
 DETOK = "detok"
 DETOK_INT = "detok-int"
 DETOK_INIT = "detok-init"
-IMPL_ORDER = (DETOK, DETOK_INT, DETOK_INIT, "detok-batch", "detok-batch+split", "detok-batch+str", "naive", "window", "sglang",
+_ON_REQUEST = ("detok-batch+str+blob",)  # (run only when named with --impl)
+IMPL_ORDER = (DETOK, DETOK_INT, DETOK_INIT, "detok-batch", "detok-batch+split", "detok-batch+str", "detok-batch+str+blob", "naive", "window", "sglang",
               "hf-decodestream")
 
 
@@ -152,13 +153,15 @@ class _DetokBatchRunner(_Runner):
     strings on the clock (what a consumer wanting one str per stream per step would pay); without,
     that happens after the clock stops, for the mismatch check only. With `strs`, the step returns
     one str per row itself (`step_packed(row_texts=True, packed_text=False)`: an in-process caller's
-    form, the strs alone, no packed blob). The
+    form, the strs alone, no packed blob; `blob` keeps the packed blob too, the step's form before
+    `packed_text`: only on request, for a side-by-side comparison). The
     requests are set up and ended with `open_many` / `finish_many` (one call for the batch's new or
     ending requests, as an engine admits and ends them per step) where the table has them."""
 
-    def __init__(self, tok: Any, params: Any, table_cls: type, split: bool = False, strs: bool = False) -> None:
-        self._tok, self._params, self._table_cls, self._split, self._strs = tok, params, table_cls, split, strs
-        self.name = "detok-batch+str" if strs else "detok-batch+split" if split else "detok-batch"
+    def __init__(self, tok: Any, params: Any, table_cls: type, split: bool = False, strs: bool = False,
+                 blob: bool = False) -> None:
+        self._tok, self._params, self._table_cls, self._split, self._strs, self._blob = tok, params, table_cls, split, strs, blob
+        self.name = ("detok-batch+str+blob" if blob else "detok-batch+str") if strs else "detok-batch+split" if split else "detok-batch"
 
     def prepare(self, streams: Sequence[TokenStream]) -> None:
         super().prepare(streams)
@@ -173,7 +176,8 @@ class _DetokBatchRunner(_Runner):
         self._prompts = [s.context for s in streams]  # (the engine's list of the step's prompts)
         self._many = hasattr(self._table, "open_many")  # (a tree from before the batched set-up: one by one)
         # (a tree from before `packed_text`: the strs and the blob)
-        self._strs_only = {"packed_text": False} if "packed_text" in inspect.signature(self._table.step_packed).parameters else {}
+        self._strs_only = ({"packed_text": False} if not self._blob and "packed_text" in inspect.signature(self._table.step_packed).parameters
+                           else {})
         self._columns = [np.array(col, dtype="<u4").tobytes() for col in zip(*(s.ids for s in streams))]
         self._starts = [np.full(n, t, dtype="<u4").tobytes() for t in range(len(self._columns))]
         self._out: list[Any] = []
@@ -213,7 +217,7 @@ def _detok_batch_runners(tok: Any, params: Any) -> list[_Runner]:
         _common.log("detok has no batched decode path (detok.stream.table.StreamTable): detok-batch skipped")
         return []
     return [_DetokBatchRunner(tok, params, StreamTable), _DetokBatchRunner(tok, params, StreamTable, split=True),
-            _DetokBatchRunner(tok, params, StreamTable, strs=True)]
+            _DetokBatchRunner(tok, params, StreamTable, strs=True), _DetokBatchRunner(tok, params, StreamTable, strs=True, blob=True)]
 
 
 class _DecodeAdapter:
@@ -245,4 +249,4 @@ def build_runners(tok: Any, naive_streams: int, only: Sequence[str] | None = Non
     ]
     if hf is None:
         _common.log(f"{tok!r} is not a Hugging Face tokenizer: no hf-decodestream anchor")
-    return [r for r in runners if r is not None and (only is None or r.name in only)]
+    return [r for r in runners if r is not None and (r.name in only if only is not None else r.name not in _ON_REQUEST)]

@@ -309,3 +309,16 @@ def test_frontend_cpu_sets_each_trees_frontends_and_refuses_them_in_serve_args()
         with pytest.raises(SystemExit) as refused:
             main(bad)
         assert refused.value.code == 2
+
+
+def test_decode_bench_compares_the_batched_strs_with_and_without_the_blob_on_request() -> None:
+    """--impl detok-batch+str+blob (the step's form before `packed_text`: strs and the packed blob)
+    runs beside detok-batch+str when named, exact as it; the default set leaves it out."""
+    cmd = [sys.executable, "bench/decode.py", "--per-request", "--per-request-tokens", "4", "--streams", "3",
+           "--repeats", "1", "--json", "--tokenizer", "tests/fixtures/hf/qwen2", "--impl", "detok-batch+str",
+           "--impl", "detok-batch+str+blob"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = {r["impl"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert {"detok-batch+str", "detok-batch+str+blob", "hf-decodestream"} <= set(records)
+    assert records["detok-batch+str"]["mismatches"] == records["detok-batch+str+blob"]["mismatches"] == 0
