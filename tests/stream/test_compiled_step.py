@@ -33,6 +33,18 @@ def _pool_of_ids() -> list[int]:
 _row = st.tuples(st.integers(0, 13), st.integers(-1, 2), st.lists(st.integers(0, 10_000), min_size=0, max_size=3))
 
 
+def _tables_with_requests(tok: object, n: int, params: list[DecodeParams]) -> list[StreamTable]:
+    """`n` tables, the last on the numpy path, each with rids 0-11 open (prompt tails from the id
+    pool, the parameters cycled); rids 12 and 13 are never registered."""
+    pool = _pool_of_ids()
+    tables = [StreamTable(tok, capacity=4) for _ in range(n)]
+    tables[-1].compiled = False
+    for t in tables:
+        for rid in range(12):
+            t.open(rid, pool[rid : rid + 2], params[rid % len(params)])
+    return tables
+
+
 @settings(max_examples=40, deadline=None)
 @given(batches=st.lists(st.lists(_row, min_size=0, max_size=24), min_size=1, max_size=12))
 def test_compiled_and_numpy_paths_agree_row_for_row(batches: list[list[tuple[int, int, list[int]]]]) -> None:
@@ -157,11 +169,7 @@ def test_batches_of_one_id_per_row_agree_where_the_step_prefetches(batches: list
     eos = sorted(tok.eos_token_ids)
     params = [DecodeParams(), DecodeParams(stop_token_ids=pool[3:4]), DecodeParams(stop=["stop"]),
               DecodeParams(skip_special_tokens=False)]
-    tables = [StreamTable(tok, capacity=4), StreamTable(tok, capacity=4)]
-    tables[1].compiled = False
-    for t in tables:
-        for rid in range(12):  # rids 12 and 13 are never registered
-            t.open(rid, pool[rid : rid + 2], params[rid % 4])
+    tables = _tables_with_requests(tok, 2, params)
     sent = dict.fromkeys(range(14), 0)
     for batch in batches:
         starts = []
@@ -194,11 +202,7 @@ def test_rows_strs_alone_are_the_packed_texts_without_the_blob(batches: list[lis
     eos = sorted(tok.eos_token_ids)
     params = [DecodeParams(), DecodeParams(stop=["stop", "欢"]), DecodeParams(skip_special_tokens=False),
               DecodeParams(stop_token_ids=pool[3:4]), DecodeParams(skip_special_tokens=False, spaces_between_special_tokens=False)]
-    tables = [StreamTable(tok, capacity=4) for _ in range(3)]  # packed text, strs alone, strs alone (numpy)
-    tables[2].compiled = False
-    for t in tables:
-        for rid in range(12):  # rids 12 and 13 are never registered
-            t.open(rid, pool[rid : rid + 2], params[rid % 5])
+    tables = _tables_with_requests(tok, 3, params)  # packed text, strs alone, strs alone (numpy)
     sent = dict.fromkeys(range(14), 0)
     for batch in batches:
         rows = batch if not one_each else [(rid, pick, 1) for rid, pick, _ in batch]
