@@ -74,14 +74,14 @@ class FrontendState:
     frontend_index: int | None = None  # `detok serve --frontends N`: this process's index (a response header)
     reasoning_field: str = "reasoning"  # `--reasoning-field`: vLLM's name, or reasoning_content (SGLang)
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
-    draining: bool = False  # shutting down: new requests are refused
+    draining: bool = False  # shutting down (set in the stop signal's handler): new requests are refused
     intake: Intake = dataclasses.field(default_factory=Intake)  # where large bodies become jobs
     watch: SchedulerWatch = dataclasses.field(init=False)
     eos_id: int | None = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.watch = SchedulerWatch(self.link.receiver, self.health, self.health_detail, self.scheduler_generation,
-                                    self.scheduler_serving)
+                                    self.scheduler_serving, stopping=lambda: self.draining)
         self.tokenizer.encode_prompt("")  # (a backend's prompt tables built now, not at the first request)
         # a streamed response's rows written as the receiver dispatches them where its compiled
         # pusher can (one C pass over a batch: detok/frontend/_directrows.c)

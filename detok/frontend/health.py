@@ -33,6 +33,7 @@ class SchedulerWatch:
         health_detail: Callable[[], dict[str, Any]],
         generation: Callable[[], int],
         scheduler_serving: Callable[[], bool] | None = None,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.receiver = receiver
         self.health = health
@@ -42,9 +43,9 @@ class SchedulerWatch:
         self.health_detail = health_detail
         self.generation = generation
         self.scheduler_down = False
-        # set from the stop signal's handler: the scheduler going down then is the stack stopping
-        # (a SIGTERM to the whole process group reaches the stub too), not a fault to report
-        self.stopping = False
+        # the frontend is stopping: the scheduler going down then is the stack stopping (a SIGTERM
+        # to the whole process group reaches the stub too), not a fault to report
+        self.stopping = stopping
         self._seen_generation = generation()
         self._inflight: dict[int, int] = {}  # rid -> scheduler generation it was sent to
 
@@ -82,10 +83,11 @@ class SchedulerWatch:
         generation = self.generation()
         if not up and not self.scheduler_down:
             # (stopping: the drain's own words, whichever of the two ends a stream first)
-            failed = self.receiver.fail_all("the server is shutting down" if self.stopping
+            stopping = self.stopping()
+            failed = self.receiver.fail_all("the server is shutting down" if stopping
                                             else "the request was lost: the scheduler is down")
             self._inflight.clear()
-            if self.stopping:  # (as the drain reports the requests it ends: a warning only if there were any)
+            if stopping:  # (as the drain reports the requests it ends: a warning only if there were any)
                 log.log(logging.WARNING if failed else logging.INFO,
                         "shutting down: the scheduler stopped with the stack; %d requests in flight ended with an "
                         "error", failed)

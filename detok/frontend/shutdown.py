@@ -55,7 +55,7 @@ class DrainingServer(uvicorn.Server):
         """Called from the signal handler: hand over to the event loop."""
         if sig == signal.SIGINT and self._ignore_sigint:
             return
-        self._state.watch.stopping = True  # now, not at the loop's next turn: the watchdog may poll first
+        self._state.draining = True  # now, not at the loop's next turn: the watchdog may poll first
         if sig == signal.SIGTERM and self.on_sigterm is not None:
             self.on_sigterm()
         if self._loop is None or not self.started or self.should_exit:
@@ -68,7 +68,6 @@ class DrainingServer(uvicorn.Server):
 
     def _begin(self, sig: int, frame: FrameType | None) -> None:
         if self._draining is None:
-            self._state.draining = True
             self._draining = asyncio.ensure_future(self._drain(sig, frame))
 
     async def _drain(self, sig: int, frame: FrameType | None) -> None:
