@@ -89,3 +89,51 @@ def test_async_iteration_on_uvloop_over_a_socket(rx) -> None:
     assert got[-1].finish == Finish("stop", "END") and got[-1].num_tokens == 3
     assert all(d.finish is None for d in got[:-1])
     assert rx.malformed == 1
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+def test_the_reader_takes_what_was_queued_before_it_past_a_turns_bound_and_a_raising_callback(loop_kind) -> None:
+    """Messages queued before start() (zmq's FD signals changes only: a poll_blocking before it has
+    taken the signal), more of them than one turn takes (_DRAIN_MAX), and a bulk callback that
+    raises on one: every batch is still dispatched,
+    the error goes to the loop's handler, and close() with the loop running leaves it quiet."""
+    from detok.receiver import receiver as receiver_module
+
+    rx = DeltaReceiver()
+    seen: list[int] = []
+    errors: list[object] = []
+    n = receiver_module._DRAIN_MAX * 2 + 7
+
+    def on_batch(batch: DeltaBatch) -> None:
+        seen.append(int(batch.sent_at))
+        if batch.sent_at == receiver_module._DRAIN_MAX + 3:  # (read by the loop's reader)
+            raise RuntimeError("a consumer's bug")
+
+    rx.on_batch = on_batch
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 1000)
+    push.connect(rx.endpoint)
+    enc = new_encoder()
+    for step in range(n):
+        push.send(enc.encode(DeltaBatch.from_rows(0, float(step), [], [], [])))
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: errors.append(context.get("exception")))
+        await asyncio.sleep(0.2)  # (all of them queued in the socket before the reader exists)
+        assert rx.poll_blocking(1.0) == receiver_module._DRAIN_MAX  # (a first bound's worth taken without a loop)
+        await rx.start()
+        for _ in range(200):
+            if len(seen) == n:
+                break
+            await asyncio.sleep(0.01)
+        rx.close()
+        push.send(enc.encode(DeltaBatch.from_rows(0, float(n), [], [], [])))  # (nobody reads it)
+        await asyncio.sleep(0.05)
+
+    try:
+        (uvloop.run if loop_kind == "uvloop" else asyncio.run)(asyncio.wait_for(main(), 10))
+    finally:
+        push.close()
+        rx.close()
+    assert seen == list(range(n))
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
