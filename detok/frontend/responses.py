@@ -265,19 +265,27 @@ async def stream_events(
             if (delta := interval.take(index, delta)) is None:  # (stream_interval: it waits)
                 continue
             choice = choices[index]
+            finish = delta.finish
+            # the response's last delta: its chunks go out with the tail, in the one write
+            out = tail if finish is not None and finished + 1 == len(choices) else None
             if choice.typed is not None:
                 logprobs = choice.logprobs(delta)
                 chunks = choice.typed.chunks(render, index, delta, logprobs, choice.running_usage(ctx, delta),
                                              choice.token_ids(delta))
                 if chunks:
                     choice.timer.text()
-                    for chunk in chunks:
-                        yield chunk
+                    if out is not None:
+                        out.extend(chunks)
+                    else:
+                        for chunk in chunks:
+                            yield chunk
             else:
                 chunk = plain_chunk(ctx, render, choice, index, delta)
                 if chunk is not None:
-                    yield chunk
-            finish = delta.finish
+                    if out is not None:
+                        out.append(chunk)
+                    else:
+                        yield chunk
             if finish is None:
                 continue
             choice.end(finish, delta.num_tokens, delta.calls)

@@ -222,9 +222,13 @@ async def _events(kind: str, deltas: list[RequestDelta], include_usage: bool = T
             assert event.startswith(b"data: ")
             payload = event[6:].decode()
             out.append(payload if payload == "[DONE]" else json.loads(payload))
-    # one write for the response's tail: its last chunk is the finish (and usage) event with [DONE]
+    # one write for the response's end: the last delta's chunk (if it has text), the finish (and
+    # usage) event or the error, and [DONE]; every chunk before it written on its own as it came
     tail = chunks[-1].split(b"\n\n")[:-1]
-    assert tail[-1] == b"data: [DONE]" and len(tail) >= 2 and b'"finish_reason":null' not in tail[0]
+    assert tail[-1] == b"data: [DONE]" and len(tail) >= 2
+    if deltas[-1].text:
+        assert msgspec.json.encode(deltas[-1].text) in tail[0] and b'"finish_reason":null' in tail[0]
+    assert all(len(chunk.split(b"\n\n")) == 2 for chunk in chunks[1:-1])
     return out
 
 
