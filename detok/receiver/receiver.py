@@ -145,8 +145,8 @@ class DeltaReceiver:
     def _on_readable(self) -> None:
         """The socket's messages dispatched as the loop sees its FD readable. A plain socket on the
         loop's reader, not pyzmq's asyncio socket: that one costs ≈30 µs more of the frontend a
-        message (a future, a NOBLOCK try ending in a raised zmq.Again, enum flag arithmetic), twice
-        a step. zmq's FD is edge-triggered: the queue is read until EVENTS says it is empty; past
+        message (a future, a NOBLOCK try ending in a raised zmq.Again, enum flag arithmetic, a
+        call_later(0) to look again), twice a step. zmq's FD is edge-triggered: the queue is read until EVENTS says it is empty; past
         _DRAIN_MAX messages (or a dispatch that raised) the rest is read at the loop's next turn."""
         sock = self._sock
         if self._loop is None or sock.closed:  # (a turn scheduled before close)
@@ -154,10 +154,14 @@ class DeltaReceiver:
         more = True
         try:
             for _ in range(_DRAIN_MAX):
-                if not sock.get(zmq.EVENTS) & zmq.POLLIN:
+                try:
+                    raw = sock.recv(zmq.NOBLOCK) if sock.get(zmq.EVENTS) & zmq.POLLIN else None
+                except zmq.Again:  # (EVENTS said there was one: nothing to report)
+                    raw = None
+                if raw is None:
                     more = False
                     return
-                self._dispatch_raw(sock.recv(zmq.NOBLOCK))
+                self._dispatch_raw(raw)
         finally:
             if more:
                 self._loop.call_soon(self._on_readable)
