@@ -146,22 +146,13 @@ class DeltaReceiver:
         """The socket's messages dispatched as the loop sees its FD readable. A plain socket on the
         loop's reader, not pyzmq's asyncio socket: that one costs ≈30 µs more of the frontend a
         message (a future, a NOBLOCK try ending in a raised zmq.Again, enum flag arithmetic, a
-        call_later(0) to look again), twice a step. zmq's FD is edge-triggered: the queue is read until EVENTS says it is empty; past
-        _DRAIN_MAX messages (or a dispatch that raised) the rest is read at the loop's next turn."""
-        sock = self._sock
-        if self._loop is None or sock.closed:  # (a turn scheduled before close)
+        call_later(0) to look again), twice a step. Past _DRAIN_MAX messages (or a dispatch that
+        raised) the rest is read at the loop's next turn: zmq's FD would not signal them again."""
+        if self._loop is None or self._sock.closed:  # (a turn scheduled before close)
             return
         more = True
         try:
-            for _ in range(_DRAIN_MAX):
-                try:
-                    raw = sock.recv(zmq.NOBLOCK) if sock.get(zmq.EVENTS) & zmq.POLLIN else None
-                except zmq.Again:  # (EVENTS said there was one: nothing to report)
-                    raw = None
-                if raw is None:
-                    more = False
-                    return
-                self._dispatch_raw(raw)
+            more = self._take_queued() == _DRAIN_MAX
         finally:
             if more:
                 self._loop.call_soon(self._on_readable)
@@ -169,18 +160,23 @@ class DeltaReceiver:
     def poll_blocking(self, timeout: float) -> int:
         """Receive and dispatch on this thread (no event loop): waits up to `timeout` s for the
         first message, then takes what is queued. Returns the number of batches handled."""
-        sock = self._sock
-        handled = 0
-        if not sock.poll(int(timeout * 1000)):
+        if not self._sock.poll(int(timeout * 1000)):
             return 0
-        while handled < _DRAIN_MAX:
+        return self._take_queued()
+
+    def _take_queued(self) -> int:
+        """Dispatch the queued messages, at most _DRAIN_MAX; returns how many. zmq's FD is
+        edge-triggered: the queue is read until EVENTS says it is empty, not until a recv raises."""
+        sock = self._sock
+        for handled in range(_DRAIN_MAX):
+            if not sock.get(zmq.EVENTS) & zmq.POLLIN:
+                return handled
             try:
                 raw = sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
+            except zmq.Again:  # (EVENTS said there was one: nothing to report)
+                return handled
             self._dispatch_raw(raw)
-            handled += 1
-        return handled
+        return _DRAIN_MAX
 
     def _dispatch_raw(self, raw: bytes) -> None:
         try:
