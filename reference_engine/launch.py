@@ -19,8 +19,11 @@ BLAS_THREADS: Final = 1
 _BLAS_VARIABLES: Final = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def engine_config_json(model: str, log_level: str, parent_pid: int) -> str:
-    return json.dumps({"model": model, "log_level": log_level, "parent_pid": parent_pid})
+def engine_config_json(model: str, log_level: str, parent_pid: int, keys: str | None = None,
+                       insecure: bool = False) -> str:
+    """`keys`: a `detok keygen` directory, loaded in the child (a tcp request inbox)."""
+    return json.dumps({"model": model, "log_level": log_level, "parent_pid": parent_pid, "keys": keys,
+                       "insecure": insecure})
 
 
 def use_one_blas_thread() -> None:
@@ -35,4 +38,9 @@ def child_main(config_json: str, conn: Connection) -> None:
     from reference_engine.process import EngineConfig
     from reference_engine.process import child_main as engine_main
 
-    engine_main(EngineConfig(**json.loads(config_json)), conn)
+    fields = json.loads(config_json)
+    if fields.get("keys"):
+        from detok.wire.security import CurveKeys
+
+        fields["keys"] = CurveKeys.load(fields["keys"])
+    engine_main(EngineConfig(**fields), conn)

@@ -170,7 +170,8 @@ def frontend_main(spec: FrontendSpec, listener: socket.socket, ready: Connection
     view = HealthView(spec.health_file)
     parts = FrontendParts(tokenizer, spec.requests_endpoint, None, view.health, view.detail, view.generation,
                           spec.metrics_dir, spec.http, rid_base(spec.index, spec.generation), spec.index,
-                          ignore_sigint=True, scheduler_serving=view.scheduler_serving)
+                          ignore_sigint=True, scheduler_serving=view.scheduler_serving, keys=spec.cfg.keys,
+                          insecure=spec.cfg.insecure)
 
     def report_ready(server: Any) -> None:
         def wait() -> None:

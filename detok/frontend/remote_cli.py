@@ -4,9 +4,10 @@ It binds its `DeltaReceiver` where the workers can reach it (`--receiver tcp://A
 address travels as each request's `reply_to`, so bind a routable address, not 0.0.0.0) and sends
 requests to the scheduler's inbox (`--scheduler tcp://HOST:PORT`); over tcp both sockets use the
 deployment's CURVE keys (`--keys DIR`, the directory `detok keygen` wrote; every detok process of
-the deployment holds the same keys). It does not supervise the pool or the scheduler, so its
-`/health` reports only itself ("scheduler": true while it serves); run several of these, or
-`detok serve --frontends N` where the pool is, behind one load balancer.
+the deployment holds the same keys). It does not supervise the pool or the scheduler: its `/health`
+says "scheduler": true while its connection to the scheduler's inbox stands (`ConnectionWatch`),
+else 503 (new requests get a 503, those in flight when it dropped end with an error). Run several
+of these behind one load balancer, over a `detok serve --inbox tcp://...` (deploy/helm/detok).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 from typing import Any
 
 from detok.frontend import limits
-from detok.frontend.serve_cli import DEFAULT_MODEL_NAME, _positive_int, add_parsing_arguments
+from detok.frontend.serve_cli import DEFAULT_MODEL_NAME, _non_negative_float, _positive_int, add_parsing_arguments
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -35,7 +36,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "tcp://10.0.0.5:7200 (port 0 or * picks one)")
     p.add_argument("--keys", default=None, metavar="DIR", help="the deployment's CURVE keys (detok keygen DIR)")
     p.add_argument("--insecure", action="store_true", help="tcp without CURVE (trusted networks only)")
-    p.add_argument("--tokenizer", required=True, metavar="SOURCE", help="the tokenizer the pool uses")
+    p.add_argument("--tokenizer", default=None, metavar="SOURCE",
+                   help="the tokenizer the pool uses (default: the embedded Qwen2 one, as `detok serve`'s)")
     p.add_argument("--chat-template", default=None, metavar="FILE_OR_STRING",
                    help="a chat template (file or the template itself) instead of the tokenizer's")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: %(default)s)")
@@ -51,6 +53,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="open connections at once; one more gets a 503 (default: %(default)s)")
     p.add_argument("--timeout-keep-alive", type=float, default=limits.KEEP_ALIVE_S, metavar="S",
                    help="seconds an idle kept-alive connection stays open (default: %(default)s)")
+    p.add_argument("--shutdown-drain", type=_non_negative_float, default=limits.SHUTDOWN_DRAIN_S, metavar="S",
+                   help="on SIGTERM, seconds open requests get to finish before they end with an error "
+                        "(default: %(default)s)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                    help="(default: %(default)s)")
     add_parsing_arguments(p)
@@ -76,6 +81,10 @@ def _run(args: argparse.Namespace) -> int:
     from detok.wire.security import InsecureTransportError
 
     cfg = ServeConfig.from_args(args)
+    if args.tokenizer is None:
+        from detok.tokenizer.default import default_tokenizer_dir
+
+        args.tokenizer = str(default_tokenizer_dir())
     tokenizer = load_tokenizer(args.tokenizer, chat_template=args.chat_template)
     from detok.parsing.registry import ParserConfigError
     from detok.parsing.tokens import check_parsers
@@ -84,8 +93,16 @@ def _run(args: argparse.Namespace) -> int:
         check_parsers(tokenizer, args.reasoning_parser, args.tool_call_parser)
     except ParserConfigError as e:
         raise SystemExit(f"detok frontend: {e}") from None
-    parts = FrontendParts(tokenizer, args.scheduler, args.receiver, lambda: {"scheduler": True}, dict, lambda: 1,
-                          metrics_root, cfg.http_limits(), keys=args.keys, insecure=args.insecure)
+    from detok.wire.connection_watch import ConnectionWatch
+
+    try:  # the scheduler counts as up while this frontend's connection to its inbox stands
+        watch = ConnectionWatch(args.scheduler, keys=args.keys, insecure=args.insecure)
+    except InsecureTransportError as e:
+        print(f"detok frontend: {e}", file=sys.stderr)
+        return 2
+    parts = FrontendParts(tokenizer, args.scheduler, args.receiver, lambda: {"scheduler": watch.up()},
+                          lambda: {"scheduler": watch.detail()}, watch.generation, metrics_root, cfg.http_limits(),
+                          scheduler_serving=watch.up, keys=args.keys, insecure=args.insecure)
     base = f"http://{_url_host(args.host)}:{listener.getsockname()[1]}"
 
     def banner(server: Any) -> None:
@@ -108,6 +125,7 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        watch.close()
         listener.close()
         metrics_dir.remove()
     return 0

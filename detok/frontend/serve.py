@@ -66,6 +66,9 @@ class ServeConfig:
     shutdown_drain: float = limits.SHUTDOWN_DRAIN_S
     stream_interval: int = 1
     frontends: int = 1  # HTTP processes over one port (>1: child processes, see detok.frontend.frontends)
+    inbox: str | None = None  # the scheduler's request inbox for remote frontends (tcp), see StackConfig
+    keys: str | None = None  # the deployment's CURVE keys directory (tcp endpoints)
+    insecure: bool = False
 
     def http_limits(self) -> limits.HttpLimits:
         """One frontend process's limits: the stack's connection bound divided among the frontends
@@ -191,6 +194,9 @@ def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
             log_level=cfg.log_level.upper(),
             reasoning_parser=cfg.reasoning_parser,
             tool_parser=cfg.tool_call_parser,
+            inbox=cfg.inbox,
+            keys=cfg.keys,
+            insecure=cfg.insecure,
         )
     )
     scheduler = f"the reference engine on {cfg.model}" if cfg.model else "the scheduler stub"
@@ -218,7 +224,7 @@ def _serve_http(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics
     assert stack.tokenizer is not None
     parts = FrontendParts(stack.tokenizer, stack.requests_endpoint, stack.receiver_endpoint, stack.health,
                           stack.health_detail, lambda: stack.scheduler_generation, metrics_root, cfg.http_limits(),
-                          scheduler_serving=stack.scheduler_serving)
+                          scheduler_serving=stack.scheduler_serving, keys=cfg.keys, insecure=cfg.insecure)
     base = f"http://{_url_host(cfg.host)}:{listener.getsockname()[1]}"
 
     def banner(server: uvicorn.Server) -> None:
@@ -246,7 +252,7 @@ def _serve_many(cfg: ServeConfig, stack: Stack, listener: socket.socket, metrics
 
     from detok.frontend.scheduler_link import RangeAborter
 
-    aborter = RangeAborter(stack.requests_endpoint)  # a dead frontend's requests stop in the scheduler
+    aborter = RangeAborter(stack.requests_endpoint, keys=cfg.keys, insecure=cfg.insecure)  # a dead frontend's requests stop in the scheduler
     frontends = FrontendSupervisor(cfg.frontends, spec, listener, cfg.shutdown_drain, metrics_root,
                                    on_death=aborter.abort)
 

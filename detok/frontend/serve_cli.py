@@ -128,6 +128,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="a streamed choice's text after its first chunk goes out every N output tokens or at its "
                         "finish, joined; fewer, larger chunks cost the frontend less (as vLLM's "
                         "--stream-interval; a request's stream_interval may raise it; default: %(default)s)")
+    remote = p.add_argument_group("remote frontends (e.g. an engine pod on Kubernetes)")
+    remote.add_argument("--inbox", default=None, metavar="ENDPOINT",
+                        help="bind the scheduler's request inbox here, e.g. tcp://0.0.0.0:7100, for `detok frontend`s "
+                             "on other hosts (this stack's own HTTP frontends use it too); tcp needs --keys")
+    remote.add_argument("--keys", default=None, metavar="DIR",
+                        help="the deployment's CURVE keys (detok keygen DIR): the inbox, and the workers' "
+                             "connections to remote frontends' receivers")
+    remote.add_argument("--insecure", action="store_true", help="tcp without CURVE (trusted networks only)")
     p.add_argument("--demo", action="store_true",
                    help="once up, stream one chat completion through the API and print it (what `make run` does)")
     limits_group = p.add_argument_group("HTTP limits")
@@ -159,7 +167,18 @@ def _run(args: argparse.Namespace) -> int:
 
     _model_defaults(args)
     _check_parser_names(args)
+    _check_security(args)
     return run_serve(ServeConfig.from_args(args))
+
+
+def _check_security(args: argparse.Namespace) -> None:
+    """Bad keys or a tcp inbox without them fail at once, not in the scheduler's child process."""
+    from detok.wire.security import InsecureTransportError, KeyFileError, SocketSecurity
+
+    try:
+        SocketSecurity(args.keys, args.insecure).check(args.inbox or "")
+    except (InsecureTransportError, KeyFileError) as e:
+        raise SystemExit(f"detok serve: {e}") from None
 
 
 def _check_parser_names(args: argparse.Namespace) -> None:

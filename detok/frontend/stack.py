@@ -34,6 +34,7 @@ import msgspec
 from detok.pool.pool import DetokPool
 from detok.pool.supervisor import STALL_TIMEOUT_S
 from detok.tokenizer.base import Tokenizer
+from detok.wire.security import CurveKeys
 from scheduler_stub.process import PoolEndpoints, StubConfig, StubFailed, StubLoaded, StubReady, StubStatus, child_main
 from scheduler_stub.stub import StepPolicy
 
@@ -71,6 +72,20 @@ class StackConfig:
     replace_stalled: bool = True
     reasoning_parser: str | None = None  # checked by each worker against the tokenizer at load
     tool_parser: str | None = None
+    # the scheduler's request inbox bound here (tcp: for `detok frontend`s on other hosts), instead of
+    # an ipc endpoint of the pool's; `keys` (a `detok keygen` directory) secure it and the workers'
+    # connections to those frontends
+    inbox: str | None = None
+    keys: str | None = None
+    insecure: bool = False
+
+
+def local_endpoint(bound: str) -> str:
+    """Where a process on this host connects to a tcp endpoint bound on every address."""
+    for wildcard in ("tcp://0.0.0.0:", "tcp://*:"):
+        if bound.startswith(wildcard):
+            return "tcp://127.0.0.1:" + bound[len(wildcard):]
+    return bound
 
 
 class Stack:
@@ -78,7 +93,8 @@ class Stack:
         self.cfg = cfg
         self.pool: DetokPool | None = None
         self.tokenizer: Tokenizer | None = None
-        self.requests_endpoint = ""
+        self.inbox_endpoint = ""  # where the scheduler binds its request inbox
+        self.requests_endpoint = ""  # where this host's frontends connect to it
         self.receiver_endpoint = ""
         self.scheduler_generation = 0  # 1 once the stub serves, +1 at each restart
         self.stub_restarts = 0
@@ -110,10 +126,13 @@ class Stack:
                 replace_stalled=self.cfg.replace_stalled,
                 reasoning_parser=self.cfg.reasoning_parser,
                 tool_parser=self.cfg.tool_parser,
+                keys=self.cfg.keys,
+                insecure=self.cfg.insecure,
             )
         except Exception as e:
             raise StackStartError(str(e)) from None
-        self.requests_endpoint = self.pool.receiver_endpoint("scheduler")
+        self.inbox_endpoint = self.cfg.inbox or self.pool.receiver_endpoint("scheduler")
+        self.requests_endpoint = local_endpoint(self.inbox_endpoint)
         self.receiver_endpoint = self.pool.receiver_endpoint("frontend")
         self._handshake(deadline)
         loader.join(max(0.0, deadline - time.monotonic()))
@@ -156,7 +175,8 @@ class Stack:
             from reference_engine.launch import child_main as engine_main
             from reference_engine.launch import engine_config_json
 
-            return engine_main, engine_config_json(self.cfg.model, self.cfg.log_level, os.getpid())
+            return engine_main, engine_config_json(self.cfg.model, self.cfg.log_level, os.getpid(), self.cfg.keys,
+                                                   self.cfg.insecure)
         cfg = StubConfig(
             tokenizer=self.cfg.tokenizer,
             chat_template=self.cfg.chat_template,
@@ -164,6 +184,8 @@ class Stack:
             policy=self.cfg.policy,
             log_level=self.cfg.log_level,
             parent_pid=os.getpid(),
+            keys=CurveKeys.load(self.cfg.keys) if self.cfg.keys else None,
+            insecure=self.cfg.insecure,
         )
         return child_main, cfg
 
@@ -173,7 +195,7 @@ class Stack:
         self._expect_stub(StubLoaded, deadline)
         assert self._stub_conn is not None
         self._stub_conn.send_bytes(
-            msgspec.json.encode(PoolEndpoints(self.pool.endpoints, self.pool.notify_endpoint, self.requests_endpoint))
+            msgspec.json.encode(PoolEndpoints(self.pool.endpoints, self.pool.notify_endpoint, self.inbox_endpoint))
         )
         self._expect_stub(StubReady, deadline)
 

@@ -67,14 +67,12 @@ class CurveKeys:
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> CurveKeys:
         """The keypair `detok keygen` wrote into `directory`. The secret file must not be readable
-        by group or others (like ssh: a key anyone can read is no secret)."""
+        by others, nor by group unless root owns it (like ssh: a key anyone can read is no secret)."""
         path = Path(directory) / f"{KEY_NAME}.key_secret"
         try:
-            mode = path.stat().st_mode
+            _check_secret_mode(path)
         except OSError as e:
             raise KeyFileError(f"no CURVE secret key at {path} ({e.strerror}): run `detok keygen {directory}`") from None
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise KeyFileError(f"{path} is accessible by other users (mode {stat.S_IMODE(mode):o}): chmod 600 it")
         import zmq.auth
 
         try:
@@ -93,6 +91,21 @@ class CurveKeys:
 
     def __repr__(self) -> str:  # never print the secret
         return f"CurveKeys(public={self.public.decode()!r})"
+
+
+def _check_secret_mode(path: Path) -> None:
+    """The secret key file must be private: mode 0600 or less, or, owned by root, 0640 or less.
+
+    The second form is PostgreSQL's rule for its server key, and how Kubernetes mounts a Secret
+    for a non-root pod: the file belongs to root and is readable by the pod's `fsGroup` (the
+    kubelet adds group read to the mode of every file of the volume), never by others.
+    """
+    st = path.stat()  # follows the symlinks a Secret volume's files are
+    mode = stat.S_IMODE(st.st_mode)
+    allowed = stat.S_IRWXU | (stat.S_IRGRP if st.st_uid == 0 else 0)
+    if mode & ~allowed & (stat.S_IRWXG | stat.S_IRWXO):
+        rule = "chmod 600 it (or 640 and owned by root)"
+        raise KeyFileError(f"{path} is accessible by other users (mode {mode:o}): {rule}")
 
 
 def generate_keys(directory: str | os.PathLike[str], *, overwrite: bool = False) -> tuple[Path, Path]:

@@ -29,7 +29,15 @@ def test_bad_keys_are_refused(tmp_path) -> None:
     with pytest.raises(KeyFileError, match="detok keygen"):
         CurveKeys.load(tmp_path)
     generate_keys(tmp_path)
-    os.chmod(tmp_path / "detok.key_secret", 0o640)
+    secret = tmp_path / "detok.key_secret"
+    for mode in (0o604, 0o644, 0o660, 0o610):  # others, or group write / execute: never
+        os.chmod(secret, mode)
+        with pytest.raises(KeyFileError, match="other users"):
+            CurveKeys.load(tmp_path)
+    os.chmod(secret, 0o640)
+    if os.geteuid() == 0:  # group read is allowed only when root owns the file (a Kubernetes Secret)
+        CurveKeys.load(tmp_path)
+        os.chown(secret, 12345, -1)
     with pytest.raises(KeyFileError, match="other users"):
         CurveKeys.load(tmp_path)
     a, b = CurveKeys.generate(), CurveKeys.generate()
