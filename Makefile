@@ -4,7 +4,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run run-model test install bench clean
+.PHONY: run run-model test install bench clean image k8s-manifests k8s-test
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -41,6 +41,28 @@ test: $(TEST_STAMP)
 bench: $(TEST_STAMP)
 	$(PY) bench/decode.py
 	$(PY) bench/pool.py
+
+# the container image (deploy/Dockerfile); BASE_IMAGE: any Debian-like image with python3 >= 3.11, e.g.
+# the one deploy/debian-base.sh imports where Docker Hub is out of reach; DOCKER_BUILD_FLAGS: e.g.
+# --network=host on a daemon started without a bridge
+IMAGE ?= detok:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+BASE_IMAGE ?= python:3.11-slim
+DOCKER_BUILD_FLAGS ?=
+image:
+	docker build $(DOCKER_BUILD_FLAGS) -f deploy/Dockerfile --build-arg BASE=$(BASE_IMAGE) \
+		$(if $(findstring python:,$(BASE_IMAGE)),,--build-arg BUILD_PACKAGES="gcc libc6-dev python3-dev") \
+		-t $(IMAGE) .
+
+# the Helm chart rendered offline (Helm's library from the test extras), checked against the
+# Kubernetes 1.30 and newest schemas and for its wiring
+k8s-manifests: $(TEST_STAMP)
+	$(PY) -m deploy.chart -o build/k8s/detok.yaml
+
+# the rendered pods as local processes, through their whole life (tests/deploy/test_local_pods.py);
+# what the clients saw goes to build/k8s/local-pods.json
+k8s-test: k8s-manifests
+	DETOK_SLOW=1 DETOK_K8S_REPORT=build/k8s/local-pods.json HF_HUB_OFFLINE=1 \
+		$(PY) -m pytest -q -p no:cacheprovider -p no:randomly -n 0 -s tests/deploy
 
 clean:
 	rm -rf $(VENV) build *.egg-info
