@@ -6,7 +6,7 @@ probes (startup, readiness, liveness: httpGet, polled at their periods with thei
 volumes (a Secret becomes a folder holding its items under the same file names and mode; an
 emptyDir a fresh folder), its preStop sleep and the pod's terminationGracePeriodSeconds.
 
-What stands in for the cluster: each pod gets its own loopback address (127.0.0.N: the same ports
+What stands in for the cluster: each pod gets its own loopback address (127.A.B.N: the same ports
 in every pod, as on a pod network), an address of "every interface" (0.0.0.0) in its args becomes
 that address, a mount path in its args becomes the local folder, and `tcp://SERVICE:PORT` becomes
 the selected pod's address and target port. A Service's client side (`LocalCluster.endpoints`)
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import re
 import shutil
 import signal
@@ -37,7 +38,10 @@ Obj = dict[str, Any]
 # a kubelet restarts a crashed container after 10 s, doubling to 5 min; here a fixed short pause
 RESTART_BACKOFF_S: Final = 0.5
 _TICK_S: Final = 0.05
-_ADDRESSES = itertools.count(10)  # 127.0.0.10, .11, ...: one per pod
+# one loopback address per pod, 127.A.B.10 and up; A.B drawn per process so that two runs on one
+# machine do not meet on the same addresses and ports
+_NET = random.SystemRandom().randrange(1 << 16)
+_ADDRESSES = (f"127.{_NET >> 8}.{_NET & 255}.{n}" for n in itertools.count(10))
 
 
 def _expand(text: str, env: dict[str, str]) -> str:
@@ -84,7 +88,7 @@ class LocalPod:
     cluster: LocalCluster
     workload: Obj
     name: str
-    ip: str = field(default_factory=lambda: f"127.0.0.{next(_ADDRESSES)}")
+    ip: str = field(default_factory=lambda: next(_ADDRESSES))
     restarts: int = 0  # container restarts (a crash, a failed liveness probe)
     ready: bool = False
     terminating: bool = False
