@@ -20,7 +20,8 @@ from deploy.wiring import wiring_errors  # noqa: E402
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "reference engine, no HPA, API key": {
-        "model": "smollm2", "frontend": {"autoscaling": {"enabled": False}, "replicas": 3,
+        "model": "/models/smollm2.gguf", "modelVolume": {"persistentVolumeClaim": {"claimName": "models"}},
+        "frontend": {"autoscaling": {"enabled": False}, "replicas": 3,
                                           "apiKeySecret": {"name": "detok-api", "key": "key"}},
     },
     "custom metric, no annotations, no dashboard": {

@@ -49,9 +49,16 @@ prometheus.io/path: /metrics
 - name: tmp
   emptyDir:
     sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- with .Values.modelVolume }}
+- name: models
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{- define "detok.volumeMounts" -}}
 - {name: keys, mountPath: {{ .Values.keys.mountPath }}, readOnly: true}
 - {name: tmp, mountPath: /tmp}
+{{- if .Values.modelVolume }}
+- {name: models, mountPath: /models, readOnly: true}
+{{- end }}
 {{- end -}}
