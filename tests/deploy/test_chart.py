@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +17,8 @@ import pytest
 pytest.importorskip("helm_python", reason="the test extras (helm-python-sdk) render the chart")
 pytest.importorskip("kubernetes_validate", reason="the test extras validate the manifests")
 
-from deploy.chart import OLDEST_KUBERNETES, ChartError, newest_kubernetes, parse_set, render, schema_errors  # noqa: E402
+from deploy.chart import (  # noqa: E402
+    OLDEST_KUBERNETES, ChartError, newest_kubernetes, parse_set, render, schema_errors, to_yaml)
 from deploy.wiring import wiring_errors  # noqa: E402
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -69,9 +73,7 @@ def test_the_objects_the_chart_holds(objects: list[dict[str, Any]]) -> None:
 
 
 def test_a_misspelt_field_fails_the_strict_schemas(objects: list[dict[str, Any]]) -> None:
-    broken = copy.deepcopy(objects)
-    container = _find(broken, "Deployment", "-frontend")["spec"]["template"]["spec"]["containers"][0]
-    container["readinesProbe"] = container.pop("readinessProbe")
+    broken = _break_field(objects)
     for version in (OLDEST_KUBERNETES, newest_kubernetes()):
         errors = schema_errors(broken, version)
         assert len(errors) == 1 and "readinesProbe" in errors[0], errors
@@ -138,3 +140,25 @@ def test_set_values_as_helm_types_them() -> None:
         "frontend": {"replicas": 3}, "model": "smollm2", "engine": {"scheduler": {"stepMs": 5}}}
     with pytest.raises(ChartError):
         parse_set(["frontend.replicas"])
+
+
+def test_the_kubernetes_validate_command_agrees(objects: list[dict[str, Any]], tmp_path) -> None:
+    """The same verdicts from the `kubernetes-validate --strict` command on the rendered file."""
+    command = Path(sys.executable).parent / "kubernetes-validate"
+    good, bad = tmp_path / "detok.yaml", tmp_path / "broken.yaml"
+    good.write_text(to_yaml(objects))
+    bad.write_text(to_yaml(_break_field(objects)))
+    for version in (OLDEST_KUBERNETES, newest_kubernetes()):
+        ok = subprocess.run([str(command), "--strict", "--quiet", "-k", version, str(good)], capture_output=True,
+                            text=True, timeout=120)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        broken = subprocess.run([str(command), "--strict", "--quiet", "-k", version, str(bad)], capture_output=True,
+                                text=True, timeout=120)
+        assert broken.returncode != 0 and "readinesProbe" in broken.stdout + broken.stderr
+
+
+def _break_field(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    broken = copy.deepcopy(objects)
+    container = _find(broken, "Deployment", "-frontend")["spec"]["template"]["spec"]["containers"][0]
+    container["readinesProbe"] = container.pop("readinessProbe")
+    return broken
