@@ -14,6 +14,7 @@ not depend on which optional extensions are built.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import re
 import sys
@@ -82,8 +83,10 @@ def page_with_table(page: str, table: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="Print the table of every named limit, or write it into docs/reliability.md.")
+    parser.add_argument("--write", action="store_true", help="rewrite the table in docs/reliability.md")
     table = render(all_limits())
-    if "--write" in argv:
+    if parser.parse_args(argv).write:
         PAGE.write_text(page_with_table(PAGE.read_text(encoding="utf-8"), table), encoding="utf-8")
     else:
         print(table)
