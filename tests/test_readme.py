@@ -116,6 +116,33 @@ def test_openai_client_example_against_a_live_server(tmp_path: Path) -> None:
         live.kill_group()
 
 
+def test_streamed_tool_call_example_against_a_live_server(tmp_path: Path) -> None:
+    """docs/reasoning-and-tools.md's streamed example against the server its page starts, printing
+    exactly the output the page shows."""
+    from tests.helpers.serve_helpers import LiveServer
+
+    page = DOCS["reasoning-and-tools.md"]
+    serve = "detok serve --reasoning-parser qwen3 --tool-call-parser hermes --workload echo"
+    assert serve in page
+    example = _block("from openai import OpenAI", "tool_calls")
+    after = page.split(example, 1)[1].split("```", 1)[1]  # past the example's closing fence
+    shown = _fenced_blocks(after)[0][1]  # the output block the page shows next
+    live = LiveServer(*serve.split()[2:], "--workers", "1", "--no-spare", "--step-ms", "2")
+    try:
+        out = _run_script(tmp_path, example.replace("http://127.0.0.1:8000/v1", live.base_url + "/v1"))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == shown
+    finally:
+        live.stop()
+        live.kill_group()
+
+
+def test_every_python_example_of_the_readme_and_docs_is_one_the_tests_run() -> None:
+    run = {_block("DetokPool", "__main__"), _block("DecodeStream(", "stream.step"), _block("from openai import OpenAI"),
+           _block("from openai import OpenAI", "tool_calls")}
+    assert set(PYTHON_BLOCKS) == run
+
+
 # ---- the CLI table ------------------------------------------------------------------------------
 
 
