@@ -57,9 +57,9 @@ def commands(quick: bool) -> dict[str, list[list[str]]]:
         "pool": pool,
         "decode": [["bench/decode.py", "--json", "--no-progress", "--per-request", "--repeats", "3", "--tokenizer", TOKENIZER]],
         "frontend_cpu": [["bench/frontend_cpu.py", "--json", "--users", "64,256,1024", "--frontends", "1,2", "--logprobs", "0",
-                          "--duration", "10"]],
+                          "--duration", "10", "--procs", "2"]],
         "load": [["bench/load.py", "--spawn", "--json", "--no-progress", "--endpoint", "chat", "--concurrency",
-                  "16,64,256,1024", "--duration", "10"]],
+                  "16,64,256,1024", "--duration", "10", "--procs", "2"]],
         "replay": [["bench/replay.py", "--json", "--no-progress", "--tokenizer", TOKENIZER, "--concurrency", "256",
                     "--tokens", "2000", "--step-ms", "5", "--kills", "4", "--kill-every-s", "2.5", *spare]
                    for spare in ([], ["--no-spare"])],
