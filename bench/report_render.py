@@ -30,6 +30,14 @@ def _save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
+def _concurrency_axis(ax: Any, levels: list[int], label: str) -> None:
+    """A log2 x axis labelled with the measured levels themselves (64, 256, ... rather than 2^6)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(level) for level in levels])
+    ax.minorticks_off()
+    ax.set_xlabel(label)
+
+
 def _table(header: list[str], rows: Iterable[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
@@ -70,9 +78,8 @@ def _pool_section(results: dict[str, Any], plots: Path) -> str:
             points = [(c, grid[(tokens, c)][pipeline]["tokens_per_s"]) for c in levels if pipeline in grid[(tokens, c)]]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
-        ax.set_xscale("log", base=2)
+        _concurrency_axis(ax, levels, "concurrent requests")
         ax.set_yscale("log")
-        ax.set_xlabel("concurrent requests")
         ax.set_ylabel("tokens/s")
         ax.set_title(f"{tokens} output tokens per request")
         ax.grid(True, which="both", alpha=0.3)
@@ -140,8 +147,7 @@ def _frontend_section(results: dict[str, Any], plots: Path) -> str:
         group.sort(key=lambda r: r["users"])
         ax.plot([r["users"] for r in group], [r["frontend_us_per_chunk"] for r in group], marker="o",
                 label=f"{frontends} frontend{'s' if frontends > 1 else ''}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("streaming users")
+    _concurrency_axis(ax, sorted({r["users"] for r in rows}), "streaming users")
     ax.set_ylabel("frontend CPU per chunk (µs)")
     ax.set_ylim(bottom=0)
     ax.grid(True, which="both", alpha=0.3)
@@ -172,8 +178,7 @@ def _latency_section(results: dict[str, Any], plots: Path) -> str:
     for ax, (name, label) in zip(axes, (("ttft", "time to first token"), ("itl", "inter-token latency")), strict=True):
         for pct in ("p50", "p99"):
             ax.plot([r["concurrency"] for r in rows], [r[f"{name}_{pct}_ms"] for r in rows], marker="o", label=pct)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("streaming users")
+        _concurrency_axis(ax, [r["concurrency"] for r in rows], "streaming users")
         ax.set_ylabel("ms")
         ax.set_ylim(bottom=0)
         ax.set_title(label)
