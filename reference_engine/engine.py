@@ -7,7 +7,7 @@ those decoding, a chunk of the prompt for those prefilling (decodes first, `max_
 all) - sample a token for each sequence whose pending tokens are all in, apply the stop rules, and
 send the step (tokens, ends, logprob columns) to the pool.
 
-Bounds (`reference_engine.limits.EngineLimits`, named in the README): at most `max_running` sequences run at once, the KV
+Bounds (`reference_engine.limits.EngineLimits`, listed in docs/reference-engine.md): at most `max_running` sequences run at once, the KV
 caches together hold at most `kv_cache_bytes` (counted by tokens written); a request over either
 waits in a queue of at most `max_waiting` (one more is finished with an error). When a decode
 step would overflow the KV budget the newest sequence is preempted: its cache is freed and it

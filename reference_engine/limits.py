@@ -1,4 +1,4 @@
-"""The engine's bounds, named (README: "A real model: the reference engine"). Kept apart from the
+"""The engine's bounds, named (docs/reference-engine.md lists them). Kept apart from the
 engine so `detok serve --model` reads them without importing numpy or the model code."""
 
 from __future__ import annotations

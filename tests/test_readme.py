@@ -1,7 +1,9 @@
-"""The README runs as written: its Python examples are executed (the embedding example as is and
-over CURVE tcp with its two documented changes, in subprocesses that must exit 0 within seconds;
-the decode example line by line against the values its comments give; the OpenAI client against a
-live `detok serve`), and its CLI table is checked against each command's --help, both ways."""
+"""The README and the docs run as written: their Python examples are executed (the embedding
+example as is, over CURVE tcp and with the packaged Qwen2 tokenizer, the changes the README
+documents, in subprocesses that must exit 0 within seconds; the decode example line by line
+against the values its comments give; the OpenAI client against a live `detok serve`), the CLI
+table of docs/operations.md is checked against each command's --help, both ways, and every
+command they show has the options it uses."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
+DOCS = {path.name: path.read_text(encoding="utf-8") for path in sorted((ROOT / "docs").glob("*.md"))}
+PAGES = {"README.md": README, **DOCS}  # the README first: an example it shows is taken from it
+PYTHON_BLOCKS = [block for text in PAGES.values() for block in re.findall(r"```python\n(.*?)```", text, re.S)]
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -31,17 +35,36 @@ def _run_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path)
 
 
-def _check_embedding_output(out: subprocess.CompletedProcess[str]) -> None:
+def _check_embedding_output(out: subprocess.CompletedProcess[str], text: str = " this is a test 北京 欢迎 你 ") -> None:
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr and "ContextTerminated" not in out.stderr, out.stderr
     lines = out.stdout.splitlines()
     texts = [ast.literal_eval(re.split(r" (?:None|Finish\()", line)[0]) for line in lines if "scheduler" not in line]
-    assert "".join(texts) == " this is a test 北京 欢迎 你 "
+    assert "".join(texts) == text
     assert lines[-1].endswith("Finish(reason='stop', matched='stop token', message=None)")
 
 
 def test_embedding_example_runs_and_stops_on_the_stop_string(tmp_path: Path) -> None:
     _check_embedding_output(_run_script(tmp_path, _block("DetokPool", "__main__")))
+
+
+def test_the_docs_show_the_readme_s_embedding_example() -> None:
+    """docs/embedding.md shows the same script (one copy runs for both)."""
+    readme_example = _block("DetokPool", "__main__")
+    assert readme_example in README
+    assert readme_example in re.findall(r"```python\n(.*?)```", DOCS["embedding.md"], re.S)
+
+
+def test_embedding_example_with_the_packaged_tokenizer(tmp_path: Path) -> None:
+    """The README's tokenizer sentence applied to the example: the same text from Qwen2."""
+    source = "str(detok.tokenizer.default.default_tokenizer_dir())"
+    assert source in README
+    example = _block("DetokPool", "__main__").replace('"mock"', source)
+    assert example.count(source) == 2  # the pool's and the script's own tokenizer
+    example = example.replace("import detok\n", "import detok\nimport detok.tokenizer.default\n", 1)
+    # byte-level BPE: the text is the generated string itself, up to the stop string (the mock's
+    # ids decode with a space before each word)
+    _check_embedding_output(_run_script(tmp_path, example), text="this is a test 北京 欢迎 你 ")
 
 
 def test_embedding_example_over_curve_tcp_exits_cleanly(tmp_path: Path) -> None:
@@ -93,12 +116,39 @@ def test_openai_client_example_against_a_live_server(tmp_path: Path) -> None:
         live.kill_group()
 
 
+def test_streamed_tool_call_example_against_a_live_server(tmp_path: Path) -> None:
+    """docs/reasoning-and-tools.md's streamed example against the server its page starts, printing
+    exactly the output the page shows."""
+    from tests.helpers.serve_helpers import LiveServer
+
+    page = DOCS["reasoning-and-tools.md"]
+    serve = "detok serve --reasoning-parser qwen3 --tool-call-parser hermes --workload echo"
+    assert serve in page
+    example = _block("from openai import OpenAI", "tool_calls")
+    after = page.split(example, 1)[1].split("```", 1)[1]  # past the example's closing fence
+    shown = _fenced_blocks(after)[0][1]  # the output block the page shows next
+    live = LiveServer(*serve.split()[2:], "--workers", "1", "--no-spare", "--step-ms", "2")
+    try:
+        out = _run_script(tmp_path, example.replace("http://127.0.0.1:8000/v1", live.base_url + "/v1"))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == shown
+    finally:
+        live.stop()
+        live.kill_group()
+
+
+def test_every_python_example_of_the_readme_and_docs_is_one_the_tests_run() -> None:
+    run = {_block("DetokPool", "__main__"), _block("DecodeStream(", "stream.step"), _block("from openai import OpenAI"),
+           _block("from openai import OpenAI", "tool_calls")}
+    assert set(PYTHON_BLOCKS) == run
+
+
 # ---- the CLI table ------------------------------------------------------------------------------
 
 
 def _cli_rows() -> dict[str, str]:
     """First cell of each CLI table row that starts with `detok <command>` -> the whole row."""
-    section = README.split("## CLI", 1)[1].split("\n## ", 1)[0]
+    section = DOCS["operations.md"].split("## CLI", 1)[1].split("\n## ", 1)[0]
     rows: dict[str, str] = {}
     for line in section.splitlines():
         m = re.match(r"\| `detok (\w+)", line)
@@ -116,8 +166,8 @@ def test_cli_table_names_every_option_and_only_real_ones(command: str) -> None:
     usage = out.stdout.split("\n\n", 1)[0]
     real = set(re.findall(r"--[a-z][a-z0-9-]+", usage)) - {"--help"}
     named = set(re.findall(r"--[a-z][a-z0-9-]+", row))
-    assert real - named == set(), f"options of `detok {command}` missing from the README's CLI table"
-    assert named - real == set(), f"options in the README's CLI table that `detok {command}` does not have"
+    assert real - named == set(), f"options of `detok {command}` missing from the CLI table of docs/operations.md"
+    assert named - real == set(), f"options in the CLI table of docs/operations.md that `detok {command}` does not have"
     assert "(default: None)" not in out.stdout and "(default: False)" not in out.stdout
     import argparse
 
@@ -139,19 +189,29 @@ def test_missing_keys_is_the_same_error_from_pool_and_worker(tmp_path: Path) -> 
     assert codes == {"pool": 2, "worker": 2}
 
 
-def test_readme_refers_to_nothing_outside_the_repository() -> None:
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_readme_and_docs_refer_to_nothing_outside_the_repository(page: str) -> None:
     shared_dir = "../" + "shared"  # the design folder beside a checkout (split: this file never reads it)
-    for outside in ("DESIGN", "seed 003", "issue 1", "issue 2", shared_dir):
-        assert outside not in README, outside
+    for outside in ("DESIGN", "TEAM.md", "seed 003", "issue 1", "issue 2", shared_dir):
+        assert outside not in PAGES[page], outside
 
 
 # ---- every command the README shows -------------------------------------------------------------
 
 
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of each fenced code block, fences paired in order (a closing fence is
+    never read as the next block's opening)."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)
+
+
 def _commands() -> list[str]:
-    """Every command the README shows: inline `python ...` spans and command lines of code blocks."""
-    found = re.findall(r"`((?:python|detok) [^`]+)`", README)
-    for block in re.findall(r"```(?:sh)?\n(.*?)```", README, re.S):
+    """Every command the README and the docs show: inline `python ...` spans and command lines of
+    code blocks."""
+    found = []
+    for text in PAGES.values():
+        found += re.findall(r"`((?:python|detok) [^`]+)`", text)
+    for block in (body for text in PAGES.values() for lang, body in _fenced_blocks(text) if lang in ("", "sh")):
         joined = block.replace("\\\n", " ")
         found += [line.split("  #")[0].strip() for line in joined.splitlines() if re.match(r"(python|detok) ", line)]
     return [c for c in found if "..." not in c]
@@ -168,9 +228,9 @@ def _program(command: str) -> list[str] | None:
     return None
 
 
-def test_every_option_of_every_command_in_the_readme_exists() -> None:
-    """The flags of each README command are ones its program's --help lists (commands the README
-    shows with long runs are checked this way rather than run)."""
+def test_every_option_of_every_command_in_the_readme_and_docs_exists() -> None:
+    """The flags of each command of the README and the docs are ones its program's --help lists
+    (commands shown with long runs are checked this way rather than run)."""
     helps: dict[tuple[str, ...], str] = {}
     commands = _commands()
     assert len(commands) > 20
