@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from detok.parsing.limits import MAX_FUNCTION_NAME_CHARS
 from detok.parsing.tools import schema_values as sv
 from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
@@ -44,7 +45,7 @@ from detok.parsing.types import VALUE_NEWLINE
 START, END = "<tool_call>", "</tool_call>"
 FUNC, FUNC_END = "<function=", "</function>"
 PARAM, PARAM_END = "<parameter=", "</parameter>"
-MAX_NAME = 256  # a function or parameter name longer than this is not a name
+MAX_NAME = MAX_FUNCTION_NAME_CHARS  # a longer function (or parameter) name is not a name
 
 # _PEND: a `</parameter>` came inside a value; the next tag or text tells whether it ended it
 # _AFTER: a bare call's `</function>` came; only whitespace since (a `</tool_call>` may still close it)
