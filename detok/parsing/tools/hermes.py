@@ -18,7 +18,7 @@ Behaviour at the edges (README):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from detok.parsing.limits import MAX_HELD_CALL_CHARS
 from detok.parsing.malformed import log_malformed
@@ -35,6 +35,9 @@ _CONTENT, _CALL, _TAIL, _GIVEN_UP = range(4)  # _GIVEN_UP: a nameless region pas
 
 class HermesToolParser(StreamingToolParser):
     names = ("hermes", "qwen25", "qwen")
+    # the region's tags (a family table may set others)
+    start: ClassVar[str] = START
+    end: ClassVar[str] = END
     markers = (START, END)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -47,10 +50,10 @@ class HermesToolParser(StreamingToolParser):
     def _on_marker(self, marker: str) -> None:
         if self._state == _GIVEN_UP:  # the given-up region ends as an unparsable one: verbatim
             self._state = _CONTENT
-            if marker != START:
+            if marker != self.start:
                 self._content(marker)
                 return
-        if marker == START:
+        if marker == self.start:
             if self._state != _CONTENT:
                 self._end_region(None)
             self._state = _CALL
