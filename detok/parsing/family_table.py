@@ -13,6 +13,8 @@ A table names the grammar that runs it:
   and `end`. Engine: `detok.parsing.tools.hermes.HermesToolParser`.
 - `xml_parameters`: `start` `<function=NAME>` `<parameter=P>`value`</parameter>` `</function>` `end`,
   values typed by the request's schema. Engine: `detok.parsing.tools.qwen3_coder.Qwen3CoderToolParser`.
+- `pythonic`: a Python list of calls with literal keyword arguments, the whole output, maybe between
+  `start` and `end` (empty: none). Engine: `detok.parsing.tools.pythonic.PythonicToolParser`.
 
 Every terminal is matched by token id where it is one token of the vocabulary (never split) and in
 the text otherwise, so a table keeps the engines' compiled path, any-grouping exactness and replay.
@@ -26,7 +28,7 @@ from typing import Literal
 
 from detok.parsing.base import ReasoningParser, ToolParser
 
-Grammar = Literal["think", "json_region", "xml_parameters"]
+Grammar = Literal["think", "json_region", "xml_parameters", "pythonic"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,11 +62,15 @@ def _think(table: FamilyTable) -> type[ReasoningParser]:
 
 def _tools(table: FamilyTable) -> type[ToolParser]:
     from detok.parsing.tools.hermes import HermesToolParser
+    from detok.parsing.tools.pythonic import PythonicToolParser
     from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
 
-    engine: type[ToolParser] = HermesToolParser if table.grammar == "json_region" else Qwen3CoderToolParser
-    # the engine's own terminals, with the region's tags replaced
-    markers = (table.start, table.end) + tuple(m for m in engine.markers if m not in (engine.start, engine.end))  # type: ignore[attr-defined]
+    engines: dict[str, type[ToolParser]] = {"json_region": HermesToolParser, "xml_parameters": Qwen3CoderToolParser,
+                                             "pythonic": PythonicToolParser}
+    engine = engines[table.grammar]
+    # the engine's own terminals, with the region's tags replaced (an empty tag: none)
+    own = tuple(m for m in engine.markers if m not in (engine.start, engine.end))  # type: ignore[attr-defined]
+    markers = tuple(m for m in (table.start, table.end) if m) + own
     return type(_class_name(table), (engine,), {"names": table.names, "start": table.start, "end": table.end,
                                                 "markers": markers, "required_tokens": table.required_tokens})
 

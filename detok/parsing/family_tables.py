@@ -36,6 +36,10 @@ TOOL_TABLES: tuple[FamilyTable, ...] = (
     FamilyTable("xml_parameters", ("seed_oss",), "<seed:tool_call>", "</seed:tool_call>", "ByteDance Seed-OSS"),
     # Qwen3 / Qwen3-2507's JSON calls under vLLM's second name
     FamilyTable("json_region", ("qwen3_json",), "<tool_call>", "</tool_call>", "Qwen3 / Qwen3-2507 JSON"),
+    # the whole output a Python list of calls (vLLM's pythonic: Llama 3.2, ToolACE and others)
+    FamilyTable("pythonic", ("pythonic",), "", "", "Python call lists"),
+    # Llama 4: the same list, maybe between its python tags
+    FamilyTable("pythonic", ("llama4_pythonic",), "<|python_start|>", "<|python_end|>", "Llama 4 pythonic"),
     # Granite 4: a JSON object per <tool_call> region
     FamilyTable("json_region", ("granite4",), "<tool_call>", "</tool_call>", "IBM Granite 4"),
 )

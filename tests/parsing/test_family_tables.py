@@ -1,12 +1,14 @@
 """The table families (`detok.parsing.family_tables`) on the peers' cases (tests/parsing/cases/*.json,
 each case naming its source), on real vocabularies: Qwen3.6's (`<think>`, `<tool_call>` one token each),
-DeepSeek's, and Qwen3.6's with Seed-OSS's markers added. Per case: the parsed result equals the case's
+DeepSeek's, and Qwen3.6's with Seed-OSS's or Llama 4's markers added. Per case: the parsed result equals the case's
 for one id per step, all ids at once and random regroupings (also cutting inside a token's text); in
 the worker, random step sizes, one id per step and all at once agree, with stop strings on the raw
 text, and a replay from the start on a fresh worker after a cut mid-output gives the same result once."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import os
 import random
@@ -33,7 +35,17 @@ CASES_DIR = Path(__file__).parent / "cases"
 TOOLS = (ToolSpec("get_weather", {"type": "object", "properties": {"location": {"type": "string"},
                                                                    "unit": {"type": "string"}}}),)
 # the vocabulary each family's cases run on
-VOCABULARY = {"seed_oss": voc.qwen_seed, "deepseek_v3": voc.deepseek}
+VOCABULARY = {"seed_oss": voc.qwen_seed, "deepseek_v3": voc.deepseek, "llama4_pythonic": voc.qwen_llama4}
+
+
+_RIDS = itertools.count(1)
+
+
+@functools.cache
+def _core(family: str, which: int = 0) -> WorkerCore:
+    """A worker per vocabulary (`which`: a second one, for replays), each request a new rid: a
+    WorkerCore is costly to build and every request here ends."""
+    return WorkerCore(_tok(family))
 
 
 def _load() -> list[tuple[str, dict]]:
@@ -102,8 +114,10 @@ def test_the_worker_gives_one_result_for_any_steps(index: int, groups: list[int]
     text = case["output"]
     stop = () if stop_at is None else (text[stop_at % len(text) : stop_at % len(text) + 3],)
     params = DecodeParams(stop=stop, skip_special_tokens=skip)
-    runs = [assemble(run_request(WorkerCore(tok), 9, ids, g, _parsing(case), params, EndRequest(9, "length")), 9)
-            for g in (groups, [len(ids)], [1] * len(ids))]
+    runs = []
+    for g in (groups, [len(ids)], [1] * len(ids)):
+        rid = next(_RIDS)
+        runs.append(assemble(run_request(_core(family), rid, ids, g, _parsing(case), params, EndRequest(rid, "length")), rid))
     assert _key(runs[0]) == _key(runs[1]) == _key(runs[2])
     if not stop:
         got = runs[2]
@@ -116,8 +130,11 @@ def test_a_replay_mid_output_gives_the_result_once(family: str, case: dict) -> N
     tok = _tok(family)
     ids = tok.encode(case["output"])
     state = TypedState()
-    first = assemble(run_request(WorkerCore(tok), 5, ids[: len(ids) // 2], [2] * len(ids), _parsing(case)), 5, state)
-    again = assemble(run_request(WorkerCore(tok), 5, ids, [3] * len(ids), _parsing(case), end=EndRequest(5, "length")),
-                     5, state, first)
-    whole = assemble(run_request(WorkerCore(tok), 5, ids, [1] * len(ids), _parsing(case), end=EndRequest(5, "length")), 5)
+    rid, other = next(_RIDS), next(_RIDS)
+    # the first worker dies mid-output (its request is never ended); the second gets it all again
+    first = assemble(run_request(WorkerCore(tok), rid, ids[: len(ids) // 2], [2] * len(ids), _parsing(case)), rid, state)
+    again = assemble(run_request(_core(family, 1), rid, ids, [3] * len(ids), _parsing(case), end=EndRequest(rid, "length")),
+                     rid, state, first)
+    whole = assemble(run_request(_core(family), other, ids, [1] * len(ids), _parsing(case),
+                                 end=EndRequest(other, "length")), other)
     assert _key(again) == _key(whole) and state.gaps == 0

@@ -102,3 +102,17 @@ def test_log_lines_are_rate_bounded(caplog) -> None:  # type: ignore[no-untyped-
         for _ in range(1000):
             malformed.log_malformed("x", "y")
     assert len(caplog.records) == 1 and "malformed tool call: x; y" in caplog.records[0].getMessage()
+
+
+def test_a_pythonic_list_past_the_held_bound_is_content_at_once(caplog) -> None:  # type: ignore[no-untyped-def]
+    from detok.parsing.registry import tool_parser_class
+
+    parser = tool_parser_class("pythonic")(tools=TOOLS, token_markers=frozenset(), call_id=lambda i: f"c{i}")
+    big = "x" * 4096
+    pieces = [Piece("[f(a='")] + [Piece(big)] * (MAX_HELD_CALL_CHARS // len(big) + 2)
+    with caplog.at_level(logging.WARNING, "detok.parsing"):
+        content = [parser.feed(p)[0] for p in pieces]
+        assert sum(map(len, content)) > MAX_HELD_CALL_CHARS  # given back before the end
+        content.append(parser.finish()[0])
+    assert "".join(content) == "".join(p.text for p in pieces) and parser.calls_emitted == 0
+    assert any("held past" in r.getMessage() for r in caplog.records)

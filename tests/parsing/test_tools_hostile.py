@@ -39,6 +39,8 @@ ONE_CALL = {
     "seed_oss": "<seed:tool_call>\n<function=f>\n<parameter=a>b</parameter>\n<parameter=n>[1, 2.5]</parameter>\n"
                 "</function>\n</seed:tool_call>",
     "qwen3_json": '<tool_call>{"name": "f", "arguments": {"a": "b", "n": [1, 2.5, true, null]}}</tool_call>',
+    "pythonic": "[f(a='b', n=[1, 2.5, True, None])]",
+    "llama4_pythonic": "<|python_start|>[f(a='b', n=[1, 2.5, True, None])]<|python_end|>",
     "granite4": '<tool_call>{"name": "f", "arguments": {"a": "b", "n": [1, 2.5, true, null]}}</tool_call>',
     # Harmony (gpt-oss): a commentary-channel message addressed to the function
     "openai": "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
@@ -76,6 +78,9 @@ def test_a_thousand_calls_emit_max_tool_calls(name: str) -> None:
     if name in ("deepseek_v3", "deepseek_v31", "kimi_k2"):  # one section, many calls
         head, tail = text.index("<", 1), text.rindex("<")
         text = text[:head] + text[head:tail] * 1000 + text[tail:]
+    elif name in ("pythonic", "llama4_pythonic"):  # one list, many calls
+        head, tail = text.index("[") + 1, text.rindex("]")
+        text = text[:head] + ", ".join([text[head:tail]] * 1000) + text[tail:]
     else:
         text = (text + ("; " if name == "llama3_json" else "")) * 1000
     pieces = text_pieces(text, family.markers)

@@ -37,6 +37,8 @@ SNIPPETS = {
     "qwen3_xml": ["<tool_call>\n<function=f>\n<parameter=a>\nv\n</parameter>\n", "<parameter=n>\n7\n</parameter>"],
     "seed_oss": ["<seed:tool_call>\n<function=f>\n<parameter=a>v</parameter>\n", "</function>\n</seed:tool_call>"],
     "qwen3_json": ['<tool_call>{"name": "f", "arguments": {"a": "x"}}</tool_call>', '<tool_call>\n{"name": "g", '],
+    "pythonic": ["[f(a='x', n=7)]", "[g(), f(a=[1, {'k': None}])", " text"],
+    "llama4_pythonic": ["<|python_start|>[f(a='x')]<|python_end|>", "[g(n=1)]", "<|python_start|>["],
     "granite4": ['<tool_call>{"name": "f", "arguments": {"a": "x"}}</tool_call>', '<tool_call>{"arguments": {}, '],
     "openai": ['<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "x"}<|call|>',
                "<|channel|>final<|message|>done<|end|>", "<|channel|>analysis<|message|>hm<|end|>"],

