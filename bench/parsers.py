@@ -41,6 +41,12 @@ CONFIGS: list[tuple[str, str, str | None, str | None, str, str]] = [
     ("mistral", "mistral", "mistral", None, "[THINK]", "[/THINK]"),
     ("qwen3 (markers as text)", "gpt2", "qwen3", None, "<think>", "</think>"),
     ("deepseek_r1 (markers as text)", "gpt2", "deepseek_r1", None, "<think>", "</think>"),
+    # the table families (detok.parsing.family_tables)
+    ("seed_oss", "qwen_seed", "seed_oss", None, "<seed:think>", "</seed:think>"),
+    ("nemotron_v3", "qwen", "nemotron_v3", None, "<think>", "</think>"),
+    ("olmo3", "qwen", "olmo3", None, "<think>", "</think>"),
+    ("minimax_m2", "qwen", "minimax_m2", None, "<think>", "</think>"),
+    ("deepseek_v3", "deepseek", "deepseek_v3", None, "<think>", "</think>"),
     ("openai_gptoss", "harmony", "openai_gptoss", None, "<|channel|>analysis<|message|>", "<|end|><|start|>assistant<|channel|>final<|message|>"),
     ("openai_gptoss+openai", "harmony", "openai_gptoss", "openai", "<|channel|>analysis<|message|>", "<|end|><|start|>assistant<|channel|>final<|message|>"),
 ]
@@ -57,6 +63,10 @@ TOOL_CONFIGS = [
     ("kimi_k2 (arguments)", "qwen_kimi", None, "kimi_k2",
      "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>"),
     ("glm45 (string value)", "qwen", None, "glm45", "<tool_call>f\n<arg_key>text</arg_key>\n<arg_value>"),
+    ("qwen3_xml (string value)", "qwen", None, "qwen3_xml", "<tool_call>\n<function=f>\n<parameter=text>\n"),
+    ("seed_oss (string value)", "qwen_seed", None, "seed_oss", "<seed:tool_call>\n<function=f>\n<parameter=text>\n"),
+    ("qwen3_json (arguments)", "qwen", None, "qwen3_json", '<tool_call>\n{"name": "f", "arguments": '),
+    ("granite4 (arguments)", "qwen", None, "granite4", '<tool_call>\n{"name": "f", "arguments": '),
     ("hermes (arguments, markers as text)", "gpt2", None, "hermes", '<tool_call>\n{"name": "f", "arguments": '),
 ]
 # content of a request with tools, no call in it: (row, vocabulary, tool parser)
@@ -68,6 +78,10 @@ CONTENT_CONFIGS = [
     ("deepseek_v31 (content)", "deepseek", "deepseek_v31"),
     ("kimi_k2 (content)", "qwen_kimi", "kimi_k2"),
     ("glm45 (content)", "qwen", "glm45"),
+    ("seed_oss (content)", "qwen_seed", "seed_oss"),
+    ("qwen3_json (content)", "qwen", "qwen3_json"),
+    ("pythonic (content)", "qwen", "pythonic"),
+    ("llama4_pythonic (content)", "qwen_llama4", "llama4_pythonic"),
 ]
 
 

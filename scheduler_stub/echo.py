@@ -5,7 +5,9 @@ through the whole stack over HTTP and parsed by the workers as a real model's wo
 The stub gets only prompt ids. It decodes them (special tokens kept) and finds the last user turn
 with the served chat template: rendering probe conversations gives the text that opens a user
 message (the longest common suffix of what precedes it in two different histories) and the text
-that closes it (the longest common prefix of what follows it). Without a template, or when no user
+that closes it (the longest common prefix of what follows it), and the generation prompt (what
+`add_generation_prompt` appends). The message ends at the LAST close before the generation prompt: a
+close may be a bare `\n` that a multi-line message holds too. Without a template, or when no user
 turn is found (a completion's prompt), the whole prompt is echoed. The text is encoded with special
 and added tokens recognised (`<think>` becomes its id), then END.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from detok.tokenizer.base import Tokenizer
 from scheduler_stub.workload import END, Workload
@@ -32,8 +35,16 @@ def _common_prefix(a: str, b: str) -> str:
     return os.path.commonprefix([a, b])
 
 
-def user_turn_markers(tok: Tokenizer) -> tuple[str, str] | None:
-    """(text opening a user message, text closing it) in the rendered prompt, or None."""
+class UserTurn(NamedTuple):
+    """The texts around a user message in a rendered prompt."""
+
+    opening: str
+    closing: str
+    generation: str  # what add_generation_prompt appends after the last message
+
+
+def user_turn_markers(tok: Tokenizer) -> UserTurn | None:
+    """The texts opening and closing a user message and the generation prompt, or None."""
     if tok.chat_template is None:
         return None
     try:
@@ -44,26 +55,35 @@ def user_turn_markers(tok: Tokenizer) -> tuple[str, str] | None:
             add_generation_prompt=False)
         replied = tok.apply_chat_template(
             [{"role": "user", "content": _PROBE}, {"role": "assistant", "content": "b"}], add_generation_prompt=False)
+        asking = tok.apply_chat_template([{"role": "user", "content": _PROBE}], add_generation_prompt=True)
     except Exception:  # noqa: BLE001 - a template that cannot render the probes: echo whole prompts
         return None
     if _PROBE not in alone or _PROBE not in later or _PROBE not in replied:
         return None
     opening = _common_suffix(alone[: alone.index(_PROBE)], later[: later.rindex(_PROBE)])
     closing = _common_prefix(alone[alone.index(_PROBE) + len(_PROBE) :], replied[replied.index(_PROBE) + len(_PROBE) :])
-    return (opening, closing) if opening else None
+    generation = asking[len(alone) :] if asking.startswith(alone) else ""
+    return UserTurn(opening, closing, generation) if opening else None
 
 
-def echo_text(prompt: str, markers: tuple[str, str] | None) -> str:
+def echo_text(prompt: str, markers: UserTurn | None) -> str:
     """The last user message of a rendered prompt (or the whole prompt)."""
     if markers is None:
         return prompt
-    opening, closing = markers
-    at = prompt.rfind(opening)
+    at = prompt.rfind(markers.opening)
     if at < 0:
         return prompt
-    start = at + len(opening)
-    end = prompt.find(closing, start) if closing else -1
-    return prompt[start : end if end >= 0 else len(prompt)]
+    rest = prompt[at + len(markers.opening) :]
+    if markers.generation:
+        # the generation prompt may grow with template kwargs (an empty think block): it starts alike
+        gen = rest.rfind(markers.generation)
+        if gen >= 0:
+            rest = rest[:gen]
+    if markers.closing:
+        end = rest.rfind(markers.closing)
+        if end >= 0:
+            rest = rest[:end]
+    return rest
 
 
 class EchoWorkload(Workload):

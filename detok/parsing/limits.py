@@ -14,8 +14,24 @@ MAX_TOOL_NAME_CHARS: Final = 256  # a function name
 MAX_TOOL_SCHEMA_BYTES: Final = 64 * 1024  # one tool's `parameters` as JSON
 MAX_TOOLS_BYTES: Final = 1024 * 1024  # every tool's name and parameters together, as JSON
 MAX_SCHEMA_DEPTH: Final = 32  # nesting of objects and arrays in one tool's `parameters`
+# nesting of a value the model wrote that a tool parser decodes (JSON arguments, a typed XML value, a
+# Python literal): deeper stays the model's text. Below every supported interpreter's own decoder
+# limits (the 3.11 JSON decoder's recursion limit, the parser's 200 nested brackets), so the same
+# text decodes the same way on each.
+MAX_ARGUMENT_DEPTH: Final = 128
 MAX_PARSER_NAME_CHARS: Final = 64
 MAX_CALL_ID_SEED_CHARS: Final = 256
+
+# What the model writes in its tool calls, bounded while the families read it (the README's limits
+# table). Past a bound a call is malformed: while its name is unknown it ends as the model's text
+# (content), once its name went out its arguments are closed to valid JSON where the bound was met;
+# a log line says which (`detok.parsing.malformed`), never an error of the request or the worker.
+MAX_TOOL_CALLS: Final = 128  # calls emitted per response; later ones are parsed and dropped
+MAX_FUNCTION_NAME_CHARS: Final = 256  # a longer "name" is not one: the model's text
+# text a family holds for one call before it can pass it on (arguments written before the name, a
+# string-valued arguments awaiting its close, a call's region while no name is known); the text it
+# streams on is the request's output, bounded by its max_tokens
+MAX_HELD_CALL_CHARS: Final = 1024 * 1024
 
 
 class ParsingLimitError(ValueError):

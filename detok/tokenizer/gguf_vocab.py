@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from gguf import Keys, TokenType
 
+from detok.tokenizer.end_markers import ends_only_a_message
 from detok.tokenizer.gguf_pretokenizers import PRE_TOKENIZERS, UNSUPPORTED_PRE_TOKENIZERS
 
 # tokenizer.ggml.model -> llama.cpp's vocabulary type ("gemma4": BPE over SentencePiece-style pieces)
@@ -112,14 +113,12 @@ def _flag(metadata: dict[str, Any], key: str, default: bool) -> bool:
 
 
 def _mark_end_of_generation(tokens: list[str], types: list[int]) -> None:
-    """Tokens llama.cpp treats as end of generation become control, with its two exceptions: with
-    <|return|> and <|call|> (gpt-oss) or <|calls|> and <|flush|> (solar-open), <|end|> only ends a
-    message and is user-defined."""
+    """Tokens llama.cpp treats as end of generation become control, except a `<|end|>` that only ends
+    a message (`detok.tokenizer.end_markers`): user-defined."""
     present = set(tokens) & EOG_TEXTS
-    harmony = {"<|return|>", "<|call|>"} <= present or {"<|calls|>", "<|flush|>"} <= present
     for i, t in enumerate(tokens):
         if t in present:
-            if harmony and t == "<|end|>":
+            if ends_only_a_message(t, present.__contains__):
                 types[i] = int(TokenType.USER_DEFINED)
             elif types[i] != TokenType.CONTROL:
                 types[i] = int(TokenType.CONTROL)

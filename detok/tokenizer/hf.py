@@ -12,12 +12,14 @@ import tokenizers
 
 from detok.tokenizer.base import ByteDecoding, SpecialTokens, StoredVocabularyTokenizer, TokenizerLoadError
 from detok.tokenizer.byte_pieces import byte_decoding_from_decoder
+from detok.tokenizer.end_markers import end_of_generation
 from detok.tokenizer.segment_cache import SegmentedEncoder
 
 _NAMED = ("bos", "eos", "unk", "pad", "sep", "cls", "mask")
 _UNBUILT = object()
 # End-of-sequence tokens of well-known families, used only when no config names the eos token
-# (a bare tokenizer.json): ending a request is safer than generating past its end.
+# (a bare tokenizer.json): ending a request is safer than generating past its end. A multi-message
+# format's reply ends come first, and its <|end|> is no end (detok.tokenizer.end_markers).
 _KNOWN_EOS = ("<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>", "</s>", "<|end|>", "<eos>")
 
 
@@ -77,7 +79,7 @@ class HFTokenizer(StoredVocabularyTokenizer):
         ) or tuple(t.content for i, t in sorted(added.items()) if t.special and t.content not in named.values())
         self._special = SpecialTokens(**named, additional=additional)
         if "eos" not in named:
-            present = [t for t in _KNOWN_EOS if tokenizer.token_to_id(t) in self._special_ids]
+            present = end_of_generation(_KNOWN_EOS, lambda t: tokenizer.token_to_id(t) in self._special_ids)
             if present:
                 named["eos"] = present[0]
                 self._special = SpecialTokens(**named, additional=additional)

@@ -230,3 +230,31 @@ def test_reasoning_content_field() -> None:
         assert live.stop(signal.SIGTERM) == 0
         live.kill_group()
     assert sys.executable
+
+
+NO_THINK_CALL = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"chat_template_kwargs": {"enable_thinking": False}}],
+                         ids=["thinking_default", "thinking_off"])
+def test_a_call_without_think_comes_back(client, kwargs) -> None:  # type: ignore[no-untyped-def]
+    """Issue 45: qwen3 + hermes, a reply without `<think>` holding a `<tool_call>` JSON block: the
+    tool-call start ends reasoning (thinking on by default) and the call comes back."""
+    r = _ask(client, content=NO_THINK_CALL, extra_body=kwargs)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and _calls(choice.message) == [("get_time", {})]
+    assert choice.message.content is None and choice.message.model_extra.get("reasoning") is None
+
+
+def test_a_call_straight_from_the_thought_comes_back_streamed(client) -> None:  # type: ignore[no-untyped-def]
+    reasoning, content, calls, finish = "", "", {}, None
+    for chunk in _ask(client, content="plan\n" + NO_THINK_CALL, stream=True):
+        for choice in chunk.choices:
+            d = choice.delta
+            reasoning += (d.model_extra or {}).get("reasoning") or ""
+            content += d.content or ""
+            for tc in d.tool_calls or ():
+                calls.setdefault(tc.index, [tc.function.name, ""])[1] += tc.function.arguments or ""
+            finish = choice.finish_reason or finish
+    assert (reasoning, content, finish) == ("plan\n", "", "tool_calls")
+    assert [(n, json.loads(a)) for n, a in calls.values()] == [("get_time", {})]

@@ -194,3 +194,42 @@ MISTRAL = [
     Case("tool_calls_ends_reasoning", "[THINK]plan[TOOL_CALLS]get_weather", "plan", "[TOOL_CALLS]get_weather"),
     Case("reopen", "[THINK]a[/THINK]b[THINK]c[/THINK]d", "ac", "bd"),
 ]
+
+
+# The table families (detok.parsing.family_tables); their cases with tools are in tests/parsing/cases/.
+SEED_OSS = [
+    # vLLM seed_oss reasoning parser (a deepseek_r1-like <seed:think>; the start may be in the prompt)
+    Case("with_think", "<seed:think>This is a reasoning section</seed:think>This is the rest", "This is a reasoning section", "This is the rest"),
+    Case("no_start", "This is a reasoning section</seed:think>This is the rest", "This is a reasoning section", "This is the rest"),
+    Case("no_end", "<seed:think>This is a reasoning section", "This is a reasoning section", ""),
+    Case("budget_reflect_is_text", "<seed:think>a</seed:cot_budget_reflect>b</seed:think>c", "a</seed:cot_budget_reflect>b", "c"),
+    Case("thinking_off", "This is the rest", "", "This is the rest", starts=False),
+]
+NEMOTRON_V3 = [
+    # llama.cpp nemotron_v3 format (prompt ends with <think>\n); nano_v3 reasoning (deepseek_r1-like)
+    Case("no_start", "This is a reasoning section</think>This is the rest", "This is a reasoning section", "This is the rest"),
+    Case("with_think", "<think>This is a reasoning section</think>This is the rest", "This is a reasoning section", "This is the rest"),
+    Case("tool_call_from_thought", "plan\n" + TOOL_BODY, "plan\n", TOOL_BODY),
+    Case("tool_call_mentioned", "use <tool_call> later</think>ok", "use <tool_call> later", "ok"),
+    Case("thinking_off", "This is the rest", "", "This is the rest", starts=False),
+]
+OLMO3 = [
+    # vLLM olmo3 reasoning parser (the generation prompt ends with <think>)
+    Case("no_start", "Let me add 2 and 2.</think>The answer is 4.", "Let me add 2 and 2.", "The answer is 4."),
+    Case("with_think", "<think>abc</think>xyz", "abc", "xyz"),
+    Case("no_end", "<think>abc", "abc", ""),
+    Case("thinking_off", "xyz", "", "xyz", starts=False),
+]
+MINIMAX_M2 = [
+    # vLLM minimax_m2 reasoning parser: the model does not write <think>; all before </think> is reasoning
+    Case("no_start", "The user greets me.</think>\n\nHello!", "The user greets me.", "\n\nHello!"),
+    Case("truncated", "thinking without end", "thinking without end", ""),
+    Case("call_block_ends_reasoning", "plan<minimax:tool_call><invoke name=\"f\"></invoke></minimax:tool_call>", "plan",
+         "<minimax:tool_call><invoke name=\"f\"></invoke></minimax:tool_call>"),
+]
+DEEPSEEK_V3 = [
+    # vLLM deepseek_v3 reasoning parser: the `thinking` kwarg (default false) chooses deepseek_r1's rules or none
+    Case("thinking_default_off", "abc</think>xyz", "", "abcxyz", note="vLLM's identity parser keeps the stray </think>"),
+    Case("thinking_on", "abc</think>xyz", "abc", "xyz", starts=True),
+    Case("thinking_on_with_think", "<think>abc</think>xyz", "abc", "xyz", starts=True),
+]

@@ -22,6 +22,12 @@ MATRIX: dict[str, tuple[list[rc.Case], list[Callable[[], Tokenizer]]]] = {
     "glm45": (rc.GLM45, [voc.qwen, voc.gpt2]),
     "kimi_k2": (rc.KIMI_K2, [voc.qwen_kimi, voc.gpt2]),
     "mistral": (rc.MISTRAL, [voc.mistral]),
+    # the table families (detok.parsing.family_tables)
+    "seed_oss": (rc.SEED_OSS, [voc.qwen_seed, voc.gpt2]),
+    "nemotron_v3": (rc.NEMOTRON_V3, [voc.qwen, voc.gpt2]),
+    "olmo3": (rc.OLMO3, [voc.qwen, voc.gpt2]),
+    "minimax_m2": (rc.MINIMAX_M2, [voc.qwen, voc.gpt2]),
+    "deepseek_v3": (rc.DEEPSEEK_V3, [voc.deepseek, voc.gpt2]),
 }
 
 

@@ -29,8 +29,10 @@ from tests.parsing import vocabularies as voc
 CASES: list[tuple[str, Callable[[], Tokenizer], str, str, tuple[str, str], tuple[str, str]]] = [
     ("qwen3_call_in_content", voc.qwen, "qwen3", "<think>a</think>b<tool_call>c</tool_call>d",
      ("a", "b<tool_call>c</tool_call>d"), ("a", "bcd")),
-    ("qwen3_mention_in_reasoning", voc.qwen, "qwen3", "a<tool_call>{}</tool_call></think>b",
-     ("a<tool_call>{}</tool_call>", "b"), ("a{}", "b")),
+    ("qwen3_mention_in_reasoning", voc.qwen, "qwen3", "a<tool_call> x</tool_call></think>b",
+     ("a<tool_call> x</tool_call>", "b"), ("a x", "b")),
+    ("qwen3_json_call_ends_reasoning", voc.qwen, "qwen3", "a<tool_call>{}</tool_call></think>b",
+     ("a", "<tool_call>{}</tool_call>b"), ("a", "{}b")),
     ("qwen3_implicit_end", voc.qwen, "qwen3", "a<tool_call>\n<function=f>x</tool_call>",
      ("a", "<tool_call>\n<function=f>x</tool_call>"), ("a", "\n<function=f>x")),
     ("qwen3_unconfirmed_at_length", voc.qwen, "qwen3", "a<tool_call>  ",

@@ -1,5 +1,6 @@
 """Reasoning then tools, composed by OutputParser as a worker runs them: a tool call that ends reasoning
-implicitly (Qwen3.5's `<tool_call>` without `</think>`, Kimi's tool section, GLM's `<tool_call>`,
+implicitly (Qwen3's `<tool_call>` without `</think>`, in either call format,
+DeepSeek's calls section, Kimi's tool section, GLM's `<tool_call>`,
 Mistral's `[TOOL_CALLS]`) reaches the tool parser with its marker; any grouping gives the same result."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.parsing.test_harmony import assemble, parse
 EXAMPLES = int(os.environ.get("DETOK_EXAMPLES", "60"))
 BASH = (ToolSpec("bash", {"type": "object", "properties": {"command": {"type": "string"}}}),)
 
+HERMES_CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
 QWEN_CALL = "<tool_call>\n<function=bash>\n<parameter=command>\nls -la\n</parameter>\n</function>\n</tool_call>"
 # (id, vocabulary, reasoning parser, tool parser, output, reasoning, content, calls)
 CASES: list[tuple[str, Callable[[], Tokenizer], str, str, str, str, str, list[tuple[str, dict]]]] = [
@@ -31,6 +33,13 @@ CASES: list[tuple[str, Callable[[], Tokenizer], str, str, str, str, str, list[tu
     ("qwen3_mention_then_call", voc.qwen, "qwen3", "qwen3_coder", "use <tool_call> later</think>ok " + QWEN_CALL, "use <tool_call> later", "ok ", [("bash", {"command": "ls -la"})]),
     ("qwen3_text_markers", voc.gpt2, "qwen3", "qwen3_coder", "plan\n" + QWEN_CALL, "plan\n", "", [("bash", {"command": "ls -la"})]),
     ("qwen3_hermes", voc.qwen, "qwen3", "hermes", '<think>p</think>A<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>', "p", "A", [("bash", {"command": "ls"})]),
+    ("qwen3_hermes_no_think", voc.qwen, "qwen3", "hermes", HERMES_CALL, "", "", [("bash", {"command": "ls"})]),
+    ("qwen3_hermes_implicit_end", voc.qwen, "qwen3", "hermes", "plan\n" + HERMES_CALL, "plan\n", "", [("bash", {"command": "ls"})]),
+    ("qwen3_hermes_text_markers", voc.gpt2, "qwen3", "hermes", "plan " + HERMES_CALL, "plan ", "", [("bash", {"command": "ls"})]),
+    ("qwen3_hermes_mention_stays_reasoning", voc.qwen, "qwen3", "hermes", "a <tool_call> tag</think>done", "a <tool_call> tag", "done", []),
+    ("deepseek_r1_calls_end_reasoning", voc.deepseek, "deepseek_r1", "deepseek_v31",
+     "plan<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>bash<｜tool▁sep｜>{\"command\": \"ls\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+     "plan", "", [("bash", {"command": "ls"})]),
     ("deepseek_r1_plain", voc.deepseek, "deepseek_r1", "deepseek_v3", "think</think>answer", "think", "answer", []),
     ("glm45_implicit_end", voc.qwen, "glm45", "glm45",
      "<think>plan<tool_call>bash\n<arg_key>command</arg_key>\n<arg_value>ls</arg_value>\n</tool_call>", "plan", "", [("bash", {"command": "ls"})]),

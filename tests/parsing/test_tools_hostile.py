@@ -33,6 +33,15 @@ ONE_CALL = {
                '{"a": "b", "n": [1, 2.5, true, null]}<|tool_call_end|><|tool_calls_section_end|>',
     "glm45": "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>b</arg_value>\n<arg_key>n</arg_key>\n"
              "<arg_value>[1, 2.5]</arg_value>\n</tool_call>",
+    # the table families (detok.parsing.family_tables)
+    "qwen3_xml": "<tool_call>\n<function=f>\n<parameter=a>\nb\n</parameter>\n<parameter=n>\n[1, 2.5]\n</parameter>\n"
+                 "</function>\n</tool_call>",
+    "seed_oss": "<seed:tool_call>\n<function=f>\n<parameter=a>b</parameter>\n<parameter=n>[1, 2.5]</parameter>\n"
+                "</function>\n</seed:tool_call>",
+    "qwen3_json": '<tool_call>{"name": "f", "arguments": {"a": "b", "n": [1, 2.5, true, null]}}</tool_call>',
+    "pythonic": "[f(a='b', n=[1, 2.5, True, None])]",
+    "llama4_pythonic": "<|python_start|>[f(a='b', n=[1, 2.5, True, None])]<|python_end|>",
+    "granite4": '<tool_call>{"name": "f", "arguments": {"a": "b", "n": [1, 2.5, true, null]}}</tool_call>',
     # Harmony (gpt-oss): a commentary-channel message addressed to the function
     "openai": "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
               '{"a": "b", "n": [1, 2.5, true, null]}<|call|>',
@@ -69,6 +78,9 @@ def test_a_thousand_calls_emit_max_tool_calls(name: str) -> None:
     if name in ("deepseek_v3", "deepseek_v31", "kimi_k2"):  # one section, many calls
         head, tail = text.index("<", 1), text.rindex("<")
         text = text[:head] + text[head:tail] * 1000 + text[tail:]
+    elif name in ("pythonic", "llama4_pythonic"):  # one list, many calls
+        head, tail = text.index("[") + 1, text.rindex("]")
+        text = text[:head] + ", ".join([text[head:tail]] * 1000) + text[tail:]
     else:
         text = (text + ("; " if name == "llama3_json" else "")) * 1000
     pieces = text_pieces(text, family.markers)

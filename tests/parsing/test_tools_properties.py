@@ -34,6 +34,12 @@ SNIPPETS = {
     "kimi_k2": ["<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\": 1}",
                 "<|tool_call_begin|>0<|tool_call_argument_begin|>"],
     "glm45": ["<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>x y</arg_value>\n", "<arg_key>n</arg_key><arg_value>"],
+    "qwen3_xml": ["<tool_call>\n<function=f>\n<parameter=a>\nv\n</parameter>\n", "<parameter=n>\n7\n</parameter>"],
+    "seed_oss": ["<seed:tool_call>\n<function=f>\n<parameter=a>v</parameter>\n", "</function>\n</seed:tool_call>"],
+    "qwen3_json": ['<tool_call>{"name": "f", "arguments": {"a": "x"}}</tool_call>', '<tool_call>\n{"name": "g", '],
+    "pythonic": ["[f(a='x', n=7)]", "[g(), f(a=[1, {'k': None}])", " text"],
+    "llama4_pythonic": ["<|python_start|>[f(a='x')]<|python_end|>", "[g(n=1)]", "<|python_start|>["],
+    "granite4": ['<tool_call>{"name": "f", "arguments": {"a": "x"}}</tool_call>', '<tool_call>{"arguments": {}, '],
     "openai": ['<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "x"}<|call|>',
                "<|channel|>final<|message|>done<|end|>", "<|channel|>analysis<|message|>hm<|end|>"],
 }

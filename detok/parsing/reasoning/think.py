@@ -39,9 +39,9 @@ class ThinkParser(ReasoningParser):
     # a marker that ends reasoning without the end marker and stays in the content (a tool-call opener)
     implicit_end: ClassVar[str | None] = None
     # if set, the implicit end counts only when the text after it (leading whitespace skipped) matches
-    # this; `implicit_confirm_prefix` is the text such a match starts with (to know when to give up)
+    # this; `implicit_confirm_prefixes` are the texts such a match starts with (to know when to give up)
     implicit_confirm: ClassVar[re.Pattern[str] | None] = None
-    implicit_confirm_prefix: ClassVar[str] = ""
+    implicit_confirm_prefixes: ClassVar[tuple[str, ...]] = ()
     default_starts_in_reasoning: ClassVar[bool] = False
     # True: a start marker in the answer opens another reasoning block (vLLM's glm47 / mistral engine
     # configs: CONTENT + THINK_START -> REASONING); False: it is answer text
@@ -185,7 +185,7 @@ class ThinkParser(ReasoningParser):
             self._imp_at = None
             return True
         full = len(window) == IMPLICIT_END_LOOKAHEAD
-        if not full and (not after or self.implicit_confirm_prefix.startswith(after)):
+        if not full and (not after or any(p.startswith(after) for p in self.implicit_confirm_prefixes)):
             return False  # could still be confirmed
         self._state = _REASONING
         self._r.append(self._pending_marker_text())

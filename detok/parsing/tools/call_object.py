@@ -6,13 +6,17 @@ model's raw text while it arrives (buffered only while the name is still unknown
 wrote "arguments" before "name"). `"parameters"` is accepted for `"arguments"` (Llama 3 writes either).
 A string-valued arguments (Granite and some Qwen fine-tunes serialize the object) is held until the
 string closes: when its content is a JSON object, that content is the arguments (vLLM's hermes rule,
-decoded once), otherwise the string literal itself. Other keys are validated and ignored.
+decoded once), otherwise the string literal itself. Other keys are validated and ignored. What is
+held (the name, arguments before the name, a string-valued arguments) is bounded by
+`MAX_HELD_CALL_CHARS`: past it the object fails as text that is not JSON does.
 """
 
 from __future__ import annotations
 
 import json
 
+from detok.parsing.limits import MAX_HELD_CALL_CHARS
+from detok.parsing.malformed import ENDS_THERE, log_malformed
 from detok.parsing.tools import json_values
 from detok.parsing.tools.json_stream import JsonValueStream
 
@@ -40,7 +44,7 @@ class CallObjectStream:
     """Feed the text from the object's `{` on; see the module docstring."""
 
     __slots__ = ("_state", "_sub", "_reading", "_collected", "_key", "_pending_args",
-                 "_args_kind", "name", "args_seen", "failed", "done", "_fast")
+                 "_args_kind", "name", "args_seen", "failed", "done", "_fast", "_held")
 
     def __init__(self) -> None:
         self._state = _START
@@ -55,6 +59,7 @@ class CallObjectStream:
         self.failed = False
         self.done = False
         self._fast = False  # reading the arguments of a named call: passed straight through
+        self._held = 0  # characters in _collected and _pending_args
 
     def feed(self, text: str) -> tuple[str | None, str, str | None]:
         """Return (the name when it became known now, arguments text, the text after the object or
@@ -85,8 +90,10 @@ class CallObjectStream:
                 sub = self._sub
                 assert sub is not None
                 emitted, rest = sub.feed(text[i:] if i else text)
-                if emitted:
-                    self._route(emitted, args)
+                if emitted and self._route(emitted, args):
+                    log_malformed(f"more than {MAX_HELD_CALL_CHARS} characters held for one call", ENDS_THERE)
+                    self.failed = True
+                    return new_name, "".join(args), rest
                 self._fast = self._reading == _READ_ARGS and self.name is not None and self._args_kind != '"'
                 if self._fast and rest is None and not sub.failed:
                     break
@@ -155,11 +162,19 @@ class CallObjectStream:
         self._collected = []
         self._state = _SUB
 
-    def _route(self, emitted: str, args: list[str]) -> None:
+    def _route(self, emitted: str, args: list[str]) -> bool:
+        """Pass `emitted` on or hold it; True when the held text passed MAX_HELD_CALL_CHARS."""
         if self._reading == _READ_ARGS and self._args_kind != '"':
-            (args if self.name is not None else self._pending_args).append(emitted)
+            if self.name is not None:
+                args.append(emitted)
+                return False
+            self._pending_args.append(emitted)
         elif self._reading != _READ_OTHER:
             self._collected.append(emitted)
+        else:
+            return False
+        self._held += len(emitted)
+        return self._held > MAX_HELD_CALL_CHARS
 
     def _end_sub(self, args: list[str]) -> str | None:
         """A key or value ended; returns the name when it was the name."""

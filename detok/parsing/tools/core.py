@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
 from detok.parsing.base import ToolParser
+from detok.parsing.limits import MAX_TOOL_CALLS
+from detok.parsing.malformed import log_malformed
 from detok.parsing.tools.json_stream import SAFE_IN_STRING, JsonValueStream
 from detok.parsing.types import KIND_ARGUMENTS, KIND_CONTENT, Piece, Steady, ToolCallDelta, ToolSpec
 
-# calls emitted per response at most; later calls are parsed and dropped
-MAX_TOOL_CALLS = 128
 
 
 class TextSink:
@@ -291,6 +291,8 @@ class StreamingToolParser(ToolParser):
         self._idle_space = ""
         self._after_call = False
         self._dropping = index >= MAX_TOOL_CALLS
+        if index == MAX_TOOL_CALLS:
+            log_malformed(f"more than {MAX_TOOL_CALLS} calls in one response", "later calls are parsed and dropped")
         if not self._dropping:
             call_id = native_id if native_id is not None else self._call_id_for(index)
             self._out_calls.append(ToolCallDelta(index, call_id, name))

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from detok.parsing.limits import MAX_FUNCTION_NAME_CHARS
 from detok.parsing.tools.core import StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
 
 
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
-MAX_NAME = 256
+MAX_NAME = MAX_FUNCTION_NAME_CHARS
 
 _CONTENT, _SECTION, _TYPE, _NAME, _PREARGS, _ARGS, _TAIL = range(7)
 

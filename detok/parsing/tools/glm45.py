@@ -26,6 +26,7 @@ import ast
 import json
 from typing import Any
 
+from detok.parsing.limits import MAX_FUNCTION_NAME_CHARS
 from detok.parsing.tools import json_values, schema_values as sv
 from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
@@ -34,7 +35,7 @@ from detok.parsing.types import VALUE_VERBATIM
 
 START, END = "<tool_call>", "</tool_call>"
 KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
-MAX_NAME = 256
+MAX_NAME = MAX_FUNCTION_NAME_CHARS
 
 _CONTENT, _NAME, _BODY, _KEY, _VALUE, _SKIP = range(6)
 

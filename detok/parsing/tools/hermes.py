@@ -9,7 +9,8 @@ Behaviour at the edges (README):
 - Text before, between and after calls is content (whitespace between calls dropped). vLLM keeps
   only the text before the first call.
 - A region whose JSON breaks before the name is known (or that has no name) is given back as content
-  verbatim, markers included, as vLLM's non-streamed path does for unparsable output.
+  verbatim, markers included, as vLLM's non-streamed path does for unparsable output; so is one that
+  holds more than `MAX_HELD_CALL_CHARS` with no name yet (at once, then its text until the end marker).
 - JSON that breaks after the name, or a call cut by the end of output: the call is kept with the
   arguments passed on so far, closed to valid JSON (vLLM passes such arguments on as written: not
   JSON, as in vLLM #41739 for kimi_k2).
@@ -17,8 +18,10 @@ Behaviour at the edges (README):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+from detok.parsing.limits import MAX_HELD_CALL_CHARS
+from detok.parsing.malformed import log_malformed
 from detok.parsing.tools.call_object import CallObjectStream
 from detok.parsing.tools.core import StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
@@ -27,11 +30,14 @@ from detok.parsing.tools.json_stream import JsonValueStream
 START = "<tool_call>"
 END = "</tool_call>"
 
-_CONTENT, _CALL, _TAIL = range(3)
+_CONTENT, _CALL, _TAIL, _GIVEN_UP = range(4)  # _GIVEN_UP: a nameless region past the bound, content
 
 
 class HermesToolParser(StreamingToolParser):
     names = ("hermes", "qwen25", "qwen")
+    # the region's tags (a family table may set others)
+    start: ClassVar[str] = START
+    end: ClassVar[str] = END
     markers = (START, END)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -39,14 +45,21 @@ class HermesToolParser(StreamingToolParser):
         self._state = _CONTENT
         self._obj: CallObjectStream | None = None
         self._raw: list[str] = []  # the region's text while no name is known (content if it fails)
+        self._raw_chars = 0
 
     def _on_marker(self, marker: str) -> None:
-        if marker == START:
+        if self._state == _GIVEN_UP:  # the given-up region ends as an unparsable one: verbatim
+            self._state = _CONTENT
+            if marker != self.start:
+                self._content(marker)
+                return
+        if marker == self.start:
             if self._state != _CONTENT:
                 self._end_region(None)
             self._state = _CALL
             self._obj = CallObjectStream()
             self._raw = [marker]
+            self._raw_chars = 0
         elif self._state == _CONTENT:  # a stray end marker: the model's text
             self._content(marker)
         else:
@@ -61,6 +74,13 @@ class HermesToolParser(StreamingToolParser):
             assert obj is not None
             if obj.name is None:
                 self._raw.append(text)
+                self._raw_chars += len(text)
+                if self._raw_chars > MAX_HELD_CALL_CHARS:
+                    log_malformed(f"no name in the first {MAX_HELD_CALL_CHARS} characters of a call",
+                                  "its text is content")
+                    self._content("".join(self._raw))
+                    self._raw, self._obj, self._state = [], None, _GIVEN_UP
+                    return
             name, args, rest = obj.feed(text)
             if name is not None:
                 self._open_call(name)
@@ -73,6 +93,8 @@ class HermesToolParser(StreamingToolParser):
                     self._state = _TAIL
         elif state == _TAIL and self._raw:
             self._raw.append(text)
+        elif state == _GIVEN_UP:
+            self._content(text)
 
     def _current_sink(self) -> JsonValueStream | TextSink | None:
         obj = self._obj
@@ -90,5 +112,5 @@ class HermesToolParser(StreamingToolParser):
         self._state = _CONTENT
 
     def _on_finish(self) -> None:
-        if self._state != _CONTENT:
+        if self._state != _CONTENT and self._state != _GIVEN_UP:
             self._end_region(None)

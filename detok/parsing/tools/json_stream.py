@@ -7,7 +7,8 @@ until it is complete, an escape's characters after its backslash until its last 
 the next member starts. So `close()` can always end what was passed on as valid JSON when the value
 is cut short (end of output, a closing marker, or text that is not JSON): a backslash left alone
 becomes an escaped backslash (`\\\\`; also for an invalid escape), an open string is closed, a key
-left without a value gets `null`, open containers are closed. One leniency: a raw control character
+left without a value gets `null`, open containers are closed. A container opened past
+`MAX_ARGUMENT_DEPTH` levels fails the value there (a log line), as text that is not JSON does. One leniency: a raw control character
 inside a string (models write raw newlines in code) is passed on escaped (`\\n`), so the result
 parses under strict JSON.
 
@@ -17,6 +18,9 @@ Cost: linear in the text; runs of string characters are taken by one regex match
 from __future__ import annotations
 
 import re
+
+from detok.parsing.limits import MAX_ARGUMENT_DEPTH
+from detok.parsing.malformed import ENDS_THERE, log_malformed
 
 STRING_RUN = _STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
 _STRING_PART = re.compile(r'(?:[^"\\\x00-\x1f]+|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
@@ -133,6 +137,10 @@ class JsonValueStream:
                         return "".join(out), buf[i:]
                     continue
                 if c == "{" or c == "[" or c == '"':
+                    if c != '"' and len(stack) >= MAX_ARGUMENT_DEPTH:  # past the bound: as text not JSON
+                        log_malformed(f"JSON nested deeper than {MAX_ARGUMENT_DEPTH} levels", ENDS_THERE)
+                        self.failed = True
+                        break
                     self._start_member(out)
                     out.append(c)
                     i += 1

@@ -20,13 +20,14 @@ import hashlib
 import string
 from typing import Any
 
+from detok.parsing.limits import MAX_FUNCTION_NAME_CHARS
 from detok.parsing.tools.call_object import CallObjectStream
 from detok.parsing.tools.core import StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
 
 
 TOOL_CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
-MAX_NAME = 256
+MAX_NAME = MAX_FUNCTION_NAME_CHARS
 _ALNUM = string.ascii_letters + string.digits
 
 _CONTENT, _START, _NAME, _CALL_ID, _ARGS, _ARRAY, _ITEM, _AFTER = range(8)

@@ -32,8 +32,9 @@ repeats it too): a key already sent is not taken back.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
+from detok.parsing.limits import MAX_FUNCTION_NAME_CHARS
 from detok.parsing.tools import schema_values as sv
 from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
@@ -44,7 +45,7 @@ from detok.parsing.types import VALUE_NEWLINE
 START, END = "<tool_call>", "</tool_call>"
 FUNC, FUNC_END = "<function=", "</function>"
 PARAM, PARAM_END = "<parameter=", "</parameter>"
-MAX_NAME = 256  # a function or parameter name longer than this is not a name
+MAX_NAME = MAX_FUNCTION_NAME_CHARS  # a longer function (or parameter) name is not a name
 
 # _PEND: a `</parameter>` came inside a value; the next tag or text tells whether it ended it
 # _AFTER: a bare call's `</function>` came; only whitespace since (a `</tool_call>` may still close it)
@@ -55,6 +56,9 @@ _BAD_NAME = set("{}<>\"' \t\n\r")
 class Qwen3CoderToolParser(StreamingToolParser):
     names = ("qwen3_coder",)
     value_hold = VALUE_NEWLINE
+    # the region's tags (a family table may set others: Seed-OSS's `<seed:tool_call>`)
+    start: ClassVar[str] = START
+    end: ClassVar[str] = END
     markers = (START, END, FUNC, FUNC_END, PARAM, PARAM_END)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -77,7 +81,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
     def _on_marker(self, marker: str) -> None:
         st = self._state
         if st == _PEND:
-            if marker not in (PARAM, FUNC_END, END):  # the `</parameter>` was the value's text
+            if marker not in (PARAM, FUNC_END, self.end):  # the `</parameter>` was the value's text
                 self._resume_value()
                 self._on_marker(marker)
                 return
@@ -91,7 +95,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
                 return
             line_start = self._last_nl or not self._vstarted
             structural = (line_start and marker in (PARAM, FUNC_END)) or (
-                marker == END and (END in self.token_markers or line_start))
+                marker == self.end and (self.end in self.token_markers or line_start))
             if not structural:
                 self._value_text(marker)
                 return
@@ -100,11 +104,11 @@ class Qwen3CoderToolParser(StreamingToolParser):
         elif st == _AFTER:
             space, self._pending = self._pending, ""
             st = self._state = _CONTENT
-            if marker == END:  # it closes the bare call as it closes a region: dropped, with the space
+            if marker == self.end:  # it closes the bare call as it closes a region: dropped, with the space
                 return
             self._content(space)  # (held as whitespace after a call: dropped if a call or the end follows)
         if st == _CONTENT:
-            if marker == START:
+            if marker == self.start:
                 self._bare = False
                 self._state = _CALL
             elif marker == FUNC:  # a call without `<tool_call>`: after its `</function>` comes content
@@ -115,9 +119,9 @@ class Qwen3CoderToolParser(StreamingToolParser):
         elif st in (_CALL, _FEND, _SKIP):
             if marker == FUNC and st != _SKIP:
                 self._begin_name()
-            elif marker == END:
+            elif marker == self.end:
                 self._state = _CONTENT
-            elif marker == START:
+            elif marker == self.start:
                 self._bare = False
                 self._state = _CALL
             elif marker == FUNC_END and st == _SKIP:
@@ -132,7 +136,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
             if marker == PARAM:
                 self._name = []
                 self._state = _PNAME
-            elif marker in (FUNC_END, END, START, FUNC):
+            elif marker in (FUNC_END, self.end, self.start, FUNC):
                 self._args("}")
                 self._close_call()
                 if marker == FUNC_END:

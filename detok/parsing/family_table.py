@@ -1,0 +1,85 @@
+"""Families as tables: a family that differs from another only in its terminals and start state is a
+`FamilyTable` (data), made a parser class by `family_class`, not a module of code.
+
+A table names the grammar that runs it:
+- `think`: reasoning. States BEFORE (content), REASONING, PENDING (an implicit end awaiting the text
+  that confirms it) and AFTER (content). Terminals: `start` (BEFORE -> REASONING; AFTER -> REASONING
+  when `reopen`), `end` (REASONING -> AFTER), `implicit_end`, a tool-call start that ends reasoning
+  and stays in the content for the tool parser (REASONING -> AFTER, through PENDING when `confirm` is
+  set: the text after it, whitespace skipped, must match). The start state: REASONING when
+  `starts_in_reasoning` (the template opens the start terminal in the prompt), else BEFORE; a request's
+  thinking switch or prompt overrides it. Engine: `detok.parsing.reasoning.think.ThinkParser`.
+- `json_region`: tool calls as one JSON object `{"name": ..., "arguments": {...}}` between `start`
+  and `end`. Engine: `detok.parsing.tools.hermes.HermesToolParser`.
+- `xml_parameters`: `start` `<function=NAME>` `<parameter=P>`value`</parameter>` `</function>` `end`,
+  values typed by the request's schema. Engine: `detok.parsing.tools.qwen3_coder.Qwen3CoderToolParser`.
+- `pythonic`: a Python list of calls with literal keyword arguments, the whole output, maybe between
+  `start` and `end` (empty: none). Engine: `detok.parsing.tools.pythonic.PythonicToolParser`.
+
+Every terminal is matched by token id where it is one token of the vocabulary (never split) and in
+the text otherwise, so a table keeps the engines' compiled path, any-grouping exactness and replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Literal
+
+from detok.parsing.base import ReasoningParser, ToolParser
+
+Grammar = Literal["think", "json_region", "xml_parameters", "pythonic"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyTable:
+    grammar: Grammar
+    names: tuple[str, ...]  # vLLM's name first, then aliases
+    start: str
+    end: str
+    doc: str  # the model family and where its format is documented
+    starts_in_reasoning: bool = False  # think: the default start state
+    implicit_end: str | None = None  # think: a tool-call start that ends reasoning
+    confirm: tuple[str, ...] = ()  # think: texts one of which confirms the implicit end
+    reopen: bool = False  # think: a start terminal in the answer opens reasoning again
+    required_tokens: tuple[str, ...] = ()  # terminals that must be single tokens of the vocabulary
+
+
+def _think(table: FamilyTable) -> type[ReasoningParser]:
+    from detok.parsing.reasoning.think import ThinkParser
+
+    attrs: dict[str, object] = {
+        "names": table.names, "start": table.start, "end": table.end,
+        "markers": (table.start, table.end) + ((table.implicit_end,) if table.implicit_end else ()),
+        "default_starts_in_reasoning": table.starts_in_reasoning, "implicit_end": table.implicit_end,
+        "reopen": table.reopen, "required_tokens": table.required_tokens,
+    }
+    if table.confirm:
+        attrs["implicit_confirm"] = re.compile("|".join(map(re.escape, table.confirm)))
+        attrs["implicit_confirm_prefixes"] = table.confirm
+    return type(_class_name(table), (ThinkParser,), attrs)
+
+
+def _tools(table: FamilyTable) -> type[ToolParser]:
+    from detok.parsing.tools.hermes import HermesToolParser
+    from detok.parsing.tools.pythonic import PythonicToolParser
+    from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
+
+    engines: dict[str, type[ToolParser]] = {"json_region": HermesToolParser, "xml_parameters": Qwen3CoderToolParser,
+                                             "pythonic": PythonicToolParser}
+    engine = engines[table.grammar]
+    # the engine's own terminals, with the region's tags replaced (an empty tag: none)
+    own = tuple(m for m in engine.markers if m not in (engine.start, engine.end))  # type: ignore[attr-defined]
+    markers = tuple(m for m in (table.start, table.end) if m) + own
+    return type(_class_name(table), (engine,), {"names": table.names, "start": table.start, "end": table.end,
+                                                "markers": markers, "required_tokens": table.required_tokens})
+
+
+def _class_name(table: FamilyTable) -> str:
+    kind = "Reasoning" if table.grammar == "think" else "Tool"
+    return "".join(p.capitalize() for p in re.split(r"[^A-Za-z0-9]+", table.names[0])) + kind + "Parser"
+
+
+def family_class(table: FamilyTable) -> type[ReasoningParser] | type[ToolParser]:
+    """The parser class that runs `table` on its grammar's engine."""
+    return _think(table) if table.grammar == "think" else _tools(table)

@@ -1,0 +1,45 @@
+"""The families that are tables (`detok.parsing.family_table`), by vLLM's names. Each row says whose
+model writes it and how its format is known; the cases each runs are in tests/parsing/cases/."""
+
+from __future__ import annotations
+
+from detok.parsing.family_table import FamilyTable
+
+THINK, END_THINK = "<think>", "</think>"
+DEEPSEEK_CALLS = "<｜tool▁calls▁begin｜>"
+
+REASONING_TABLES: tuple[FamilyTable, ...] = (
+    # DeepSeek V3.1 / V3.2 / V4 hybrid: thinking off unless the `thinking` kwarg turns it on (vLLM's
+    # deepseek_v3 picks R1's parser or none by it); a calls section from the thought ends it
+    FamilyTable("think", ("deepseek_v3",), THINK, END_THINK, "DeepSeek V3.1+ hybrid thinking",
+                implicit_end=DEEPSEEK_CALLS),
+    # Seed-OSS: the template opens <seed:think> in the prompt. The model closes its thought before a
+    # call and may spell a whole call out while thinking (vLLM's seed_oss cases): no implicit end
+    FamilyTable("think", ("seed_oss",), "<seed:think>", "</seed:think>", "ByteDance Seed-OSS",
+                starts_in_reasoning=True),
+    # Nemotron 3 (Nano, Super): the template ends the prompt with `<think>\n`; its calls are Qwen3-Coder
+    # XML, whose `<tool_call>` ends reasoning once `<function=` follows
+    FamilyTable("think", ("nemotron_v3", "nano_v3"), THINK, END_THINK, "NVIDIA Nemotron 3",
+                starts_in_reasoning=True, implicit_end="<tool_call>", confirm=("<function=",)),
+    # OLMo 3 Think: the generation prompt ends with `<think>`
+    FamilyTable("think", ("olmo3",), THINK, END_THINK, "AllenAI OLMo 3 Think", starts_in_reasoning=True),
+    # MiniMax M2 / M3: the model does not write <think> (vLLM's minimax_m2: all before </think> is
+    # reasoning); its call block ends reasoning
+    FamilyTable("think", ("minimax_m2", "minimax_m3"), THINK, END_THINK, "MiniMax M2 / M3",
+                starts_in_reasoning=True, implicit_end="<minimax:tool_call>"),
+)
+
+TOOL_TABLES: tuple[FamilyTable, ...] = (
+    # Qwen3's XML calls under vLLM's second name (its streaming variant of qwen3_coder)
+    FamilyTable("xml_parameters", ("qwen3_xml",), "<tool_call>", "</tool_call>", "Qwen3-Coder / Qwen3.5+ XML"),
+    # Seed-OSS: Qwen3-Coder's XML inside <seed:tool_call>
+    FamilyTable("xml_parameters", ("seed_oss",), "<seed:tool_call>", "</seed:tool_call>", "ByteDance Seed-OSS"),
+    # Qwen3 / Qwen3-2507's JSON calls under vLLM's second name
+    FamilyTable("json_region", ("qwen3_json",), "<tool_call>", "</tool_call>", "Qwen3 / Qwen3-2507 JSON"),
+    # the whole output a Python list of calls (vLLM's pythonic: Llama 3.2, ToolACE and others)
+    FamilyTable("pythonic", ("pythonic",), "", "", "Python call lists"),
+    # Llama 4: the same list, maybe between its python tags
+    FamilyTable("pythonic", ("llama4_pythonic",), "<|python_start|>", "<|python_end|>", "Llama 4 pythonic"),
+    # Granite 4: a JSON object per <tool_call> region
+    FamilyTable("json_region", ("granite4",), "<tool_call>", "</tool_call>", "IBM Granite 4"),
+)
