@@ -16,7 +16,7 @@ from detok.scheduler.notices import Stopped, WorkerState
 from detok.scheduler.replay_book import ReplayBook, Tracked
 from detok.scheduler.replay_journal import EMPTY
 from detok.scheduler.worker_queues import WorkerQueues
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.wire.to_workers import EndRequest, Registration
 
 log = logging.getLogger("detok.client")

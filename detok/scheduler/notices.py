@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 
 
 class Stopped(NamedTuple):

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary
-from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
+from detok.wire.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.stop_strings import StopStringMatcher
 from detok.stream.strategy import DecodePlan, Strategy, prepare_decoding
 from detok.stream.stream_core import (

@@ -13,10 +13,9 @@ import codecs
 from collections.abc import Sequence
 
 from detok.stream.byte_text import ByteTextDecoder, ends_whole
-from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
+from detok.wire.params import CONTEXT_TOKENS, EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.strategy import DecodePlan
 
-CONTEXT_TOKENS = 5  # the prompt tail that fixes the first delta's text (leading space, split characters)
 _NO_IDS: frozenset[int] = frozenset()
 _NO_TEMPLATE = ()  # (a plan's cache miss; None is "no template")
 _utf8_decode = codecs.utf_8_decode
@@ -112,9 +111,9 @@ def _py_whole_tail(texts: list[str | None], context: Sequence[int], n: int, max_
 
 
 try:  # the compiled start, one-id step and end (optional extension)
-    from detok.stream._streamcore import StreamCore as _StreamCore
-    from detok.stream._streamcore import StreamMaker as _StreamMaker
-    from detok.stream._streamcore import configure_stream as _configure_stream
+    from detok._native._streamcore import StreamCore as _StreamCore
+    from detok._native._streamcore import StreamMaker as _StreamMaker
+    from detok._native._streamcore import configure_stream as _configure_stream
 
     _configure_stream(Delta, EMPTY_DELTA, _ENDED)
 except ImportError:  # pragma: no cover - depends on the build

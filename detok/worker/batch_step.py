@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.stream.step_results import PackedStep
 from detok.stream.typed_stream import calls_emitted as _calls
 from detok.wire.packing import unpack_u32

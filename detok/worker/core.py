@@ -42,7 +42,7 @@ import numpy as np
 from detok.metrics import WorkerCounts
 from detok.parsing.tokens import request_parser, single_token_ids
 from detok.stream.decode_stream import DecodeStream
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from detok.stream.table import StreamTable
 from detok.stream.typed_stream import calls_emitted as _calls
 from detok.tokenizer.base import Tokenizer
