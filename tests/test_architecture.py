@@ -5,6 +5,7 @@ the stand-ins (scheduler_stub, reference_engine)."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,3 +151,25 @@ def test_the_checks_see_a_cycle() -> None:
     assert _cycles({"x": {"y"}, "y": {"z"}, "z": {"x"}}) == [["x", "y", "z"]]
     assert _cycles({"x": {"y"}, "y": set()}) == []
 
+
+# CPython's private names and other objects' struct fields (the native code uses the public API only)
+PRIVATE_API = re.compile(r"\b_Py[A-Za-z_]+|tp_version_tag|PyMemberDescrObject|tp_members|->ob_item")
+
+
+def test_every_c_source_is_in_native() -> None:
+    outside = [p.relative_to(ROOT) for p in PACKAGE.rglob("*") if p.suffix in (".c", ".h")
+               and p.parent != PACKAGE / "_native"]
+    assert outside == []
+
+
+def test_native_code_uses_public_api_only() -> None:
+    found = [f"{p.name}:{n}: {line.strip()}" for p in sorted((PACKAGE / "_native").iterdir()) if p.suffix in (".c", ".h")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if PRIVATE_API.search(line)]
+    assert found == []
+
+
+def test_the_private_api_pattern_matches() -> None:
+    for line in ("_PyType_Lookup(t, n)", "type->tp_version_tag", "(PyMemberDescrObject *)d", "base->tp_members",
+                 "c->ob_item[k]"):
+        assert PRIVATE_API.search(line), line
+    assert not PRIVATE_API.search("PyList_GET_ITEM(c, k); PyType_GetSlot(t, Py_tp_descr_get)")

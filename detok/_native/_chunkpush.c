@@ -28,7 +28,7 @@
  *
  * frame_text(prefix, text, suffix) -> bytes: the framed chunk alone (for the tests). */
 #include "_textpusher.h"
-#include <structmember.h>
+#include <stddef.h>
 
 /* per byte: 0 as it is; 1 a two-character escape; 2 a \u00xx escape */
 static unsigned char ESC[256];
@@ -342,13 +342,17 @@ static PyObject *TextPusher_new(PyTypeObject *type, PyObject *args, PyObject *kw
     return (PyObject *)t;
 }
 
-static PyMemberDef TextPusher_members[] = {
-    {"fallback", T_OBJECT, offsetof(TextPusher, fallback), READONLY, "the Python pusher, for everything but text alone"},
+static PyObject *TextPusher_get_fallback(TextPusher *t, void *closure) {
+    return Py_NewRef(t->fallback != NULL ? t->fallback : Py_None);
+}
+
+static PyGetSetDef TextPusher_getset[] = {
+    {"fallback", (getter)TextPusher_get_fallback, NULL, "the Python pusher, for everything but text alone", NULL},
     {NULL},
 };
 
 PyTypeObject detok_TextPusherType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.frontend._chunkpush.TextPusher",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok._native._chunkpush.TextPusher",
     .tp_basicsize = sizeof(TextPusher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "TextPusher(fallback, flow, cycle, write, timer_text, prefix, suffix[, mid, items_suffix], *, typed=False, "
@@ -360,7 +364,7 @@ PyTypeObject detok_TextPusherType = {
     .tp_clear = (inquiry)TextPusher_clear,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(TextPusher, vectorcall),
-    .tp_members = TextPusher_members,
+    .tp_getset = TextPusher_getset,
 };
 
 static PyMethodDef methods[] = {

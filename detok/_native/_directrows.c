@@ -1,5 +1,5 @@
 /* A received batch's text rows written to their connections as they are dispatched
- * (DeltaReceiver.direct_rows, installed by the HTTP frontend; part of detok.frontend._chunkpush).
+ * (DeltaReceiver.direct_rows, installed by the HTTP frontend; part of detok._native._chunkpush).
  *
  * push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries, kinds) -> list[int] | None
  *
@@ -299,7 +299,6 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
     b.runs = b.entries != NULL && PyList_GET_SIZE(b.entries) > 0 ? runs_by_rid(b.entries) : NULL;
     if (b.runs == NULL && PyErr_Occurred()) return NULL;
     PyObject *left = NULL;
-    if (detok_streamslots_bind((PyTypeObject *)type) < 0) goto error;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *rid = PyList_GET_ITEM(rids, k), *text = PyList_GET_ITEM(b.texts, k);
         PyObject *stream = PyDict_GetItemWithError(streams, rid); /* borrowed */

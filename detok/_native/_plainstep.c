@@ -14,7 +14,6 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -197,7 +196,7 @@ static PyMethodDef RidMap_methods[] = {
 static PySequenceMethods RidMap_as_sequence = {.sq_length = (lenfunc)RidMap_len};
 
 static PyTypeObject RidMapType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.stream._plainstep.RidMap",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok._native._plainstep.RidMap",
     .tp_basicsize = sizeof(RidMap),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Unsigned 64-bit rid -> slot, for step_packed's lookups.",
@@ -752,12 +751,15 @@ static PyObject *PlainOpener_open(PlainOpener *p, PyObject *const *args, Py_ssiz
  * read of a tail's int). */
 static inline void prefetch_prompt(PyObject **ctx_items, Py_ssize_t i, Py_ssize_t n, Py_ssize_t max_context) {
     if (i + 3 * PROMPT_AHEAD < n) __builtin_prefetch(ctx_items[i + 3 * PROMPT_AHEAD]);
-    if (i + 2 * PROMPT_AHEAD < n && PyList_CheckExact(ctx_items[i + 2 * PROMPT_AHEAD]))
-        __builtin_prefetch(((PyListObject *)ctx_items[i + 2 * PROMPT_AHEAD])->ob_item + Py_SIZE(ctx_items[i + 2 * PROMPT_AHEAD]) - 1);
+    if (i + 2 * PROMPT_AHEAD < n && PyList_CheckExact(ctx_items[i + 2 * PROMPT_AHEAD])) {
+        PyObject *c = ctx_items[i + 2 * PROMPT_AHEAD];
+        Py_ssize_t len = PyList_GET_SIZE(c);
+        if (len > 0) __builtin_prefetch(&PyList_GET_ITEM(c, len - 1));
+    }
     if (i + PROMPT_AHEAD < n && PyList_CheckExact(ctx_items[i + PROMPT_AHEAD])) {
-        PyListObject *c = (PyListObject *)ctx_items[i + PROMPT_AHEAD];
-        Py_ssize_t len = Py_SIZE(c), k = len > max_context ? len - max_context : 0;
-        for (; k < len; k++) __builtin_prefetch(c->ob_item[k]);
+        PyObject *c = ctx_items[i + PROMPT_AHEAD];
+        Py_ssize_t len = PyList_GET_SIZE(c), k = len > max_context ? len - max_context : 0;
+        for (; k < len; k++) __builtin_prefetch(PyList_GET_ITEM(c, k));
     }
 }
 
@@ -954,7 +956,7 @@ static PyMethodDef PlainOpener_methods[] = {
 };
 
 static PyTypeObject PlainOpenerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.stream._plainstep.PlainOpener",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok._native._plainstep.PlainOpener",
     .tp_basicsize = sizeof(PlainOpener),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PlainOpener_new,

@@ -8,11 +8,11 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "_utf8.h"
+#include <stddef.h>
 
 /* configure_stream's objects: the Delta type, EMPTY_DELTA, and the dict reason -> Delta of a plain
  * end (decode_stream._ENDED); the interned names of the Python paths and decoder fields */
@@ -141,8 +141,72 @@ static int StreamCore_set_held(StreamCore *c, PyObject *value, void *closure) {
     return 0;
 }
 
+/* The core's fields as attributes (DecodeStream's Python code reads and writes them): each a getter
+ * and setter of one kind, the field's offset in StreamCore as its closure. */
+#define FIELD_AT(c, closure, T) ((T *)((char *)(c) + (Py_ssize_t)(closure)))
+
+static PyObject *field_get_obj(StreamCore *c, void *closure) {
+    PyObject *v = *FIELD_AT(c, closure, PyObject *);
+    return Py_NewRef(v != NULL ? v : Py_None);
+}
+
+static int field_set_obj(StreamCore *c, PyObject *value, void *closure) {
+    Py_XSETREF(*FIELD_AT(c, closure, PyObject *), Py_XNewRef(value));
+    return 0;
+}
+
+static PyObject *field_get_ssize(StreamCore *c, void *closure) {
+    return PyLong_FromSsize_t(*FIELD_AT(c, closure, Py_ssize_t));
+}
+
+static int field_set_ssize(StreamCore *c, PyObject *value, void *closure) {
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "can't delete numeric/char attribute");
+        return -1;
+    }
+    Py_ssize_t v = PyLong_AsSsize_t(value);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *FIELD_AT(c, closure, Py_ssize_t) = v;
+    return 0;
+}
+
+static PyObject *field_get_flag(StreamCore *c, void *closure) {
+    return PyBool_FromLong(*FIELD_AT(c, closure, char));
+}
+
+static int field_set_flag(StreamCore *c, PyObject *value, void *closure) {
+    if (value == NULL || !PyBool_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "attribute value type must be bool");
+        return -1;
+    }
+    *FIELD_AT(c, closure, char) = value == Py_True;
+    return 0;
+}
+
+#define FIELD(name, kind, field, doc) \
+    {name, (getter)field_get_##kind, (setter)field_set_##kind, doc, (void *)offsetof(StreamCore, field)}
+
 static PyGetSetDef StreamCore_getset[] = {
     {"_held", (getter)StreamCore_get_held, (setter)StreamCore_set_held, "held bytes of the compiled step", NULL},
+    FIELD("_texts", obj, texts, "the shortcut's texts per id (or None)"),
+    FIELD("_stops", obj, stops, "ids the shortcut leaves to _step_py"),
+    FIELD("_pieces", obj, pieces, "the shortcut's bytes per id (or None)"),
+    FIELD("_deltas", obj, deltas, "the shortcut's Delta per whole id, made once (or None)"),
+    FIELD("_text", obj, text, "the request's text decoder"),
+    FIELD("_stop", obj, stop, "its stop string matcher (or None)"),
+    FIELD("_pending_error", obj, pending_error, "a bad prompt tail's error (or None)"),
+    FIELD("stop_kind", obj, stop_kind, "what stopped the request (or None)"),
+    FIELD("_visible", obj, visible, "stop ids whose text is kept"),
+    FIELD("_hidden", obj, hidden, "stop ids whose text is dropped"),
+    FIELD("_stop_ids", obj, stop_ids, "every stop id"),
+    FIELD("_vocab", ssize, vocab, "the tokenizer's vocab_size"),
+    FIELD("_min_tokens", ssize, min_tokens, "stop rules wait for this many tokens"),
+    FIELD("_plain", flag, plain, "no stop string and no min_tokens"),
+    FIELD("_firsts", obj, firsts, "its stop strings' first characters (or None)"),
+    FIELD("num_tokens", ssize, num_tokens, "output tokens consumed"),
+    FIELD("char_offset", ssize, char_offset, "chars emitted"),
+    FIELD("finished", flag, finished, "the request ended"),
+    FIELD("_fast", flag, fast, "step(id) may take the shortcut"),
     {NULL},
 };
 
@@ -203,28 +267,6 @@ static PyObject *configure_stream(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyMemberDef StreamCore_members[] = {
-    {"_texts", T_OBJECT, offsetof(StreamCore, texts), 0, "the shortcut's texts per id (or None)"},
-    {"_stops", T_OBJECT, offsetof(StreamCore, stops), 0, "ids the shortcut leaves to _step_py"},
-    {"_pieces", T_OBJECT, offsetof(StreamCore, pieces), 0, "the shortcut's bytes per id (or None)"},
-    {"_deltas", T_OBJECT, offsetof(StreamCore, deltas), 0, "the shortcut's Delta per whole id, made once (or None)"},
-    {"_text", T_OBJECT, offsetof(StreamCore, text), 0, "the request's text decoder"},
-    {"_stop", T_OBJECT, offsetof(StreamCore, stop), 0, "its stop string matcher (or None)"},
-    {"_pending_error", T_OBJECT, offsetof(StreamCore, pending_error), 0, "a bad prompt tail's error (or None)"},
-    {"stop_kind", T_OBJECT, offsetof(StreamCore, stop_kind), 0, "what stopped the request (or None)"},
-    {"_visible", T_OBJECT, offsetof(StreamCore, visible), 0, "stop ids whose text is kept"},
-    {"_hidden", T_OBJECT, offsetof(StreamCore, hidden), 0, "stop ids whose text is dropped"},
-    {"_stop_ids", T_OBJECT, offsetof(StreamCore, stop_ids), 0, "every stop id"},
-    {"_vocab", T_PYSSIZET, offsetof(StreamCore, vocab), 0, "the tokenizer's vocab_size"},
-    {"_min_tokens", T_PYSSIZET, offsetof(StreamCore, min_tokens), 0, "stop rules wait for this many tokens"},
-    {"_plain", T_BOOL, offsetof(StreamCore, plain), 0, "no stop string and no min_tokens"},
-    {"_firsts", T_OBJECT, offsetof(StreamCore, firsts), 0, "its stop strings' first characters (or None)"},
-    {"num_tokens", T_PYSSIZET, offsetof(StreamCore, num_tokens), 0, "output tokens consumed"},
-    {"char_offset", T_PYSSIZET, offsetof(StreamCore, char_offset), 0, "chars emitted"},
-    {"finished", T_BOOL, offsetof(StreamCore, finished), 0, "the request ended"},
-    {"_fast", T_BOOL, offsetof(StreamCore, fast), 0, "step(id) may take the shortcut"},
-    {NULL},
-};
 
 
 /* ---- a plain stream's start ------------------------------------------------------------------ */
@@ -262,7 +304,10 @@ static PyObject *whole_tail(PyObject *self, PyObject *const *args, Py_ssize_t na
  * leaves a leading space to strip; the prompt tail's length; the ids a tail may hold (the mode's
  * table's: at most its texts). */
 typedef struct {
-    PyObject *decoder, *texts, *pieces, *deltas, *stops, *no_ids;
+    PyObject *decoder, *slots; /* the decoder's prototype, and the descriptors of its fields (a tuple) */
+    descrgetfunc slot_get;
+    descrsetfunc slot_set;
+    PyObject *texts, *pieces, *deltas, *stops, *no_ids;
     Py_ssize_t vocab, max_context, tail_ids;
     int strip;
 } Template;
@@ -270,46 +315,60 @@ typedef struct {
 static int parse_template(PyObject *t, Template *out) {
     if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 10) goto bad;
     PyObject **f = &PyTuple_GET_ITEM(t, 0);
-    /* the decoder is copied slot by slot: an instance of a class with __slots__ and no __dict__ */
-    if (!(Py_TYPE(f[0])->tp_flags & Py_TPFLAGS_HEAPTYPE) || Py_TYPE(f[0])->tp_dictoffset != 0) goto bad;
+    /* the decoder: (prototype, descriptors of its fields, all of one descriptor type), copied field by
+     * field through the descriptors' own get and set */
+    if (!PyTuple_CheckExact(f[0]) || PyTuple_GET_SIZE(f[0]) != 2 || !PyTuple_CheckExact(PyTuple_GET_ITEM(f[0], 1))) goto bad;
+    PyObject *slots = PyTuple_GET_ITEM(f[0], 1);
+    if (PyTuple_GET_SIZE(slots) == 0) goto bad;
+    PyTypeObject *descr_type = Py_TYPE(PyTuple_GET_ITEM(slots, 0));
+    for (Py_ssize_t k = 1; k < PyTuple_GET_SIZE(slots); k++)
+        if (Py_TYPE(PyTuple_GET_ITEM(slots, k)) != descr_type) goto bad;
+    descrgetfunc slot_get = (descrgetfunc)PyType_GetSlot(descr_type, Py_tp_descr_get);
+    descrsetfunc slot_set = (descrsetfunc)PyType_GetSlot(descr_type, Py_tp_descr_set);
+    if (slot_get == NULL || slot_set == NULL) goto bad;
     if (!is_table(f[1]) || !(f[2] == Py_None || is_table(f[2])) || !PyList_CheckExact(f[3])) goto bad;
     if (!PyFrozenSet_CheckExact(f[4]) || !PyFrozenSet_CheckExact(f[5]) || !PyBool_Check(f[7])) goto bad;
     Py_ssize_t vocab = PyLong_AsSsize_t(f[6]), max_context = PyLong_AsSsize_t(f[8]), tail_ids = PyLong_AsSsize_t(f[9]);
     if (PyErr_Occurred()) return -1;
     if (vocab <= 0 || max_context <= 0 || tail_ids <= 0 || tail_ids > PySequence_Fast_GET_SIZE(f[1])) goto bad;
-    *out = (Template){f[0], f[1], f[2], f[3], f[4], f[5], vocab, max_context, tail_ids, f[7] == Py_True};
+    *out = (Template){PyTuple_GET_ITEM(f[0], 0), slots, slot_get, slot_set, f[1], f[2], f[3], f[4], f[5],
+                      vocab, max_context, tail_ids, f[7] == Py_True};
     return 0;
 bad:
-    PyErr_SetString(PyExc_TypeError, "plain template: (decoder, texts: list | tuple, pieces: list | tuple | None, deltas: list, "
+    PyErr_SetString(PyExc_TypeError, "plain template: ((decoder, its field descriptors), texts: list | tuple, pieces: list | tuple | None, deltas: list, "
                                      "stops: frozenset, no_ids: frozenset, vocab > 0, strip: bool, max_context > 0, "
                                      "0 < tail_ids <= len(texts))");
     return -1;
 }
 
-/* A copy of a __slots__ instance (the template's decoder): every object slot of its classes */
-static PyObject *copy_slots(PyObject *proto) {
-    PyTypeObject *type = Py_TYPE(proto);
-    PyObject *copy = type->tp_alloc(type, 0);
+/* A copy of the template's decoder: a new instance of its class with each field the descriptors
+ * name set as the prototype has it (an unset one left unset) */
+static PyObject *copy_decoder(const Template *t) {
+    PyTypeObject *type = Py_TYPE(t->decoder);
+    PyObject *copy = PyType_GenericAlloc(type, 0);
     if (copy == NULL) return NULL;
-    PyObject *mro = type->tp_mro;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(mro); k++) {
-        PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, k);
-        if (!(base->tp_flags & Py_TPFLAGS_HEAPTYPE)) continue; /* (object: no slots) */
-        for (PyMemberDef *m = base->tp_members; m != NULL && m->name != NULL; m++) {
-            if (m->type != T_OBJECT_EX || (m->flags & READONLY)) continue;
-            PyObject *value = *(PyObject **)((char *)proto + m->offset);
-            Py_XSETREF(*(PyObject **)((char *)copy + m->offset), Py_XNewRef(value));
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(t->slots); k++) {
+        PyObject *d = PyTuple_GET_ITEM(t->slots, k);
+        PyObject *value = t->slot_get(d, t->decoder, (PyObject *)type);
+        if (value == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto error;
+            PyErr_Clear();
+            continue;
         }
+        int r = t->slot_set(d, copy, value);
+        Py_DECREF(value);
+        if (r < 0) goto error;
     }
     return copy;
+error:
+    Py_DECREF(copy);
+    return NULL;
 }
 
-/* A new stream's plain fields from the template when its prompt tail (a list or tuple) leaves
- * nothing held: 1; 0, with nothing changed, where `__init__`'s general path must set it up. */
 static int open_plain(StreamCore *c, const Template *t, PyObject *context) {
     if (PySequence_Fast_GET_SIZE(context) ? !tail_is_whole(t->texts, context, t->tail_ids, t->max_context) : t->strip)
         return 0;
-    PyObject *decoder = copy_slots(t->decoder);
+    PyObject *decoder = copy_decoder(t);
     if (decoder == NULL) return -1;
     Py_XSETREF(c->text, decoder);
     Py_XSETREF(c->texts, Py_NewRef(t->texts));
@@ -375,7 +434,7 @@ static PyMethodDef StreamCore_methods[] = {
 };
 
 static PyTypeObject StreamCoreType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.stream._streamcore.StreamCore",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok._native._streamcore.StreamCore",
     .tp_basicsize = sizeof(StreamCore),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "DecodeStream's compiled core (see stream_core.py).",
@@ -385,7 +444,6 @@ static PyTypeObject StreamCoreType = {
     .tp_traverse = (traverseproc)StreamCore_traverse,
     .tp_clear = (inquiry)StreamCore_clear,
     .tp_dealloc = (destructor)StreamCore_dealloc,
-    .tp_members = StreamCore_members,
     .tp_getset = StreamCore_getset,
     .tp_methods = StreamCore_methods,
 };
@@ -465,7 +523,7 @@ static void StreamMaker_dealloc(StreamMaker *m) {
 }
 
 static PyTypeObject StreamMakerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok.stream._streamcore.StreamMaker",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok._native._streamcore.StreamMaker",
     .tp_basicsize = sizeof(StreamMaker),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "maker(context_ids) -> a plain stream made without __init__ (see DecodeStream.opener).",

@@ -37,7 +37,7 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
     holds `num_tokens`, `char_offset` and `finished`); everything else is `_step_py`.
     """
 
-    __slots__ = ()  # (its fields are the base class's: `_StreamCore` / `_PyStreamCore`)
+    __slots__ = ()  # (its fields are the base class's: `_StreamCore` / `PythonStreamCore`)
     # False for subclasses whose steps must always go through `step` (typed output): the table
     # never puts them on its compiled plain path
     columnar: ClassVar[bool] = True

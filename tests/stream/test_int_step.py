@@ -55,7 +55,7 @@ def _python_fallback_class() -> type:
                 sys.modules[name] = was
         package = sys.modules["detok.stream"]
         package.stream_core = saved[core]  # type: ignore[attr-defined]  # (the import set it to the new one)
-    assert module._StreamCore is fallback_core._PyStreamCore
+    assert module._StreamCore is fallback_core.PythonStreamCore
     return module.DecodeStream
 
 
