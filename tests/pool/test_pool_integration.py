@@ -163,7 +163,7 @@ def test_lost_registration_is_failed_at_the_frontend(tok, client, rx) -> None:
     rid = 6_000
     got = Collected(rx, [rid])
     client.add_request(Registration(rid, rx.endpoint, [], DecodeParams()))
-    client._new[client.worker_of(rid)].clear()  # simulate a registration lost on the way
+    client._staged.new[client.worker_of(rid)].clear()  # simulate a registration lost on the way
     client.send_step([rid], tok.encode(" hello"), starts=[0])
     deadline = time.monotonic() + 60
     stopped = []
