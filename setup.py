@@ -10,27 +10,27 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         # the compiled inner loop of the worker's batched decode
-        Extension("detok.stream._plainstep", ["detok/stream/_plainstep.c"], depends=["detok/stream/_utf8.h", "detok/_textbuf.h"],
+        Extension("detok._native._plainstep", ["detok/_native/_plainstep.c"], depends=["detok/_native/_utf8.h", "detok/_native/_textbuf.h"],
                   optional=True),
         # DecodeStream's compiled start, one-id step and end
-        Extension("detok.stream._streamcore", ["detok/stream/_streamcore.c"], depends=["detok/stream/_utf8.h", "detok/_textbuf.h"],
+        Extension("detok._native._streamcore", ["detok/_native/_streamcore.c"], depends=["detok/_native/_utf8.h", "detok/_native/_textbuf.h"],
                   optional=True),
         # the workers' gather of logprob token strings
-        Extension("detok.worker._tokenstrings", ["detok/worker/_tokenstrings.c"], optional=True),
+        Extension("detok._native._tokenstrings", ["detok/_native/_tokenstrings.c"], optional=True),
         # the workers' chat logprobs items, written per step (requests with logprobs_form "chat")
-        Extension("detok.worker._chatentries", ["detok/worker/_chatentries.c"],
-                  depends=["detok/_jsonfloats.h", "detok/_textbuf.h"], optional=True),
+        Extension("detok._native._chatentries", ["detok/_native/_chatentries.c"],
+                  depends=["detok/_native/_jsonfloats.h", "detok/_native/_textbuf.h"], optional=True),
         # the frontend's chat logprobs JSON, written per chunk, and a batch's entries cut per request
-        Extension("detok.frontend._chatlogprobs", ["detok/frontend/_chatlogprobs.c"],
-                  depends=["detok/_jsonfloats.h", "detok/_textbuf.h"], optional=True),
+        Extension("detok._native._chatlogprobs", ["detok/_native/_chatlogprobs.c"],
+                  depends=["detok/_native/_jsonfloats.h", "detok/_native/_textbuf.h"], optional=True),
         # the receiving loop's text-only chunk: taken, rendered, framed and written in one call; and a
         # received batch's text rows written as they are dispatched (DeltaReceiver.direct_rows)
-        Extension("detok.frontend._chunkpush",
-                  ["detok/frontend/_chunkpush.c", "detok/frontend/_directrows.c", "detok/frontend/_typedrows.c",
-                   "detok/frontend/_streamslots.c"],
-                  depends=["detok/frontend/_textpusher.h", "detok/frontend/_streamslots.h"], optional=True),
-        Extension("detok.receiver._logprobrows", ["detok/receiver/_logprobrows.c"], optional=True),
+        Extension("detok._native._chunkpush",
+                  ["detok/_native/_chunkpush.c", "detok/_native/_directrows.c", "detok/_native/_typedrows.c",
+                   "detok/_native/_streamslots.c"],
+                  depends=["detok/_native/_textpusher.h", "detok/_native/_streamslots.h"], optional=True),
+        Extension("detok._native._logprobrows", ["detok/_native/_logprobrows.c"], optional=True),
         # the frontend's latency clock, ticked once per streamed chunk
-        Extension("detok.frontend._latency", ["detok/frontend/_latency.c"], optional=True),
+        Extension("detok._native._latency", ["detok/_native/_latency.c"], optional=True),
     ]
 )

@@ -56,7 +56,7 @@ def run_batch(pool, model, eos_ids, tok, batch: int, max_tokens: int) -> dict[st
     import zmq
 
     from detok.receiver.receiver import DeltaReceiver
-    from detok.stream.params import DecodeParams
+    from detok.wire.params import DecodeParams
     from detok.wire.to_scheduler import GenerateRequest
     from reference_engine.engine import Engine
 

@@ -40,8 +40,8 @@ from bench.worker import encode_workload
 
 import detok
 from detok import wire
-from detok.frontend.chat_logprobs_json import chat_logprobs_json
-from detok.frontend.logprobs_format import chat_logprobs
+from detok.streaming.chat_logprobs_json import chat_logprobs_json
+from detok.streaming.logprobs_format import chat_logprobs
 from detok.receiver.receiver import DeltaReceiver
 from detok.receiver.token_logprobs import TokenLogprobs
 from detok.worker.core import WorkerCore

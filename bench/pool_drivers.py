@@ -158,7 +158,7 @@ def run_detok_scheduler(
 ) -> None:
     from detok.scheduler.client import SchedulerClient
     from detok.wire.to_workers import Registration
-    from detok.stream.params import DecodeParams
+    from detok.wire.params import DecodeParams
 
     client = SchedulerClient(worker_endpoints, notify_endpoint, hwm=hwm, keys=keys)
     params = DecodeParams()

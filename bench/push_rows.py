@@ -37,7 +37,7 @@ from typing import Any
 from bench import _common
 from bench.logprobs_frontend import frontend_messages, workload_of, workload_parser
 from detok import wire
-from detok.frontend.chunks import ChunkRenderer
+from detok.streaming.chunks import ChunkRenderer
 from detok.receiver.receiver import DeltaReceiver
 
 
@@ -57,7 +57,7 @@ class _Sink:
 
 async def _feed(messages: list[bytes], rids: list[int], items: bool, direct: bool,
                 evict: bytearray | None) -> tuple[float, int]:
-    from detok.frontend._chunkpush import TextPusher, push_rows
+    from detok._native._chunkpush import TextPusher, push_rows
 
     rx = DeltaReceiver()
     rx.direct_rows = push_rows if direct else None

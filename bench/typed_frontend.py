@@ -41,12 +41,12 @@ import msgspec
 import detok
 from bench import _common
 from detok import wire
-from detok.frontend.chunks import ChunkRenderer
-from detok.frontend.typed_responses import TypedChoice
+from detok.streaming.chunks import ChunkRenderer
+from detok.api.typed_responses import TypedChoice
 from detok.parsing.output import OutputParser
 from detok.parsing.types import OutputParsing, Piece, ToolSpec
 from detok.receiver.receiver import DeltaReceiver, RequestDelta
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.wire.packing import pack_rids, pack_u32
 from detok.wire.to_workers import DetokBatch, EndRequest, Registration
 from detok.worker.core import WorkerCore

@@ -36,7 +36,7 @@ import msgspec
 
 from bench import _common
 from detok.parsing.types import OutputParsing, ToolSpec
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.wire.packing import pack_rids, pack_u32
 from detok.wire.to_workers import DetokBatch, EndRequest, Registration
 from detok.worker.core import WorkerCore

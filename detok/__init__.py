@@ -21,9 +21,9 @@ _EXPORTS: dict[str, str] = {
     "BaseTokenizer": "detok.tokenizer.python_backend",
     "ChatTemplateError": "detok.tokenizer.chat",
     # streaming decode
-    "DecodeParams": "detok.stream.params",
-    "Delta": "detok.stream.params",
-    "Finish": "detok.stream.params",
+    "DecodeParams": "detok.wire.params",
+    "Delta": "detok.wire.params",
+    "Finish": "detok.wire.params",
     "DecodeStream": "detok.stream.decode_stream",
     # pool
     "DetokPool": "detok.pool.pool",
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from detok.wire.security import CurveKeys
     from detok.scheduler.step_logprobs import LogprobColumns
     from detok.stream.decode_stream import DecodeStream
-    from detok.stream.params import DecodeParams, Delta, Finish
+    from detok.wire.params import DecodeParams, Delta, Finish
     from detok.tokenizer.base import SpecialTokens, Tokenizer, TokenizerInfo, TokenizerLoadError
     from detok.tokenizer.chat import ChatTemplateError
     from detok.tokenizer.factory import load_tokenizer

@@ -7,7 +7,7 @@
     detok pool --tokenizer SRC --workers N [--transport tcp --host H --keys DIR]
         N workers under a supervisor for an external scheduler and frontend; prints its endpoints
     detok serve ...
-        the whole stack (registered by detok.frontend.serve_cli when the frontend is installed)
+        the whole stack (registered by detok.serve.serve_cli when the frontend is installed)
 
 Subcommands are registered by modules exposing `add_parser(subparsers)`; each sets
 `func(args) -> int` as its handler.
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 # Modules that add their own subcommand; a missing one is skipped (e.g. a build without the frontend).
-_PLUGGED_SUBCOMMANDS = ("detok.frontend.serve_cli", "detok.frontend.remote_cli")
+_PLUGGED_SUBCOMMANDS = ("detok.serve.serve_cli", "detok.serve.remote_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,7 +33,7 @@ def use_one_blas_thread() -> None:
 
 
 def child_main(config_json: str, conn: Connection) -> None:
-    """multiprocessing spawn target of `detok serve --model` (see detok.frontend.stack)."""
+    """multiprocessing spawn target of `detok serve --model` (see detok.serve.stack)."""
     use_one_blas_thread()
     from reference_engine.process import EngineConfig
     from reference_engine.process import child_main as engine_main

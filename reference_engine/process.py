@@ -1,7 +1,7 @@
 """The engine as a process: the scheduler child of `detok serve --model`, in the stub's place.
 
 It speaks the stub's start-up protocol on the pipe (loaded -> pool endpoints -> ready; JSON, no
-pickle), so `detok.frontend.stack.Stack` starts, supervises and restarts it the same way: the
+pickle), so `detok.serve.stack.Stack` starts, supervises and restarts it the same way: the
 model loads while the detok workers load their tokenizers. SIGINT is ignored (the parent
 decides), SIGTERM or the parent's end stops the loop.
 """

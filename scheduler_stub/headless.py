@@ -20,7 +20,7 @@ from detok.pool.pool import DetokPool
 from detok.wire.to_frontends import DeltaBatch
 from detok.wire.to_scheduler import GenerateRequest
 from detok.receiver.receiver import DeltaReceiver
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from scheduler_stub.generation import primary_eos_id
 from scheduler_stub.stub import SchedulerStub, StepPolicy
 from scheduler_stub.workload import make_workload

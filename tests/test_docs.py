@@ -79,11 +79,6 @@ def _sub_packages() -> set[str]:
     return {p.parent.name for p in (ROOT / "detok").glob("*/__init__.py")}
 
 
-@pytest.mark.xfail(
-    (ROOT / "detok" / "frontend").is_dir(),
-    reason="the page maps the package layout of issue 43 (detok/frontend/ split into api/, streaming/, serve/)",
-    strict=True,
-)
 def test_the_folder_map_lists_every_sub_package_and_only_those() -> None:
     assert _folder_map() == _sub_packages()
 

@@ -37,7 +37,7 @@ from detok import wire
 from detok.wire.endpoints import IpcDir, bound_endpoint, connectable, make_socket
 from detok.wire.to_frontends import DeltaBatch
 from detok.wire.security import CurveKeys, SocketSecurity
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.receiver.request_stream import PushQueue, RequestDelta, RequestStream  # noqa: F401 (re-exported)
 from detok.receiver.token_logprobs import TokenLogprobs, split_logprobs
 
@@ -88,7 +88,7 @@ class DeltaReceiver:
         self._finished_gens: dict[int, int] = {}  # rid -> latest registration generation finished
         self.on_batch = on_batch
         # Rows written to their connections as they are dispatched, where the stream's pusher can
-        # (the HTTP frontend installs `detok.frontend._chunkpush.push_rows`): called with the open
+        # (the HTTP frontend installs `detok._native._chunkpush.push_rows`): called with the open
         # streams, the stream type, the row columns, the token counts (or None), the rids this
         # batch finishes or gives typed rows (or None), its logprob (rid, run) pairs (or None; a
         # run it writes with its row, it sets to None) and its row kinds (or None); returns the

@@ -7,15 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from detok.parsing.types import ToolCallDelta
 from detok.receiver.token_logprobs import TokenLogprobs
 from detok.receiver.typed import TypedState
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 
 if TYPE_CHECKING:
-    from detok.receiver.receiver import DeltaReceiver
     from detok.wire.to_frontends import TypedRow
 
 log = logging.getLogger("detok.receiver")
@@ -73,6 +72,15 @@ class PushQueue:
                     waiter.set_result(None)
 
 
+class StreamOwner(Protocol):
+    """What a stream reports to and is removed from: its receiver (`DeltaReceiver`)."""
+
+    gaps: int  # text deltas that arrived at an unexpected char offset
+    logprob_gaps: int  # logprob entries that arrived at an unexpected token index
+    pushes: PushQueue
+    _streams: dict[int, RequestStream]  # the open streams by rid (a finished one leaves it)
+
+
 class RequestStream:
     """Async iterator over one request's deltas; ends after the delta carrying the finish."""
 
@@ -81,7 +89,7 @@ class RequestStream:
         "_receiver", "_tokens", "_typed", "_waiter", "calls", "finish", "num_tokens", "rid",
     )
 
-    def __init__(self, rid: int, receiver: DeltaReceiver) -> None:
+    def __init__(self, rid: int, receiver: StreamOwner) -> None:
         self.rid = rid
         self._chunks: list[str] = []
         self._received = 0  # chars received so far: the offset the next delta should have

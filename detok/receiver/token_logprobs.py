@@ -3,7 +3,7 @@ each with its sampled id, OpenAI token string and logprob and its top alternativ
 
 `split_logprobs` cuts a `DeltaBatch.logprobs` (packed by the worker) into one `TokenLogprobs` per
 entry-row; `DeltaReceiver` de-duplicates them by token index and hands them out on
-`RequestDelta.logprobs`; `detok.frontend.logprobs_format` turns them into OpenAI's shapes.
+`RequestDelta.logprobs`; `detok.streaming.logprobs_format` turns them into OpenAI's shapes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from detok.wire.packing import split_text
 from detok.wire.to_frontends import DeltaLogprobs
 
 try:  # the compiled cut (setup.py builds it; without a compiler, `_rows_py`)
-    from detok.receiver._logprobrows import rows as _rows
+    from detok._native._logprobrows import rows as _rows
 except ImportError:  # pragma: no cover - the tests run the Python cut too
     _rows = None
 

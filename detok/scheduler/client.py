@@ -29,8 +29,8 @@ import numpy as np
 import zmq
 
 from detok import wire
-from detok.scheduler.client_notices import NOTICE_CHECK_S, REPLAY_RETRY_S, ClientNotices  # noqa: F401 (re-exported)
-from detok.scheduler.notices import Stopped, WorkerState
+from detok.scheduler.client_notices import NOTICE_CHECK_S, REPLAY_RETRY_S, WorkerNotices  # noqa: F401 (re-exported)
+from detok.scheduler.notices import Staged, Stopped, WorkerState
 from detok.scheduler.replay_book import ReplayBook
 from detok.scheduler.replay_journal import Columns
 from detok.scheduler.sharding import shard_array, shard_of
@@ -58,7 +58,7 @@ EndLike = EndRequest | tuple[int, str] | tuple[int, str, int | None]
 _EMPTY_STEP = (np.empty(0, np.uint64), np.empty(0, np.uint32), None, np.empty(0, np.uint32))
 
 
-class SchedulerClient(ClientNotices):
+class SchedulerClient:
     def __init__(
         self,
         worker_endpoints: Sequence[str],
@@ -93,23 +93,52 @@ class SchedulerClient(ClientNotices):
         # registration generations: increasing, and across clients too (a receiver takes a
         # finish of a generation not above the last it saw for a rid as a replay of it)
         self._gen = time.time_ns() // 1000
-        self._decoder = wire.scheduler_notice_decoder()
         self._book = ReplayBook(self._n)  # every request a replay may have to rebuild
         self._live = self._book.live
-        self._new: list[list[Registration]] = [[] for _ in range(self._n)]
-        self._ends: list[list[EndRequest]] = [[] for _ in range(self._n)]
-        self._seq = [0] * self._n
-        self._stopped: list[Stopped] = []
-        self._states = [WorkerState(w, 0, True, 0, 0.0, False, 0) for w in range(self._n)]
-        self._replayed_at = [0.0] * self._n
-        self._notices_at = float("-inf")
-        self.events: collections.deque[wire.WorkerEvent] = collections.deque(maxlen=1000)
-        self.replays_sent = 0
-        self.replayed_tokens = 0
+        self._staged = Staged(self._n)
+        self._notices = WorkerNotices(self._n, self._notify, self._book, self._queues, self._staged, self._encoder)
         if self._notify is not None:  # (replay needs the notices: without them, none is possible)
             # A new client owns the shards from now on: whatever an earlier client left is dropped.
             for w in range(self._n):
-                self._send_replay(w, 0, "a new scheduler client started")
+                self._notices.send_replay(w, 0, "a new scheduler client started")
+
+    # ---- notices (WorkerNotices') ---------------------------------------------------------------
+    def poll(self, timeout: float = 0.0) -> list[Stopped]:
+        """Requests the detok side finished since the last call (stop strings and stop tokens the
+        worker saw, errors). Waits up to `timeout` seconds for the first notice; never longer.
+        Also answers workers that wait for a replay."""
+        return self._notices.poll(timeout)
+
+    def wait_for_workers(self, timeout: float) -> bool:
+        """Wait until every worker was heard since this call; True if all were within `timeout`
+        seconds (see WorkerNotices.wait_for_workers)."""
+        return self._notices.wait_for_workers(timeout)
+
+    def worker_states(self) -> list[WorkerState]:
+        """What the client knows of each worker (liveness for standalone workers: `last_heard`)."""
+        return self._notices.worker_states()
+
+    @property
+    def events(self) -> collections.deque[wire.WorkerEvent]:
+        """The supervisors' worker events (started, died, ...), the last 1000."""
+        return self._notices.events
+
+    @property
+    def replays_sent(self) -> int:
+        return self._notices.replays_sent
+
+    @property
+    def replayed_tokens(self) -> int:
+        return self._notices.replayed_tokens
+
+    @property
+    def kept_requests(self) -> int:
+        """Requests the client can replay: live ones and recently ended ones."""
+        return len(self._book)
+
+    def journal_bytes(self) -> int:
+        """Bytes of step columns the client keeps for replay, all workers."""
+        return self._book.journal_bytes()
 
     # ---- requests -------------------------------------------------------------------------------
     @property
@@ -138,19 +167,19 @@ class SchedulerClient(ClientNotices):
         self._gen += 1
         reg = msgspec.structs.replace(reg, gen=self._gen)
         # staged registrations go with the next message to their worker, whichever it is
-        book.register(worker, reg, self._seq[worker] + 1, known)
-        self._new[worker].append(reg)
+        book.register(worker, reg, self._staged.seq[worker] + 1, known)
+        self._staged.new[worker].append(reg)
         return worker
 
     def _reuse(self, worker: int, rid: int) -> None:
         """`rid` is registered again: its earlier request must be over, and whatever of it is
         still staged goes first (an end staged with the new registration would end the new one)."""
         if rid in self._live:
-            self._take_notices()
+            self._notices.take()
             deadline = time.monotonic() + REUSE_NOTICE_WAIT_S
             while rid in self._live and self._notify is not None and (left := deadline - time.monotonic()) > 0:
                 self._notify.poll(max(1, int(left * 1000)))
-                self._take_notices()
+                self._notices.take()
             if rid in self._live:
                 raise RequestIdInUse(
                     f"request id {rid} is still live (registered and not finished): a request id may "
@@ -158,8 +187,8 @@ class SchedulerClient(ClientNotices):
                 )
         # the scheduler is done with the earlier request: a Stopped of it not polled yet would
         # otherwise stop the new one
-        self._stopped = [s for s in self._stopped if s.rid != rid]
-        if any(e.rid == rid for e in self._ends[worker]) or any(r.rid == rid for r in self._new[worker]):
+        self._notices.forget_stopped(rid)
+        if any(e.rid == rid for e in self._staged.ends[worker]) or any(r.rid == rid for r in self._staged.new[worker]):
             self._send_batch(worker, time.time(), *_EMPTY_STEP)
 
     def end(self, rid: int, reason: str = "length", matched: int | None = None) -> None:
@@ -204,7 +233,7 @@ class SchedulerClient(ClientNotices):
         their tokens. `logprobs`: the sampled and top-k logprobs of the rows of requests that
         asked (`LogprobColumns`). Returns the workers whose queue is full (their message is kept
         and retried first on the next call)."""
-        self._take_notices_soon()
+        self._notices.take_soon()
         rid_arr = np.asarray(rids, dtype=np.uint64)
         tok_arr = np.asarray(tokens, dtype=np.uint32)
         cnt_arr = None if counts is None else np.asarray(counts, dtype=np.uint32)
@@ -239,10 +268,10 @@ class SchedulerClient(ClientNotices):
 
     def flush(self) -> list[int]:
         """Send staged registrations and ends now (no tokens); returns workers with a full queue."""
-        self._take_notices_soon()
+        self._notices.take_soon()
         now = time.time()
         for w in range(self._n):
-            if self._new[w] or self._ends[w]:
+            if self._staged.new[w] or self._staged.ends[w]:
                 self._send_batch(w, now, *_EMPTY_STEP)
             else:
                 self._queues.drain(w)
@@ -252,13 +281,10 @@ class SchedulerClient(ClientNotices):
         self, w: int, now: float, rids: np.ndarray, starts: np.ndarray, counts: np.ndarray | None, tokens: np.ndarray,
         logprobs: wire.StepLogprobs | None = None,
     ) -> None:
-        new, ends = self._new[w], self._ends[w]
-        if not (len(rids) or new or ends):
+        if not (len(rids) or self._staged.new[w] or self._staged.ends[w]):
             self._queues.drain(w)
             return
-        self._new[w], self._ends[w] = [], []
-        self._seq[w] += 1
-        seq = self._seq[w]
+        new, ends, seq = self._staged.take(w)
         columns = Columns(
             rids.astype("<u8", copy=False).tobytes(),
             starts.astype("<u4", copy=False).tobytes(),
@@ -276,7 +302,7 @@ class SchedulerClient(ClientNotices):
 
     def _stage_end(self, end: EndRequest) -> None:
         tracked = self._book.end(end)  # kept for replay until the worker acknowledges this end
-        self._ends[tracked.worker if tracked is not None else shard_of(end.rid, self._n)].append(end)
+        self._staged.ends[tracked.worker if tracked is not None else shard_of(end.rid, self._n)].append(end)
 
     # ---- shutdown -------------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,5 +1,5 @@
-"""The scheduler client's side of the workers' notices and of replays (a base of `SchedulerClient`,
-sharing its state): stop notices applied to the registration they name, worker status
+"""The scheduler client's side of the workers' notices and of replays (`WorkerNotices`, which
+`SchedulerClient` holds): stop notices applied to the registration they name, worker status
 (acknowledgements, "replay my shard"), and the replay of a shard to a new worker process."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 import zmq
 
 from detok import wire
-from detok.scheduler.notices import Stopped, WorkerState
+from detok.scheduler.notices import Staged, Stopped, WorkerState
 from detok.scheduler.replay_book import ReplayBook, Tracked
 from detok.scheduler.replay_journal import EMPTY
 from detok.scheduler.worker_queues import WorkerQueues
-from detok.stream.params import Finish
-from detok.wire.to_workers import EndRequest, Registration
+from detok.wire.params import Finish
+from detok.wire.to_workers import EndRequest
 
 log = logging.getLogger("detok.client")
 
@@ -29,26 +29,27 @@ REPLAY_RETRY_S = 0.5
 NOTICE_CHECK_S = 0.001
 
 
-class ClientNotices:
-    """Notice handling and replay; the attributes are `SchedulerClient`'s."""
+class WorkerNotices:
+    """The workers' notices as the client takes them (`poll`), the workers' states, and replays.
+    It reads and updates the client's replay book and staged messages, and sends on its queues."""
 
-    _n: int
-    _notify: zmq.Socket | None
-    _decoder: Any
-    _encoder: Any
-    _book: ReplayBook
-    _live: dict[int, Tracked]
-    _queues: WorkerQueues
-    _new: list[list[Registration]]
-    _ends: list[list[EndRequest]]
-    _seq: list[int]
-    _stopped: list[Stopped]
-    _states: list[WorkerState]
-    _replayed_at: list[float]
-    _notices_at: float
-    events: collections.deque[wire.WorkerEvent]
-    replays_sent: int
-    replayed_tokens: int
+    def __init__(self, workers: int, notify: zmq.Socket | None, book: ReplayBook, queues: WorkerQueues,
+                 staged: Staged, encoder: Any) -> None:
+        self._n = workers
+        self._notify = notify
+        self._book = book
+        self._live: dict[int, Tracked] = book.live
+        self._queues = queues
+        self._staged = staged
+        self._encoder = encoder
+        self._decoder = wire.scheduler_notice_decoder()
+        self._stopped: list[Stopped] = []
+        self._states = [WorkerState(w, 0, True, 0, 0.0, False, 0) for w in range(workers)]
+        self._replayed_at = [0.0] * workers
+        self._notices_at = float("-inf")
+        self.events: collections.deque[wire.WorkerEvent] = collections.deque(maxlen=1000)
+        self.replays_sent = 0
+        self.replayed_tokens = 0
 
     # ---- notices --------------------------------------------------------------------------------
     def poll(self, timeout: float = 0.0) -> list[Stopped]:
@@ -58,7 +59,7 @@ class ClientNotices:
         sock = self._notify
         if sock is not None and not self._stopped and timeout > 0:
             sock.poll(int(timeout * 1000))
-        self._take_notices()
+        self.take()
         out, self._stopped = self._stopped, []
         return out
 
@@ -76,30 +77,26 @@ class ClientNotices:
             if left <= 0:
                 return False
             self._notify.poll(max(1, int(min(left, 0.05) * 1000)))
-            self._take_notices()
+            self.take()
         return True
 
     def worker_states(self) -> list[WorkerState]:
         """What the client knows of each worker (liveness for standalone workers: `last_heard`)."""
         return list(self._states)
 
-    @property
-    def kept_requests(self) -> int:
-        """Requests the client can replay: live ones and recently ended ones."""
-        return len(self._book)
+    def forget_stopped(self, rid: int) -> None:
+        """Drop the not yet polled Stopped of `rid` (the scheduler registers the rid again)."""
+        self._stopped = [s for s in self._stopped if s.rid != rid]
 
-    def journal_bytes(self) -> int:
-        """Bytes of step columns the client keeps for replay, all workers."""
-        return self._book.journal_bytes()
-
-    def _take_notices_soon(self) -> None:
+    def take_soon(self) -> None:
         """Notices from the step path, at most every NOTICE_CHECK_S (an empty non-blocking receive
         costs microseconds: per step at full speed, and in a full-queue retry loop, that adds up)."""
         now = time.monotonic()
         if now - self._notices_at >= NOTICE_CHECK_S:
-            self._take_notices(now)
+            self.take(now)
 
-    def _take_notices(self, now: float | None = None) -> None:
+    def take(self, now: float | None = None) -> None:
+        """Apply every notice waiting on the socket."""
         self._notices_at = time.monotonic() if now is None else now
         sock = self._notify
         if sock is None:
@@ -140,14 +137,14 @@ class ClientNotices:
         )
         if not msg.synced:
             if msg.instance != before.instance or now - self._replayed_at[w] >= REPLAY_RETRY_S:
-                self._send_replay(w, msg.instance, f"worker {w} process {msg.pid} asked for its shard")
+                self.send_replay(w, msg.instance, f"worker {w} process {msg.pid} asked for its shard")
             return
         self._book.acknowledged(w, msg.seq, now)
 
     def _on_stop_notice(self, msg: wire.StopNotice) -> None:
         gens = msg.gens if len(msg.gens) == len(msg.rids) else [0] * len(msg.rids)
         for rid, finish, gen in zip(msg.rids, msg.finishes, gens):
-            tracked = self._book.stopped(rid, gen, self._seq[msg.worker], msg.seq)
+            tracked = self._book.stopped(rid, gen, self._staged.seq[msg.worker], msg.seq)
             if tracked is not None:
                 self._stopped.append(Stopped(rid, finish))
                 if finish.reason == "error":
@@ -167,17 +164,15 @@ class ClientNotices:
             self._stopped.extend(Stopped(rid, Finish("error", None, message)) for rid in rids)
 
     # ---- replay ---------------------------------------------------------------------------------
-    def _send_replay(self, w: int, instance: int, reason: str) -> None:
+    def send_replay(self, w: int, instance: int, reason: str) -> None:
         """Everything worker `w`'s shard needs, to the process `instance` (0: any process)."""
         self._replayed_at[w] = time.monotonic()
         registrations, columns, ends = self._book.shard(w)
         # staged registrations and ends not sent yet go in the replay, not after it
         named = {reg.rid for reg in registrations}
-        registrations += [reg for reg in self._new[w] if reg.rid not in named]
-        ends += [e for e in self._ends[w] if e not in ends]
-        self._new[w], self._ends[w] = [], []
-        self._seq[w] += 1
-        seq = self._seq[w]
+        new, staged_ends, seq = self._staged.take(w)
+        registrations += [reg for reg in new if reg.rid not in named]
+        ends += [e for e in staged_ends if e not in ends]
         self._book.track_ends(w, seq, ends)
         c = columns or EMPTY
         batch = wire.DetokBatch(seq, time.time(), registrations, c.rids, c.starts, c.counts, c.tokens, ends, c.logprobs)

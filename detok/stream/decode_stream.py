@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from detok.stream.byte_text import ByteTextDecoder, OutOfVocabulary
-from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
+from detok.wire.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.stop_strings import StopStringMatcher
 from detok.stream.strategy import DecodePlan, Strategy, prepare_decoding
 from detok.stream.stream_core import (
@@ -37,7 +37,7 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
     holds `num_tokens`, `char_offset` and `finished`); everything else is `_step_py`.
     """
 
-    __slots__ = ()  # (its fields are the base class's: `_StreamCore` / `_PyStreamCore`)
+    __slots__ = ()  # (its fields are the base class's: `_StreamCore` / `PythonStreamCore`)
     # False for subclasses whose steps must always go through `step` (typed output): the table
     # never puts them on its compiled plain path
     columnar: ClassVar[bool] = True

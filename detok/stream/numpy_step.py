@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detok.stream.byte_text import _utf8_decode
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.stream.step_results import StepResult
 
 _UNKNOWN = 0  # slot 0 is never given out: unknown rids map to it, and it never matches a start

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from detok.stream.numpy_step import _UNKNOWN
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.stream.step_results import _NO_RIDS, _NO_ROWS, PackedStep, StepResult
 from detok.wire.packing import join_texts, pack_u32, unpack_rids, unpack_u32
 
 try:  # the compiled step (optional extension); the numpy/Python path gives the same results
-    from detok.stream._plainstep import RidMap as _RidMap
-    from detok.stream._plainstep import PlainOpener as _PlainOpener
-    from detok.stream._plainstep import step_packed as _compiled_step_packed
+    from detok._native._plainstep import RidMap as _RidMap
+    from detok._native._plainstep import PlainOpener as _PlainOpener
+    from detok._native._plainstep import step_packed as _compiled_step_packed
 except ImportError:  # pragma: no cover - depends on the build
     _PlainOpener = _RidMap = _compiled_step_packed = None
 

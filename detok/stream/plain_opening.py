@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 
 from detok.stream.decode_stream import CONTEXT_TOKENS
 from detok.stream.byte_text import ByteTables
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 
 
 class PlainOpening:

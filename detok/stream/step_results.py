@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.wire.packing import split_text, unpack_u32
 
 

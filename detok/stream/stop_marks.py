@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 
 
 FIRSTS_BYTES = 32  # a slot's stop strings' first characters, UTF-8 (the compiled step's column width)

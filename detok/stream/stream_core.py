@@ -1,7 +1,7 @@
 """DecodeStream's base and the start every plain stream shares.
 
 `StreamCore` is the compiled one (`_streamcore.c`: the fields, the plain start, the one-id step
-and the plain end), or, without the extension, `_PyStreamCore`, a Python class of the same fields
+and the plain end), or, without the extension, `PythonStreamCore`, a Python class of the same fields
 and results (tests load it and compare). `_plain_template` is what a plain stream of one decode
 mode starts from, made once per plan; `StreamMaker` (compiled only) makes such streams without
 running `__init__`.
@@ -13,10 +13,9 @@ import codecs
 from collections.abc import Sequence
 
 from detok.stream.byte_text import ByteTextDecoder, ends_whole
-from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
+from detok.wire.params import CONTEXT_TOKENS, EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.strategy import DecodePlan
 
-CONTEXT_TOKENS = 5  # the prompt tail that fixes the first delta's text (leading space, split characters)
 _NO_IDS: frozenset[int] = frozenset()
 _NO_TEMPLATE = ()  # (a plan's cache miss; None is "no template")
 _utf8_decode = codecs.utf_8_decode
@@ -25,7 +24,7 @@ _utf8_decode = codecs.utf_8_decode
 _ENDED: dict[str, Delta] = {r: Delta("", Finish(r)) for r in ("stop", "length", "abort", "error")}
 
 
-class _PyStreamCore:
+class PythonStreamCore:
     """The fields, start, one-id step and end of `_streamcore.StreamCore`, in Python (without the
     extension; same results): while `_fast`, `step(id)` of an id not in `_stops` is the id's
     precomputed text, or its bytes (`_pieces`) after the held ones (`_held`) through the incremental
@@ -40,7 +39,7 @@ class _PyStreamCore:
     def _open_plain(self, template: tuple[object, ...], context: Sequence[int]) -> bool:
         """A new stream's plain fields from `_plain_template`'s tuple, where the prompt tail
         (a list or tuple) leaves nothing held; False, with nothing set, otherwise."""
-        decoder, texts, pieces, deltas, stops, no_ids, vocab, strip, max_context, tail_ids = template
+        (decoder, _fields), texts, pieces, deltas, stops, no_ids, vocab, strip, max_context, tail_ids = template
         if not (_py_whole_tail(texts, context, tail_ids, max_context) if context else not strip):  # type: ignore[arg-type]
             return False
         self._text = ByteTextDecoder.holding_nothing(decoder._t)  # type: ignore[attr-defined]
@@ -85,6 +84,12 @@ class _PyStreamCore:
         return self._step_py(token_ids)  # type: ignore[attr-defined]
 
 
+# the decoder's fields as their descriptors: the compiled start copies a template's decoder through
+# them (the class's own `__slots__`, so no name of them is written in C)
+_DECODER_FIELDS = tuple(ByteTextDecoder.__dict__[name] for name in ByteTextDecoder.__slots__)
+assert ByteTextDecoder.__bases__ == (object,)  # (every field is one of its own slots)
+
+
 def _has_stop_rules(p: DecodeParams) -> bool:
     return bool(p.stop or p.min_tokens or p.stop_token_ids or p.visible_stop_token_ids or p.include_stop_str_in_output)
 
@@ -98,7 +103,7 @@ def _plain_template(plan: DecodePlan, p: DecodeParams, ignore_eos: bool) -> tupl
         return template  # type: ignore[return-value]
     tables = plan.tables(key[0], key[1]) if plan.strategy == "bytes" else None
     template = None if tables is None else (
-        ByteTextDecoder.holding_nothing(tables), tables.texts,
+        (ByteTextDecoder.holding_nothing(tables), _DECODER_FIELDS), tables.texts,
         tables.pieces if tables.raw_added is None else None,  # (raw-added: an added id's text is Python's job)
         tables.deltas, _NO_IDS if ignore_eos else plan.eos_ids, _NO_IDS, plan.vocab_size,
         tables.strip_leading_space, CONTEXT_TOKENS, tables.vocab_size)
@@ -112,13 +117,13 @@ def _py_whole_tail(texts: list[str | None], context: Sequence[int], n: int, max_
 
 
 try:  # the compiled start, one-id step and end (optional extension)
-    from detok.stream._streamcore import StreamCore as _StreamCore
-    from detok.stream._streamcore import StreamMaker as _StreamMaker
-    from detok.stream._streamcore import configure_stream as _configure_stream
+    from detok._native._streamcore import StreamCore as _StreamCore
+    from detok._native._streamcore import StreamMaker as _StreamMaker
+    from detok._native._streamcore import configure_stream as _configure_stream
 
     _configure_stream(Delta, EMPTY_DELTA, _ENDED)
 except ImportError:  # pragma: no cover - depends on the build
-    _StreamCore = _PyStreamCore  # type: ignore[misc,assignment]
+    _StreamCore = PythonStreamCore  # type: ignore[misc,assignment]
     _StreamMaker = None
 
 

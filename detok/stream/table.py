@@ -30,7 +30,7 @@ from detok.stream.byte_text import ByteTables, ByteTextDecoder, context_held
 from detok.stream.decode_stream import CONTEXT_TOKENS, DecodeStream
 from detok.stream.mode_tables import ModeTables
 from detok.stream.numpy_step import _MAX_PENDING, _NOT_PLAIN, _UNKNOWN, NumpyStepping
-from detok.stream.params import EMPTY_DELTA, DecodeParams, Finish
+from detok.wire.params import EMPTY_DELTA, DecodeParams, Finish
 from detok.stream.step_results import unknown_finish
 from detok.stream.strategy import Strategy, prepare_decoding
 from detok.stream.typed_fast import TAG_MASK, TypedFastPath, TypedModes

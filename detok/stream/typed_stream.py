@@ -32,7 +32,7 @@ from detok.parsing.output import OutputParser
 from detok.parsing.types import KIND_CONTENT, KIND_REASONING, Piece, Steady, TypedDelta
 from detok.stream.byte_text import ByteTextDecoder
 from detok.stream.decode_stream import DecodeStream
-from detok.stream.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
+from detok.wire.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.strategy import Strategy
 from detok.tokenizer.base import Tokenizer
 from detok.wire.to_frontends import CallFragment, TypedRow

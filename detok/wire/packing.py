@@ -16,8 +16,8 @@ from typing import Final
 import numpy as np
 
 try:  # the compiled helpers (optional extension); the Python ones below give the same results
-    from detok.stream._plainstep import group_rows as _compiled_group_rows
-    from detok.stream._plainstep import split_text as _compiled_split_text
+    from detok._native._plainstep import group_rows as _compiled_group_rows
+    from detok._native._plainstep import split_text as _compiled_split_text
 except ImportError:  # pragma: no cover - depends on the build
     _compiled_split_text = _compiled_group_rows = None
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.wire.packing import join_texts, pack_rids, pack_u32, split_text, unpack_rids, unpack_u32
 
 

@@ -15,7 +15,7 @@ from typing import Literal
 import msgspec
 
 from detok.parsing.types import OutputParsing
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 
 # frontend -> scheduler
 class SamplingExtras(msgspec.Struct, array_like=True, gc=False, frozen=True):

@@ -25,10 +25,7 @@ from typing import Literal
 import msgspec
 
 from detok.parsing.types import OutputParsing
-from detok.stream.decode_stream import (
-    CONTEXT_TOKENS,  # prompt tail ids a registration carries
-)
-from detok.stream.params import DecodeParams
+from detok.wire.params import CONTEXT_TOKENS, DecodeParams
 from detok.wire.packing import pack_u32, unpack_u32
 from detok.wire.to_scheduler import GenerateRequest, LogprobsForm
 

@@ -5,7 +5,7 @@ HTTP frontend) gets from its worker, per entry, the item its chunk carries -
 `{"token":..,"logprob":..,"bytes":[..],"top_logprobs":[..]}` - instead of the token strings and
 floats of its alternatives. The frontend then only joins byte strings: no `str` per token string,
 no float per logprob, no writer pass (≈2/3 of its logprob cost, README "Chat logprobs rendered by
-the workers"). The bytes are exactly the frontend writer's (`detok.frontend.chat_logprobs_json`,
+the workers"). The bytes are exactly the frontend writer's (`detok.streaming.chat_logprobs_json`,
 tested against it): the same fragments (msgspec's JSON of the token string and of its bytes),
 msgspec's float format, the same clamping and order.
 
@@ -16,21 +16,26 @@ msgspec's float format, the same clamping and order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import msgspec
 import numpy as np
 
-if TYPE_CHECKING:
-    from detok.worker.logprobs import TokenStrings
-
 try:  # the compiled writer (setup.py builds it; the Python one gives the same bytes)
-    from detok.worker._chatentries import render as _compiled_render
+    from detok._native._chatentries import render as _compiled_render
 except ImportError:  # pragma: no cover - depends on the build
     _compiled_render = None
 
 _encode = msgspec.json.encode
 _ATTR = "_detok_chat_fragments"
+
+
+class TokenStrings(Protocol):
+    """A tokenizer's token strings as the fragments read them (`detok.worker.logprobs.TokenStrings`)."""
+
+    vocab_size: int
+
+    def string_and_bytes(self, token_id: int) -> tuple[str, bytes]: ...
 
 
 class ChatFragments:

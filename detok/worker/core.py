@@ -27,8 +27,8 @@ they already consumed). It is authoritative: a live request it does not name is 
 error. Requests this process already finished are not reopened (the same registration
 generation; a later registration of the same rid is a new request and is opened).
 
-The step of a batch's token rows is `detok.worker.batch_step`'s; outputs, batch checks and the
-finished-rid memory are their own modules too.
+The routing of a step's rows is `detok.worker.batch_step`'s functions; outputs, batch checks and
+the finished-rid memory are their own modules too.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import numpy as np
 from detok.metrics import WorkerCounts
 from detok.parsing.tokens import request_parser, single_token_ids
 from detok.stream.decode_stream import DecodeStream
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from detok.stream.table import StreamTable
 from detok.stream.typed_stream import calls_emitted as _calls
 from detok.tokenizer.base import Tokenizer
@@ -51,7 +51,7 @@ from detok.wire.to_scheduler import StopNotice
 from detok.wire.to_workers import DetokBatch, FailRequests, Registration, Replay
 from detok.worker import logprobs as lp_entries
 from detok.worker.batch_checks import MalformedBatch, check_batch
-from detok.worker.batch_step import BatchStepping
+from detok.worker.batch_step import finished_rows, route_logprobs, route_step, unknown_rows
 from detok.worker.finished_rids import FinishedRids
 from detok.worker.outputs import FrontendColumns, Frontends, Outputs
 
@@ -73,7 +73,19 @@ class _Live:
         self.idle_since = now
 
 
-class WorkerCore(BatchStepping):
+# Unknown rids of one batch remembered as finished (their later tokens then count as late, not
+# unknown); the rest of a flood is reported, not remembered, and reported again if it comes back.
+UNKNOWN_REMEMBERED_PER_BATCH = 1024
+
+
+def _stop_kind(finish: Finish) -> str | None:
+    """DecodeStream.stop_kind from the finish: a stop token or EOS (int matched), a stop string."""
+    if finish.reason != "stop":
+        return None
+    return "token" if isinstance(finish.matched, int) else "string" if isinstance(finish.matched, str) else None
+
+
+class WorkerCore:
     def __init__(
         self,
         tokenizer: Tokenizer,
@@ -232,6 +244,55 @@ class WorkerCore(BatchStepping):
                 self._logprobs_chat.add(rid)
 
     # ---- ending ---------------------------------------------------------------------------------
+    def _step(self, batch: DetokBatch) -> None:
+        result = self.table.step_packed(batch.rids, batch.starts, batch.counts, batch.tokens)
+        self.counts.tokens += len(batch.tokens) // 4
+        self.counts.utf8_holds += self._holding()
+        route_step(self._frontends, batch, result)
+        if batch.logprobs is not None:
+            if self._token_strings is None:
+                self._token_strings = lp_entries.TokenStrings.of(self.tokenizer)
+            route_logprobs(self._frontends, self._token_strings, batch, result, self._logprobs_wanted, self._logprobs_chat)
+        for rid, finish, num_tokens, count in finished_rows(batch, result):
+            self._row_finished(rid, finish, num_tokens, count)
+        if len(result.unknown_rows):
+            self._unknown_rows(*unknown_rows(batch, result))
+
+    def _unknown_rows(self, rids: np.ndarray, row_counts: np.ndarray) -> None:
+        """Rows whose rid is not open, as arrays (a flood of them builds no per-row objects that
+        stay): late tokens of a rid finished recently are counted, the others reported once."""
+        late = self._recently_finished.contains_many(rids)
+        self.counts.late_tokens += int(row_counts[late].sum())
+        fresh, fresh_counts = rids[~late], row_counts[~late]
+        unique, first = np.unique(fresh, return_index=True)
+        self.counts.late_tokens += int(fresh_counts.sum() - fresh_counts[first].sum())  # repeats in this batch
+        self.counts.unknown_rids += len(unique)
+        # remembered (so their further tokens count as late) up to a bound per batch: a flood of
+        # a million rids must not fill the finished-rid memory with objects that outlive it
+        for rid in unique[:UNKNOWN_REMEMBERED_PER_BATCH].tolist():
+            self._remember_finished(rid)
+        self._notice_unknown.extend(unique.tolist())
+
+    def _row_finished(self, rid: int, finish: Finish, num_tokens: int, count: int) -> None:
+        entry = self.live.get(rid)
+        if entry is None:  # the table knows no such rid: late tokens, or never registered
+            if rid in self._recently_finished:
+                self.counts.late_tokens += count
+            else:
+                self._unknown(rid)
+            return
+        gen = entry.registration.gen
+        self._forget(rid, entry, closed=True)
+        self._remember_finished(rid, gen)
+        kind = _stop_kind(finish)
+        if finish.reason == "error":
+            if finish.message and "vocabulary" in finish.message:
+                self.counts.invalid_token_ids += 1
+        elif kind is not None:
+            self.counts.stops[kind] = self.counts.stops.get(kind, 0) + 1
+        self._emit_finish(entry.out, rid, finish, num_tokens, gen, _calls(entry.stream))
+        self._notify(rid, finish, gen)
+
     def _end(self, rid: int, reason: str, matched: int | None, message: str | None = None) -> None:
         entry = self.live.get(rid)
         if entry is None:

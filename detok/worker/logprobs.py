@@ -36,7 +36,7 @@ from detok.wire.to_frontends import DeltaLogprobs
 from detok.wire.to_workers import MAX_TOP_LOGPROBS, StepLogprobs
 
 try:  # the compiled gather (optional extension); the numpy one gives the same bytes
-    from detok.worker._tokenstrings import gather as _compiled_gather
+    from detok._native._tokenstrings import gather as _compiled_gather
 except ImportError:  # pragma: no cover - depends on the build
     _compiled_gather = None
 

@@ -89,7 +89,7 @@ def test_load_bench_offers_tools_and_times_every_kind_of_output() -> None:
 def test_push_rows_bench_writes_the_same_chunks_both_ways() -> None:
     """bench/push_rows.py: with and without the direct rows, every message dispatched, the same
     chunks written (what is timed is the same work; the times are its report, never asserted)."""
-    pytest.importorskip("detok.frontend._chunkpush", reason="built without its C extensions")
+    pytest.importorskip("detok._native._chunkpush", reason="built without its C extensions")
     from bench import push_rows
 
     tok = detok.load_tokenizer("mock")

@@ -12,11 +12,11 @@ import json
 
 import pytest
 
-from detok.frontend import sse
-from detok.frontend.errors import RequestError
-from detok.frontend.openai_requests import CompletionRequest
-from detok.frontend.stream_interval import effective_interval
-from detok.frontend.validation import ServingLimits, completion_job
+from detok.streaming import sse
+from detok.api.errors import RequestError
+from detok.api.openai_requests import CompletionRequest
+from detok.streaming.stream_interval import effective_interval
+from detok.api.validation import ServingLimits, completion_job
 from detok.tokenizer.default import load_default_tokenizer
 from tests.helpers.frontend_harness import MODEL, running_app
 from tests.helpers.request_jobs import LIMITS
@@ -216,8 +216,8 @@ def test_vllm_engine_options_are_refused_by_name(tok, field, value):
 
 def test_every_refusal_rule_accepts_its_fields_default_and_refuses_a_given_value(tok):
     # (refusals._apply reads only the fields a request gave: a default must pass every rule)
-    from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
-    from detok.frontend.refusals import _CHAT, _COMMON, _COMPLETION
+    from detok.api.openai_requests import ChatCompletionRequest, CompletionRequest
+    from detok.api.refusals import _CHAT, _COMMON, _COMPLETION
 
     for model, rules in ((ChatCompletionRequest, {**_COMMON, **_CHAT}), (CompletionRequest, {**_COMMON, **_COMPLETION})):
         for name, (harmless, _why) in rules.items():

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from detok.frontend.body_precheck import PRECHECK_MIN_BYTES, precheck
-from detok.frontend.errors import RequestError
-from detok.frontend.limits import MAX_MESSAGES
+from detok.api.body_precheck import PRECHECK_MIN_BYTES, precheck
+from detok.api.errors import RequestError
+from detok.api.limits import MAX_MESSAGES
 
 
 def _body(**fields: object) -> bytes:

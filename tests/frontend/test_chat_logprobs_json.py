@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detok.frontend import chat_logprobs_json as cj
-from detok.frontend.chat_logprobs_json import chat_logprobs_json, joined_chat_logprobs
-from detok.frontend.logprobs_format import chat_logprobs
+from detok.streaming import chat_logprobs_json as cj
+from detok.streaming.chat_logprobs_json import chat_logprobs_json, joined_chat_logprobs
+from detok.streaming.logprobs_format import chat_logprobs
 from detok.receiver.token_logprobs import TokenLogprobs
 
 from tests.frontend.test_logprobs_format import SAMPLE, entries
@@ -47,7 +47,7 @@ def writer(request, monkeypatch):
     """Every test runs on both paths."""
     if request.param == "compiled":
         if cj._render is None:
-            pytest.fail("the compiled writer is not built (detok/frontend/_chatlogprobs.c)")
+            pytest.fail("the compiled writer is not built (detok/_native/_chatlogprobs.c)")
     else:
         monkeypatch.setattr(cj, "_render", None)
     return request.param

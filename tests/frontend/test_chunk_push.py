@@ -1,4 +1,4 @@
-"""Chunks written by the receiving loop (`RequestStream.push_to`, `detok.frontend.chunk_push`).
+"""Chunks written by the receiving loop (`RequestStream.push_to`, `detok.streaming.chunk_push`).
 
 - A waiting consumer's deltas go to its pusher once per event-loop turn, a batch's parts
   together; a pusher that declines wakes the consumer, which takes them; what it raises, the
@@ -21,9 +21,9 @@ import uvloop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detok.frontend.responses import ResponseContext, stream_events
+from detok.api.responses import ResponseContext, stream_events
 from detok.receiver.receiver import DeltaReceiver, RequestDelta, RequestStream
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.wire.to_frontends import DeltaBatch, RequestFinished
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""The compiled text-only chunk pusher (`detok/frontend/_chunkpush.c`).
+"""The compiled text-only chunk pusher (`detok/_native/_chunkpush.c`).
 
 - Its chunk is the Python pusher's, byte for byte: the renderer's text chunk framed as uvicorn
   frames it, for every code point and any text (msgspec's JSON string escaping, UTF-8 kept).
@@ -22,14 +22,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detok.frontend.chunk_push import ChunkPusher, pusher_for
-from detok.frontend.chunks import ChunkRenderer
-from detok.frontend.responses import ChoiceState, ResponseContext
+from detok.streaming.chunk_push import ChunkPusher, pusher_for
+from detok.streaming.chunks import ChunkRenderer
+from detok.api.responses import ChoiceState, ResponseContext
 from detok.receiver.request_stream import RequestStream
 from detok.receiver.token_logprobs import TokenLogprobs
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 
-_chunkpush = pytest.importorskip("detok.frontend._chunkpush", reason="built without its C extensions")
+_chunkpush = pytest.importorskip("detok._native._chunkpush", reason="built without its C extensions")
 TextPusher, frame_text = _chunkpush.TextPusher, _chunkpush.frame_text
 
 

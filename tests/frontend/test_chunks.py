@@ -1,4 +1,4 @@
-"""Streamed chunks from byte templates (`detok.frontend.chunks`) and `stream_interval`: the bytes
+"""Streamed chunks from byte templates (`detok.streaming.chunks`) and `stream_interval`: the bytes
 equal the OpenAI Structs' encoding, and joined chunks carry the same text and logprobs."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detok.frontend.chunks import ChunkRenderer
-from detok.frontend.logprobs_format import CompletionOffsets, chat_logprobs, completion_logprobs
-from detok.frontend.openai_types import ChatChunkChoice, ChatCompletionChunk, ChatDelta, Completion, CompletionChoice
-from detok.frontend.responses import ResponseContext, stream_events
+from detok.streaming.chunks import ChunkRenderer
+from detok.streaming.logprobs_format import CompletionOffsets, chat_logprobs, completion_logprobs
+from detok.api.openai_types import ChatChunkChoice, ChatCompletionChunk, ChatDelta, Completion, CompletionChoice
+from detok.api.responses import ResponseContext, stream_events
 from detok.receiver.receiver import RequestDelta
 from detok.receiver.token_logprobs import TokenLogprobs
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 
 _texts = st.text(st.characters(codec="utf-8"), max_size=20)
 

@@ -120,7 +120,7 @@ def test_configured_telemetry_takes_fastapis_path(tmp_path: Path, tok: HFTokeniz
     `_TELEMETRY_RECHECK_S`), the generation requests go through FastAPI too."""
     import fastapi
 
-    from detok.frontend import app as app_module
+    from detok.api import app as app_module
 
     layered: list[str] = []
     real_call = fastapi.FastAPI.__call__

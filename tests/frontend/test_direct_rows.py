@@ -1,5 +1,5 @@
 """A received batch's text rows written as they are dispatched (`push_rows` in
-`detok/frontend/_directrows.c`, installed as `DeltaReceiver.direct_rows` by the HTTP frontend).
+`detok/_native/_directrows.c`, installed as `DeltaReceiver.direct_rows` by the HTTP frontend).
 
 - Differential, on real receivers, streams, consumers and compiled pushers: any sequence of batches
   (rows in order, replayed, with gaps, empty, for closed rids, finished in the same batch, token
@@ -23,16 +23,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detok.frontend.chunks import ChunkRenderer
-from detok.frontend.typed_responses import TypedChoice
+from detok.streaming.chunks import ChunkRenderer
+from detok.api.typed_responses import TypedChoice
 from detok.receiver.receiver import DeltaReceiver
 from detok.receiver.request_stream import RequestDelta, RequestStream
 from detok.receiver.token_logprobs import TokenLogprobs
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.wire.packing import pack_u32
 from detok.wire.to_frontends import CallFragment, DeltaBatch, RequestFinished, TypedRow
 
-_chunkpush = pytest.importorskip("detok.frontend._chunkpush", reason="built without its C extensions")
+_chunkpush = pytest.importorskip("detok._native._chunkpush", reason="built without its C extensions")
 TextPusher, push_rows = _chunkpush.TextPusher, _chunkpush.push_rows
 
 pytestmark = pytest.mark.timeout(120)

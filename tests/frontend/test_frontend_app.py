@@ -14,10 +14,10 @@ import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from detok.frontend import sse
-from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
+from detok.streaming import sse
+from detok.api.openai_requests import ChatCompletionRequest, CompletionRequest
 from detok.wire.to_scheduler import GenerateRequest
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.tokenizer.hf import HFTokenizer
 from tests.helpers.frontend_harness import MODEL, running_app
 from tests.helpers.waiting import async_wait_until

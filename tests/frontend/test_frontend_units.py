@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detok.tokenizer.default import load_default_tokenizer
-from detok.frontend import sse
-from detok.frontend.errors import RequestError, error_json, from_validation_error
-from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
-from detok.frontend.responses import ResponseContext, collect_body, stream_events
-from detok.frontend.validation import ServingLimits, chat_job, completion_job
+from detok.streaming import sse
+from detok.api.errors import RequestError, error_json, from_validation_error
+from detok.api.openai_requests import ChatCompletionRequest, CompletionRequest
+from detok.api.responses import ResponseContext, collect_body, stream_events
+from detok.api.validation import ServingLimits, chat_job, completion_job
 from detok.receiver.receiver import RequestDelta
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.tokenizer.hf import HFTokenizer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -285,14 +285,14 @@ def test_error_finish():
 def test_batched_histogram_matches_direct_observation(compiled):
     from prometheus_client import Histogram
 
-    from detok.frontend.latency import BatchedHistogram
+    from detok.streaming.latency import BatchedHistogram
 
     buckets = (0.001, 0.01, 0.1, 1.0)
     direct = Histogram("direct_seconds", "d", buckets=buckets, registry=None)
     batched_metric = Histogram("batched_seconds", "b", buckets=buckets, registry=None)
     batched = BatchedHistogram(batched_metric, compiled=compiled)
     if compiled:
-        pytest.importorskip("detok.frontend._latency", reason="built without its C extensions")
+        pytest.importorskip("detok._native._latency", reason="built without its C extensions")
         assert batched.buckets is not None
     values = [0.0005, 0.001, 0.001001, 0.05, 0.1, 0.7, 3.0, 0.0, 0.01]
     for v in values:
@@ -317,7 +317,7 @@ def test_compiled_buckets_count_as_bisect_left_does(bounds, values):
     import bisect
     import math
 
-    _latency = pytest.importorskip("detok.frontend._latency", reason="built without its C extensions")
+    _latency = pytest.importorskip("detok._native._latency", reason="built without its C extensions")
     bounds = [*sorted(bounds), math.inf]
     values = [*values, *bounds[:-1]]  # (each bound itself: its own bucket)
     acc = _latency.Buckets(bounds)
@@ -337,10 +337,10 @@ def test_compiled_buckets_count_as_bisect_left_does(bounds, values):
 def test_compiled_request_timer_ticks_ttft_then_itl_on_perf_counters_clock():
     import time
 
-    from detok.frontend.latency import LatencyRecorder, RequestTimer
+    from detok.streaming.latency import LatencyRecorder, RequestTimer
     from detok.metrics import frontend_metrics
 
-    pytest.importorskip("detok.frontend._latency", reason="built without its C extensions")
+    pytest.importorskip("detok._native._latency", reason="built without its C extensions")
     recorder = LatencyRecorder(frontend_metrics())
     recorder.flush()
     start = time.perf_counter()
@@ -358,7 +358,7 @@ def test_compiled_request_timer_ticks_ttft_then_itl_on_perf_counters_clock():
 
 
 def test_compiled_latency_types_refuse_bad_arguments():
-    _latency = pytest.importorskip("detok.frontend._latency", reason="built without its C extensions")
+    _latency = pytest.importorskip("detok._native._latency", reason="built without its C extensions")
     for bad, error in (([], ValueError), ([1.0, 1.0], ValueError), ([2.0, 1.0], ValueError), (["x"], TypeError),
                        (3, TypeError), ([0.0] * 5000, ValueError)):
         with pytest.raises(error):
@@ -436,7 +436,7 @@ def test_tool_call_arguments_print_as_sent_and_act_as_a_mapping():
 
 
 def test_stop_strings_total_bytes_bound(tok):
-    from detok.frontend.limits import MAX_STOP_TOTAL_BYTES
+    from detok.api.limits import MAX_STOP_TOTAL_BYTES
 
     at_limit = ["é" * 512] * (MAX_STOP_TOTAL_BYTES // 1024)  # 1024 bytes each
     assert len(_completion(tok, prompt="x", stop=at_limit).params.stop) == len(at_limit)

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from detok.frontend.health_share import STALE_AFTER_S, HealthBoard, HealthView
-from detok.frontend.scheduler_link import _RID_COUNTER_BITS, MAX_FRONTENDS, rid_base, rid_range
-from detok.frontend.serve import ServeConfig
-from detok.frontend.serve_cli import _frontends
+from detok.serve.health_share import STALE_AFTER_S, HealthBoard, HealthView
+from detok.api.scheduler_link import _RID_COUNTER_BITS, MAX_FRONTENDS, rid_base, rid_range
+from detok.serve.serve import ServeConfig
+from detok.serve.serve_cli import _frontends
 
 
 @given(a=st.tuples(st.integers(0, MAX_FRONTENDS - 1), st.integers(0, 127)),
@@ -74,7 +74,7 @@ def test_a_frontend_keeps_its_start_up_heap_out_of_collections():
     import subprocess
     import sys
 
-    code = ("import gc; from detok.frontend.frontend_process import FRONTEND_GC_THRESHOLD, tune_collector; "
+    code = ("import gc; from detok.serve.frontend_process import FRONTEND_GC_THRESHOLD, tune_collector; "
             "before = gc.get_freeze_count(); tune_collector(); "
             "print(before, gc.get_freeze_count(), gc.get_threshold() == FRONTEND_GC_THRESHOLD)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout

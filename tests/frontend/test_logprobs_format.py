@@ -17,8 +17,8 @@ from openai.types.chat.chat_completion import ChoiceLogprobs
 from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkChoiceLogprobs
 from openai.types.completion_choice import Logprobs as CompletionChoiceLogprobs
 
-from detok.frontend import logprobs_format as fmt
-from detok.frontend.logprobs_format import CompletionOffsets, chat_content, chat_logprobs, completion_logprobs
+from detok.streaming import logprobs_format as fmt
+from detok.streaming.logprobs_format import CompletionOffsets, chat_content, chat_logprobs, completion_logprobs
 from detok.receiver.token_logprobs import RawToken, TokenLogprobs
 from detok.worker.logprobs import openai_token
 

@@ -14,13 +14,13 @@ import msgspec
 import pytest
 import zmq
 
-from detok.frontend.errors import RequestError
-from detok.frontend import outbox
-from detok.frontend.outbox import OUTBOX_MAX_QUEUED
-from detok.frontend.scheduler_link import SchedulerLink
-from detok.frontend.validation import GenerationJob
+from detok.api.errors import RequestError
+from detok.api import outbox
+from detok.api.outbox import OUTBOX_MAX_QUEUED
+from detok.api.scheduler_link import SchedulerLink
+from detok.api.validation import GenerationJob
 from detok.receiver.receiver import DeltaReceiver
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.wire.to_scheduler import Abort, GenerateRequest, SchedulerRequest
 
 _DECODE = msgspec.msgpack.Decoder(SchedulerRequest)

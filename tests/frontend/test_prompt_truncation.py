@@ -13,7 +13,7 @@ import tokenizers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detok.frontend.prompt_truncation import encode_truncated
+from detok.api.prompt_truncation import encode_truncated
 from detok.tokenizer.default import load_default_tokenizer
 from tests.helpers import stream_roster
 from tests.helpers.frontend_harness import MODEL, running_app

@@ -18,9 +18,9 @@ import httpx
 import pytest
 import zmq
 
-from detok.frontend.app import FrontendState, create_app
-from detok.frontend.scheduler_link import SchedulerLink
-from detok.frontend.validation import ServingLimits
+from detok.api.app import FrontendState, create_app
+from detok.api.scheduler_link import SchedulerLink
+from detok.api.validation import ServingLimits
 from detok.pool.pool import DetokPool
 from detok.receiver.receiver import DeltaReceiver
 from detok.tokenizer.factory import load_tokenizer

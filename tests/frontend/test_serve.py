@@ -152,7 +152,8 @@ def test_taken_port_fails_fast_with_a_clear_message():
 def test_taken_default_port_is_an_error_too(monkeypatch):
     """Without --port, DEFAULT_PORT is bound the same way (a taken one is an error with a hint).
     Hermetic: the default is pointed at a port this test holds, never the real 8000."""
-    from detok.frontend import limits, serve
+    from detok.api import limits
+    from detok.serve import serve
     from detok.cli import build_parser
 
     with socket.socket() as taken:

@@ -11,9 +11,9 @@ import json
 import msgspec
 import pytest
 
-from detok.frontend import serve_cli
-from detok.frontend.openai_requests import CompletionRequest
-from detok.frontend.validation import ServingLimits, completion_job
+from detok.serve import serve_cli
+from detok.api.openai_requests import CompletionRequest
+from detok.api.validation import ServingLimits, completion_job
 from detok.tokenizer.default import load_default_tokenizer
 from detok.wire.codec import new_encoder
 from detok.wire.to_scheduler import GenerateRequest, scheduler_request_decoder
@@ -62,8 +62,8 @@ def test_without_model_the_stub_defaults_stay():
 
 
 def test_timeout_keep_alive_reaches_the_http_limits():
-    from detok.frontend import limits
-    from detok.frontend.serve import ServeConfig
+    from detok.api import limits
+    from detok.serve.serve import ServeConfig
 
     assert ServeConfig.from_args(_serve_args()).http_limits().keep_alive_s == limits.KEEP_ALIVE_S == 60.0
     assert ServeConfig.from_args(_serve_args("--timeout-keep-alive", "7.5")).http_limits().keep_alive_s == 7.5

@@ -13,10 +13,10 @@ import pytest
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from detok.frontend.responses import ResponseContext, stream_events
-from detok.frontend.sse_response import RAW_SEND, SseResponse
+from detok.api.responses import ResponseContext, stream_events
+from detok.streaming.sse_response import RAW_SEND, SseResponse
 from detok.receiver.receiver import RequestDelta
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 
 pytestmark = pytest.mark.timeout(30)
 

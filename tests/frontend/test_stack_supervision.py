@@ -11,12 +11,12 @@ import time
 import pytest
 import zmq
 
-from detok.frontend.stack import Stack, StackConfig
+from detok.serve.stack import Stack, StackConfig
 from detok.wire.codec import new_encoder
 from detok.wire.to_scheduler import GenerateRequest
 from detok.receiver.receiver import DeltaReceiver
 from detok.receiver.request_stream import RequestStream
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from scheduler_stub.stub import StepPolicy
 
 pytestmark = pytest.mark.timeout(180)

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detok.frontend.chunks import ChunkRenderer
-from detok.frontend.openai_types import ChatChunkChoice
-from detok.frontend.typed_requests import starts_in_reasoning
-from detok.frontend.typed_responses import TypedChoice
+from detok.streaming.chunks import ChunkRenderer
+from detok.api.openai_types import ChatChunkChoice
+from detok.api.typed_requests import starts_in_reasoning
+from detok.api.typed_responses import TypedChoice
 from detok.parsing.types import ToolCallDelta
 from detok.receiver.receiver import RequestDelta
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 
 _texts = st.text(st.characters(codec="utf-8"), max_size=20)
 
@@ -98,7 +98,7 @@ def test_starts_in_reasoning(prompt: str, kwargs: dict, want: bool | None) -> No
 def test_echo_workload_and_seeded_step_counts() -> None:
     from detok.tokenizer.default import default_tokenizer_dir
     from detok.tokenizer.factory import load_tokenizer
-    from detok.stream.params import DecodeParams
+    from detok.wire.params import DecodeParams
     from detok.wire.to_scheduler import GenerateRequest
     from scheduler_stub.generation import RequestGeneration
     from scheduler_stub.stub import StepPolicy
@@ -133,7 +133,7 @@ def test_echo_workload_and_seeded_step_counts() -> None:
 def test_slim_schemas_parse_like_whole_ones() -> None:
     """What travels to the worker is the part of each schema the families read: qwen3_coder's typed
     values and glm45's string check give the same calls with it as with the whole schema."""
-    from detok.frontend.typed_requests import slim_parameters
+    from detok.api.typed_requests import slim_parameters
     from detok.parsing.output import OutputParser
     from detok.parsing.types import OutputParsing, Piece, ToolSpec
 

@@ -22,13 +22,13 @@ import zmq
 import zmq.asyncio
 
 from detok import wire
-from detok.frontend.app import FrontendState, create_app
-from detok.frontend.scheduler_link import SchedulerLink
-from detok.frontend.validation import ServingLimits
+from detok.api.app import FrontendState, create_app
+from detok.api.scheduler_link import SchedulerLink
+from detok.api.validation import ServingLimits
 from detok.wire.to_frontends import DeltaBatch, RequestFinished
 from detok.wire.to_scheduler import Abort, GenerateRequest
 from detok.receiver.receiver import DeltaReceiver
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.tokenizer.base import Tokenizer
 
 MODEL = "test-model"

@@ -11,7 +11,7 @@ from detok.scheduler.client import SchedulerClient
 from detok.wire.to_workers import Registration
 from detok.receiver.receiver import DeltaReceiver, RequestStream
 from detok.stream import DecodeStream
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from tests.helpers.tokenizers_available import corpus_text
 
 MIXED = "Hello, world! 北京欢迎你 🫨👍🏽 def f(x):\n    return x ** 2\nÀ la carte — «quotes» नमस्ते. "

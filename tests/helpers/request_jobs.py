@@ -9,9 +9,9 @@ from typing import Any
 import pydantic
 import pytest
 
-from detok.frontend.errors import RequestError, from_validation_error
-from detok.frontend.openai_requests import ChatCompletionRequest, CompletionRequest
-from detok.frontend.validation import GenerationJob, ServingLimits, chat_job, completion_job
+from detok.api.errors import RequestError, from_validation_error
+from detok.api.openai_requests import ChatCompletionRequest, CompletionRequest
+from detok.api.validation import GenerationJob, ServingLimits, chat_job, completion_job
 from detok.tokenizer.base import Tokenizer
 
 LIMITS = ServingLimits("m", 64)

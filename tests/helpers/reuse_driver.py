@@ -16,7 +16,7 @@ from detok.pool.pool import DetokPool
 from detok.receiver.receiver import DeltaReceiver, RequestStream
 from detok.scheduler.client import SchedulerClient
 from detok.stream.decode_stream import DecodeStream
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from detok.wire.to_workers import Registration
 
 KINDS = ("length", "stop_string", "stop_id", "abort", "error")

@@ -128,7 +128,7 @@ def openai_client(base_url: str, api_key: str = "none", *, asynchronous: bool = 
     import httpx2
     import openai
 
-    from detok.frontend.limits import KEEP_ALIVE_S
+    from detok.api.limits import KEEP_ALIVE_S
 
     limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=KEEP_ALIVE_S / 3)
     if asynchronous:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from detok.parsing.types import OutputParsing, ToolCallDelta
 from detok.receiver.typed import TypedState
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from detok.wire.packing import pack_rids, pack_u32
 from detok.wire.to_frontends import DeltaBatch
 from detok.wire.to_workers import DetokBatch, EndRequest, Registration

@@ -22,7 +22,7 @@ from detok.parsing.family_tables import REASONING_TABLES, TOOL_TABLES
 from detok.parsing.output import OutputParser
 from detok.parsing.types import OutputParsing, ToolSpec
 from detok.receiver.typed import TypedState
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.wire.to_workers import EndRequest
 from detok.worker.core import WorkerCore
 from tests.helpers.parsing_pieces import regroup, run_pieces, single_token, token_pieces

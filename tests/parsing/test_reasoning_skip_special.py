@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from detok.parsing.types import OutputParsing, ToolSpec
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
 from detok.wire.to_workers import EndRequest
 from detok.worker.core import WorkerCore

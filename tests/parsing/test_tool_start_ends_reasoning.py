@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from detok.frontend.typed_requests import starts_in_reasoning
+from detok.api.typed_requests import starts_in_reasoning
 from detok.parsing.registry import reasoning_parsers
 from detok.parsing.types import OutputParsing, ToolSpec
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.wire.to_workers import EndRequest
 from detok.worker.core import WorkerCore
 from tests.helpers.typed_helpers import assemble, run_request

@@ -154,7 +154,7 @@ def test_python_tag_through_the_worker(skip: bool, grouping: str) -> None:
     """The worker decodes the tag under the request's skip_special_tokens and still cuts it by id: a
     tag before a call goes, one before text is that text's as decoded."""
     from detok.parsing.types import OutputParsing, ToolSpec
-    from detok.stream.params import DecodeParams
+    from detok.wire.params import DecodeParams
     from detok.wire.to_workers import EndRequest
     from detok.worker.core import WorkerCore
     from tests.helpers.typed_helpers import assemble, run_request

@@ -11,7 +11,7 @@ import signal
 import numpy as np
 import pytest
 
-from detok.frontend.chat_logprobs_json import chat_logprobs_json, joined_chat_logprobs
+from detok.streaming.chat_logprobs_json import chat_logprobs_json, joined_chat_logprobs
 from detok.pool.pool import DetokPool
 from detok.receiver.receiver import DeltaReceiver
 from detok.receiver.token_logprobs import RawToken, TokenLogprobs

@@ -13,7 +13,7 @@ import pytest
 import detok
 from detok.pool.pool import DetokPool
 from detok.receiver.receiver import DeltaReceiver
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.wire.to_workers import Registration
 from tests.helpers.tokenizers_available import hf_qwen2_dir
 

@@ -15,7 +15,7 @@ from detok.wire.to_scheduler import GenerateRequest
 from detok.wire.to_workers import Registration
 from detok.receiver.receiver import DeltaReceiver
 from detok.scheduler.step_logprobs import LogprobArrays, LogprobColumns
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.tokenizer.factory import load_tokenizer
 from detok.worker.logprobs import TokenStrings
 from scheduler_stub.generation import RequestGeneration

@@ -18,7 +18,7 @@ import pytest
 from detok.pool.pool import DetokPool
 from detok.receiver.receiver import DeltaReceiver
 from detok.scheduler.client import RequestIdInUse
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.tokenizer.factory import load_tokenizer
 from detok.wire.to_workers import Registration
 from detok.worker.outputs import Outputs

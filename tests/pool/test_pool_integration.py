@@ -20,7 +20,7 @@ from detok.metrics import render_metrics
 from detok.pool.pool import DetokPool
 from detok.wire.to_workers import Registration
 from detok.receiver.receiver import DeltaReceiver
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from tests.helpers.pool_helpers import Collected, drive, reference, workload
 from tests.helpers.tokenizers_available import hf_qwen2_dir
 from tests.helpers.waiting import wait_until
@@ -163,7 +163,7 @@ def test_lost_registration_is_failed_at_the_frontend(tok, client, rx) -> None:
     rid = 6_000
     got = Collected(rx, [rid])
     client.add_request(Registration(rid, rx.endpoint, [], DecodeParams()))
-    client._new[client.worker_of(rid)].clear()  # simulate a registration lost on the way
+    client._staged.new[client.worker_of(rid)].clear()  # simulate a registration lost on the way
     client.send_step([rid], tok.encode(" hello"), starts=[0])
     deadline = time.monotonic() + 60
     stopped = []

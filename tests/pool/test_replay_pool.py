@@ -21,7 +21,7 @@ from detok.metrics import render_metrics
 from detok.pool.pool import DetokPool, _free_port
 from detok.receiver.receiver import DeltaReceiver
 from detok.wire.security import generate_keys
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from tests.helpers.pool_helpers import Collected, Request, drive, reference, workload
 from tests.helpers.waiting import wait_until
 from tests.helpers.tokenizers_available import hf_qwen2_dir

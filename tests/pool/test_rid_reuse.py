@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from detok.pool.pool import DetokPool
 from detok.receiver.receiver import DeltaReceiver
 from detok.scheduler.client import RequestIdInUse
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.tokenizer.factory import load_tokenizer
 from detok.wire.security import CurveKeys
 from detok.wire.to_workers import Registration

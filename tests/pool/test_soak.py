@@ -16,7 +16,7 @@ import pytest
 import detok
 from detok.pool.pool import DetokPool
 from detok.receiver.receiver import DeltaReceiver
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from tests.helpers.pool_helpers import Collected, drive, reference, workload
 from tests.helpers.tokenizers_available import hf_qwen2_dir
 from tests.helpers.waiting import wait_until

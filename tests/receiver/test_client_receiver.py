@@ -12,7 +12,7 @@ import zmq
 from detok.wire.codec import new_encoder
 from detok.wire.to_frontends import DeltaBatch, RequestFinished
 from detok.receiver.receiver import DeltaReceiver, RequestDelta
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 
 pytestmark = pytest.mark.timeout(30)
 

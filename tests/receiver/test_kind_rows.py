@@ -8,7 +8,7 @@ import pytest
 
 from detok.parsing.types import KIND_ARGUMENTS, KIND_CONTENT, KIND_REASONING, ToolCallDelta
 from detok.receiver.receiver import DeltaReceiver
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.wire.to_frontends import CallFragment, DeltaBatch, RequestFinished, TypedRow
 
 pytestmark = pytest.mark.timeout(30)

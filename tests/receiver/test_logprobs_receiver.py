@@ -10,7 +10,7 @@ import pytest
 from detok.wire.packing import join_texts, pack_rids, pack_u32
 from detok.wire.to_frontends import DeltaBatch, DeltaLogprobs, RequestFinished
 from detok.receiver.receiver import DeltaReceiver
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.receiver.token_logprobs import RawToken, TokenLogprobs, split_logprobs, token_bytes
 from detok.worker.logprobs import join_parts, openai_token
 
@@ -156,7 +156,7 @@ _entry = st.tuples(st.integers(0, 300), st.integers(0, 4))  # (id, alternatives)
 @given(rows=st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 9), st.lists(_entry, max_size=5)), max_size=12))
 def test_compiled_cut_equals_the_python_one(rows) -> None:
     if tl._rows is None:
-        pytest.fail("the compiled cut is not built (detok/receiver/_logprobrows.c)")
+        pytest.fail("the compiled cut is not built (detok/_native/_logprobrows.c)")
     rids = [r for r, _, _ in rows]
     firsts = [f for _, f, _ in rows]
     counts = [len(e) for _, _, e in rows]
@@ -170,7 +170,7 @@ def test_compiled_cut_equals_the_python_one(rows) -> None:
 
 def test_compiled_cut_refuses_columns_that_do_not_fit() -> None:
     if tl._rows is None:
-        pytest.fail("the compiled cut is not built (detok/receiver/_logprobrows.c)")
+        pytest.fail("the compiled cut is not built (detok/_native/_logprobrows.c)")
     ok = ([5], [0], [1], [7], ["x"], [-1.0], [1], [8], ["y"], [-2.0])
     assert tl._rows(TokenLogprobs, *ok) == [(5, TokenLogprobs(0, [7], ["x"], [-1.0], [1], [8], ["y"], [-2.0]))]
     for i, bad in [(2, [2]), (2, [-1]), (6, [2]), (6, [-1]), (3, [7, 8]), (9, []), (0, (5,))]:

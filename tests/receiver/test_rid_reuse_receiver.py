@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from detok.receiver.receiver import DeltaReceiver
-from detok.stream.params import Finish
+from detok.wire.params import Finish
 from detok.wire.packing import pack_u32
 from detok.wire.to_frontends import DeltaBatch, RequestFinished
 

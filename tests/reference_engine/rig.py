@@ -10,7 +10,7 @@ import zmq
 
 from detok.pool.pool import DetokPool
 from detok.receiver.receiver import DeltaReceiver, RequestStream
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.wire.to_scheduler import Abort, GenerateRequest
 from reference_engine.engine import Engine
 from reference_engine.limits import EngineLimits

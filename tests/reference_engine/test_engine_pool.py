@@ -229,7 +229,7 @@ def test_standalone_engine_process_next_to_a_pool(pool, tok, tmp_path):
     import zmq
 
     from detok.receiver.receiver import DeltaReceiver
-    from detok.stream.params import DecodeParams
+    from detok.wire.params import DecodeParams
     from detok.wire.codec import new_encoder
     from detok.wire.to_scheduler import GenerateRequest
 

@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.wire.to_scheduler import GenerateRequest
 from reference_engine.engine import Engine
 from reference_engine.limits import EngineLimits

@@ -14,7 +14,7 @@ import zmq
 from detok import wire as p
 from detok.scheduler.client import SchedulerClient, shard_array, shard_of
 from detok.wire.endpoints import IpcDir
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from tests.helpers.fake_workers import FakeWorkers
 from tests.helpers.pool_helpers import poll_until
 from tests.helpers.waiting import wait_until

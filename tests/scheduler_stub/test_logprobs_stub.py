@@ -7,7 +7,7 @@ import pytest
 
 from detok.wire.to_scheduler import GenerateRequest
 from detok.wire.to_workers import MAX_TOP_LOGPROBS
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from scheduler_stub.logprobs import step_logprobs, token_logprobs
 from scheduler_stub.stub import SchedulerStub, StepPolicy
 from scheduler_stub.workload import RandomIdsWorkload

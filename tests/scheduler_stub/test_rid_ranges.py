@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from detok.frontend.scheduler_link import MAX_FRONTENDS, rid_base, rid_range
+from detok.api.scheduler_link import MAX_FRONTENDS, rid_base, rid_range
 from detok.wire.codec import new_encoder
 from detok.wire.to_scheduler import AbortRange, scheduler_request_decoder
 from scheduler_stub.rid_ranges import MAX_DEAD_RANGES, DeadRanges, range_error

@@ -19,7 +19,7 @@ from detok.wire.codec import new_encoder
 from detok.wire.to_scheduler import Abort, GenerateRequest
 from detok.receiver.receiver import DeltaReceiver
 from detok.wire.security import SocketSecurity, generate_keys
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.tokenizer.factory import load_tokenizer
 from scheduler_stub.generation import RequestGeneration
 from scheduler_stub.headless import HeadlessConfig, run_headless
@@ -249,7 +249,7 @@ def test_an_abort_range_stops_a_dead_frontends_requests_and_refuses_its_late_one
     """A frontend died: every rid of its rid space stops (running: the workers are told; waiting:
     dropped), another frontend's request goes on, and a request of the dead range that arrives
     after the abort (it was still on its way) is refused."""
-    from detok.frontend.scheduler_link import rid_range
+    from detok.api.scheduler_link import rid_range
     from detok.wire.to_scheduler import AbortRange
 
     client = pool.client()

@@ -10,7 +10,7 @@ import pytest
 
 from detok.tokenizer.default import load_default_tokenizer
 from detok.wire.to_scheduler import GenerateRequest
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from scheduler_stub.generation import RequestGeneration
 from scheduler_stub.workload import (
     END,

@@ -91,7 +91,7 @@ _TRICKY_BYTES = [0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC
 def test_compiled_utf8_decoder_is_cpythons_incremental_replace_decoder(data: bytes) -> None:
     """The compiled step decodes held bytes itself: U+FFFD per maximal invalid subpart, an
     incomplete tail kept (a truncated surrogate too), exactly as codecs.utf_8_decode(final=False)."""
-    from detok.stream._plainstep import decode_utf8
+    from detok._native._plainstep import decode_utf8
 
     assert decode_utf8(data) == codecs.utf_8_decode(data, "replace", False)
 

@@ -37,7 +37,7 @@ _TEXT = "Hello 北京欢迎你 🫨👍🏽👨‍👩‍👧 สวัสดี
 def _python_fallback_class() -> type:
     """DecodeStream as it is without the compiled extension (its base module and the module
     loaded again with the extension's import failing)."""
-    blocked, core = "detok.stream._streamcore", "detok.stream.stream_core"
+    blocked, core = "detok._native._streamcore", "detok.stream.stream_core"
     saved = {name: sys.modules.get(name) for name in (blocked, core)}
     sys.modules[blocked] = None  # type: ignore[assignment]  # `from ... import` raises ImportError
     sys.modules.pop(core, None)  # (imported again, without the extension)
@@ -55,7 +55,7 @@ def _python_fallback_class() -> type:
                 sys.modules[name] = was
         package = sys.modules["detok.stream"]
         package.stream_core = saved[core]  # type: ignore[attr-defined]  # (the import set it to the new one)
-    assert module._StreamCore is fallback_core._PyStreamCore
+    assert module._StreamCore is fallback_core.PythonStreamCore
     return module.DecodeStream
 
 

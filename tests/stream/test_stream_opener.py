@@ -25,7 +25,7 @@ import tests.helpers.stream_roster as stream_roster
 from detok import DecodeParams, DecodeStream
 from detok.stream import stream_core as decode_stream_module  # (the start and end DecodeStream's base shares)
 from detok.stream.byte_text import ByteTextDecoder
-from detok.stream.params import EMPTY_DELTA, Delta, Finish
+from detok.wire.params import EMPTY_DELTA, Delta, Finish
 from detok.stream.stop_strings import StopStringMatcher
 from detok.stream.strategy import prepare_decoding
 from tests.stream.test_int_step import _PyDecodeStream, _fields, _params, _pool, _state

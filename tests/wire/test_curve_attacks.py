@@ -28,7 +28,7 @@ from detok.wire.to_scheduler import StopNotice, WorkerEvent
 from detok.wire.to_workers import DetokBatch, FailRequests, Registration
 from detok.receiver.receiver import DeltaReceiver
 from detok.wire.security import CurveKeys
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from tests.helpers.pool_helpers import Collected, Request, reference, workload
 from tests.helpers.waiting import wait_until
 

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from detok import wire as p
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 
 PARAMS = DecodeParams(stop=("\n\n", "END"), stop_token_ids=(7,), min_tokens=2)
 

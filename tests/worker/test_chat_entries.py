@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from detok.frontend import chat_logprobs_json as frontend_writer
+from detok.streaming import chat_logprobs_json as frontend_writer
 from detok.receiver.token_logprobs import RawToken, TokenLogprobs, split_logprobs
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.wire.to_frontends import DeltaLogprobs
 from detok.wire.to_workers import EndRequest, MAX_TOP_LOGPROBS, Registration
 from detok.worker.chat_entries import ChatFragments
@@ -112,7 +112,7 @@ def test_malformed_columns_raise(qwen) -> None:
     ids, ks, lps = np.array([1, 2], np.uint32), np.array([1, 1], np.int32), np.array([-1, -2], np.float32)
     with pytest.raises(ValueError, match="top_counts past"):
         fragments.render(ids, ks, lps, np.array([1, 1], np.uint32), np.array([5], np.uint32), np.array([-3], np.float32))
-    from detok.worker._chatentries import render
+    from detok._native._chatentries import render
 
     fragments.fill(np.array([1, 2, 5], np.uint32))
     table, buf = fragments._table, fragments._buf
@@ -220,7 +220,7 @@ def test_receiver_cuts_items_and_refuses_what_does_not_fit(compiled: bool, monke
     from detok.receiver import token_logprobs
 
     if compiled and token_logprobs._rows is None:
-        pytest.fail("the compiled cut is not built (detok/receiver/_logprobrows.c)")
+        pytest.fail("the compiled cut is not built (detok/_native/_logprobrows.c)")
     if not compiled:
         monkeypatch.setattr(token_logprobs, "_rows", None)
     [(rid, run)] = split_logprobs(one_row(2, b'{"a":1}{"b":22}', [7, 8]))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import detok
 from detok.wire.packing import pack_u32
 from detok.wire.to_workers import EndRequest, MAX_TOP_LOGPROBS, Registration, StepLogprobs
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.stream.strategy import prepare_decoding
 from detok.worker.core import MalformedBatch, WorkerCore
 from detok.worker.logprobs import TokenStrings, openai_token
@@ -114,7 +114,7 @@ def test_compiled_and_numpy_gathers_give_the_same_bytes(qwen) -> None:
         strings.compiled = False
         assert strings.gather(ids) == compiled
         strings.compiled = True
-    from detok.worker._tokenstrings import gather
+    from detok._native._tokenstrings import gather
 
     table = np.zeros(3, dtype=np.int64)
     with pytest.raises(ValueError):

@@ -18,7 +18,7 @@ from detok import wire as p
 from detok.scheduler.client import SchedulerClient
 from detok.wire.endpoints import IpcDir
 from detok.scheduler.step_logprobs import LogprobColumns
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from detok.receiver.token_logprobs import split_logprobs
 from detok.worker.core import Outputs, WorkerCore
 from scheduler_stub.logprobs import token_logprobs

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from detok.parsing.types import OutputParsing, ToolSpec
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.wire.to_workers import DetokBatch, EndRequest
 from detok.worker.core import WorkerCore
 from tests.helpers.typed_helpers import Typed, assemble, run_request

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from detok import load_tokenizer
 from detok.parsing.types import OutputParsing, ToolSpec
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from detok.stream.table import _NOT_PLAIN
 from detok.wire.to_workers import EndRequest
 from detok.worker.core import WorkerCore

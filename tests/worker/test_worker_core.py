@@ -11,7 +11,7 @@ import detok
 from detok.wire.packing import pack_rids, pack_u32
 from detok.wire.to_workers import DetokBatch, EndRequest, FailRequests, Registration
 from detok.stream import DecodeStream
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.worker.core import MalformedBatch, Outputs, WorkerCore
 from tests.helpers.tokenizers_available import corpus_text, hf_qwen2_dir
 

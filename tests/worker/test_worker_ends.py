@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import detok
-from detok.stream.params import DecodeParams, Finish
+from detok.wire.params import DecodeParams, Finish
 from detok.wire.to_workers import EndRequest, Registration
 from detok.worker.core import WorkerCore
 from tests.helpers.reuse_driver import expected

@@ -18,7 +18,7 @@ from detok.pool.pool import DetokPool
 from detok.wire.codec import new_encoder
 from detok.wire.to_workers import DetokBatch, Registration
 from detok.receiver.receiver import DeltaReceiver
-from detok.stream.params import DecodeParams
+from detok.wire.params import DecodeParams
 from detok.worker.frontend_sockets import MAX_FRONTENDS
 from detok.worker.serving_loop import MAX_QUEUE_LAG_S, clamped_lag as _clamped_lag
 from tests.helpers.pool_helpers import Collected, drive, poll_until, reference, workload

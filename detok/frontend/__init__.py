@@ -1,1 +1,0 @@
-"""The OpenAI-compatible HTTP frontend and `detok serve` (FastAPI + uvicorn); see app.py and serve.py."""
