@@ -119,7 +119,10 @@ def test_the_worker_gives_one_result_for_any_steps(index: int, groups: list[int]
         rid = next(_RIDS)
         runs.append(assemble(run_request(_core(family), rid, ids, g, _parsing(case), params, EndRequest(rid, "length")), rid))
     assert _key(runs[0]) == _key(runs[1]) == _key(runs[2])
-    if not stop:
+    # With skip_special_tokens a special token the grammar keeps as text (seed_oss's
+    # `<seed:tool_call>` mentioned inside its thought) is not text: the case's strings hold with
+    # special tokens kept.
+    if not stop and not skip:
         got = runs[2]
         calls = [(c[1], json.loads(str(c[2]))) for c in got.calls.values()]
         assert (got.reasoning, got.content, calls) == _want(case)
