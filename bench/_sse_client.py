@@ -1,15 +1,13 @@
 """A lean HTTP/1.1 client for streamed (SSE) POSTs: one keep-alive connection per simulated user,
 each SSE `data:` payload handed to a callback from the connection's `data_received`.
 
-Why not httpx (used elsewhere for plain requests): measured against `detok serve` on a 2-core
-machine, httpx spends ~100 us of client CPU per SSE chunk, so the load generator saturates a core
-near 10k chunks/s, well before the server; and reusing a connection after a fully read streamed
-response stalled some requests for ~5 s under concurrency.
+Why not httpx (used elsewhere for plain requests): its per-SSE-chunk client CPU makes the load
+generator saturate a core well before the server does; and reusing a connection after a fully read
+streamed response stalls some requests for seconds under concurrency.
 
-Why a Protocol and callbacks, not asyncio streams and an async iterator (this client's earlier
-form): that form paid two `wait_for`s (a task and a timer each), a reader wake-up and an async
-generator step per chunk, ≈55 us of client CPU per chunk at 1024 users; the client then took
-more of a 2-core box than the server it measured. Here a chunk costs one `data_received` call
+Why a Protocol and callbacks, not asyncio streams and an async iterator: that form pays two
+`wait_for`s (a task and a timer each), a reader wake-up and an async generator step per chunk, so
+at 1024 users the client would take more of a 2-core box than the server it measures. Here a chunk costs one `data_received` call
 and the parse of its bytes; the timer is per request, and a callback sees the event as its bytes
 arrive (its timestamp is not delayed by a task switch).
 """
@@ -62,7 +60,7 @@ class ResponseParser:
         buf = self._buf
         if not buf and not self._sse and self._state == "chunk-size" and self.status == 200:
             # the usual read: exactly one HTTP chunk holding exactly one one-line `data: ` event
-            # (≈1 us here against ≈4.5 us through the general path below; same result)
+            # (far cheaper here than through the general path below; same result)
             end = data.find(b"\r\n", 0, 10)
             if end > 0 and data.endswith(b"\n\n\r\n") and data.startswith(b"data: ", end + 2):
                 try:

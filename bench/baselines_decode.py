@@ -11,7 +11,7 @@ They are the anchors detok is measured against in `bench/decode.py` (per-token c
 window algorithms only call `decode(ids, skip_special_tokens=)` and `decode_batch(...)`, so any
 object with those two methods works for them; `HFDecodeStream` needs the real `tokenizers.Tokenizer`.
 
-The oracle they are compared with is DESIGN §3: text(G) = D(C + G)[len(D(C)):]. Where an anchor's
+The oracle they are compared with is docs/tokenizers.md's ("What the text is"): text(G) = D(C + G)[len(D(C)):]. Where an anchor's
 published behaviour differs from it, the class docstring says so; those differences are the point
 of the comparison, not bugs to fix here.
 """
@@ -37,7 +37,7 @@ class NaiveRedecode:
 
     Holds back while the text ends in U+FFFD (else a completed character would shift every later
     index). O(output length) per token. Differs from the oracle where a decoder's text of a prefix
-    is not a prefix of the text of the whole (ByteFallback's run of U+FFFDs, DESIGN §3).
+    is not a prefix of the text of the whole (ByteFallback's run of U+FFFDs, docs/tokenizers.md).
     """
 
     def __init__(self, hf_tokenizer: Any, prompt_ids: Sequence[int], skip_special_tokens: bool = True) -> None:

@@ -5,7 +5,7 @@
 
 K streams of N output ids are stepped round-robin, one id per stream per scheduler step, by each
 implementation in turn (same process, same streams; repetitions interleaved, median taken). Every
-implementation's concatenated text is checked against the oracle (DESIGN §3) and mismatches are
+implementation's concatenated text is checked against the oracle (docs/tokenizers.md) and mismatches are
 reported, not hidden: anchors may legitimately differ (see bench/baselines_decode.py).
 
 Implementations: detok (DecodeStream.step one id at a time, as a one-element list; the streams

@@ -1,4 +1,5 @@
-"""Streaming users while another client sends the heaviest legal bodies back to back (issue 22).
+"""Streaming users while another client sends the heaviest legal bodies back to back
+(docs/reliability.md, "Heavy requests").
 
     python -m bench.heavy [--users 8] [--duration-s 20] [--step-ms 20] [--max-tokens 100]
                           [--after-s 30] [--workers 1] [--json]
@@ -6,7 +7,7 @@
 Starts `detok serve --workers W --no-spare --step-ms S` (the default tokenizer, --max-model-len
 32768), then runs, side by side in one run:
   quiet  N users stream chat completions back to back for `duration-s` seconds;
-  heavy  the same, while a second client (its own process) sends issue 22's bodies back to back:
+  heavy  the same, while a second client (its own process) sends the heavy bodies back to back:
          a 3.8 MB text prompt (~1M tokens), a chat with one 3.8 MB message, a 2 MB CJK prompt,
          800K token ids, and two 3.8 MB prompts at once;
   after  nobody sends for `after-s` seconds.
@@ -14,7 +15,7 @@ Reported per phase: the users' TTFT and ITL (gap between a stream's chunks) p50 
 /health answer times p50 / p99 / max (polled every 100 ms by a third process), the frontend's RSS
 at the start, peak and end; for the heavy client, its answers (status counts, seconds p50 / max);
 for `after`, the frontend's RSS 5 s and `after-s` s after the burst, and the RSS over time (1 s
-samples). The goal of the issue: heavy ITL p99 within 10% of quiet, every gap and /health answer
+samples). The goal: heavy ITL p99 within 10% of quiet, every gap and /health answer
 under 100 ms, the RSS back within 50 MB of its steady value.
 """
 
@@ -43,7 +44,7 @@ MODEL = "detok-stub"
 _MB = 1_000_000
 
 
-# ---- the heavy bodies (issue 22's table) -------------------------------------------------------------
+# ---- the heavy bodies (tests/helpers/heavy_bodies.py holds the same) ---------------------------------
 def _english(size: int) -> str:
     base = "The quick brown fox jumps over the lazy dog, and then it naps in the sun. "
     return (base * (size // len(base) + 1))[:size]

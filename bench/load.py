@@ -16,7 +16,7 @@ difference to the client's figures is HTTP and the load generator). One JSON lin
 the end. The stub scheduler's step interval sets one request's token rate (20 ms: 50 tokens/s), so
 the ideal output rate is concurrency x 50 tokens/s; what matters is how close the stack stays to
 it and what latency it adds. Requests set `ignore_eos` so every output has --max-tokens tokens.
-The client (bench/_sse_client.py, an asyncio Protocol on uvloop) costs ≈15 us of CPU per chunk; --procs
+The client (bench/_sse_client.py, an asyncio Protocol on uvloop) costs CPU per chunk too; --procs
 spreads the users over several processes on machines with cores to spare. --logprobs N asks
 every request for logprobs with N alternatives (chat: `logprobs: true, top_logprobs: N`). --tools
 offers every chat request a tool (TOOLS in bench/load_requests.py); with the stub's `--workload echo`, a

@@ -21,7 +21,7 @@ Processes (the machine's cores are shared by all three, as in a real deployment)
 Figures per run (one JSON line each with --json):
   tokens_per_s      all tokens / (last delta received - scheduler start)
   latency_p50_ms, latency_p99_ms   scheduler send -> delta message received, over messages
-  mismatches        requests whose concatenated text differs from the oracle (DESIGN §3)
+  mismatches        requests whose concatenated text differs from the oracle (docs/tokenizers.md)
   *_cpu_ns_per_token   CPU time of each stage per token (workers summed), from /proc
 
 Without --step-interval-ms, each pipeline runs twice: as fast as its queues take it (max

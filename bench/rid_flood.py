@@ -1,4 +1,4 @@
-"""A worker's memory after floods of unknown rids (issue 22): RSS before, at peak, and after.
+"""A worker's memory after floods of unknown rids: RSS before, at peak, and after.
 
     python -m bench.rid_flood [--tokenizer SRC] [--floods 150000,400000,1250000] [--after-s 30] [--json]
 

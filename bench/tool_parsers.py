@@ -4,7 +4,7 @@ a scheduler sending one id per step), markers as marker pieces.
 Two streams per family, tokenized by the Qwen2 fixture's real BPE (the family's markers cut out as
 marker pieces, as one-token markers are): `content` (prose, no call: what every answer of a request
 with tools costs) and `calls` (a short preamble, then two calls whose arguments hold code and
-numbers: argument streaming). A request without a parser does not run this code at all (0 ns).
+numbers: argument streaming). A request without a parser does not run this code at all.
 Last, hermes side by side with the peers' approach (`tool_parsers_peer.py`: the whole text parsed
 again on every delta, as vLLM's hermes parser does in its frontend) on 2 and 8 such calls.
 

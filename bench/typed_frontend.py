@@ -1,4 +1,4 @@
-"""Typed output (issue 17): CPU per streamed token and chunk in the frontend, and per token in the
+"""Typed output (reasoning, content, tool calls): CPU per streamed token and chunk in the frontend, and per token in the
 worker, for chat output with reasoning and tool calls, side by side in one run:
 
 - `plain`: the same ids as a plain-text request (no parsing anywhere): the frontend renders one
@@ -142,7 +142,7 @@ def _parsed(parser: OutputParser, delta: RequestDelta) -> RequestDelta:
 
 
 def run_worker(tok: Any, steps: list[DetokBatch], warm_up: list[DetokBatch], typed_fast: bool = True) -> float:
-    """CPU seconds of a worker core that has served `warm_up` (other rids) before: a worker is
+    """CPU seconds of a worker core that has already served `warm_up` (other rids): a worker is
     long-lived, what it builds once (decode modes, tables) is not on the clock."""
     core = WorkerCore(tok)
     core.table.typed_fast = typed_fast

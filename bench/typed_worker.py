@@ -1,4 +1,4 @@
-"""Typed output in the worker (issue 17): worker CPU per token of parsed requests, by where the token
+"""Typed output in the worker (reasoning, content, tool calls): worker CPU per token of parsed requests, by where the token
 is (reasoning, content, a JSON string argument), against the same ids as plain requests, side by side
 in one run:
 

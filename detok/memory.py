@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-# At most one trim per this many seconds (a trim walks every arena: ~1 ms per 100 MB of heap).
+# At most one trim per this many seconds (a trim walks every arena: its cost grows with the heap).
 TRIM_MIN_INTERVAL_S = 1.0
 
 

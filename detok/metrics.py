@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN.md §7) in multiprocess mode.
+"""Prometheus metrics (docs/operations.md, "Metrics") in multiprocess mode.
 
 Every process writes its samples to files in one directory, `PROMETHEUS_MULTIPROC_DIR`; the
 frontend serves them all at `/metrics` with `render_metrics()`. prometheus_client chooses its
@@ -6,8 +6,8 @@ multiprocess value store when it is first imported, so a process must call `use_
 before anything imports prometheus_client; this module imports it lazily for that reason.
 
 Workers keep counts and histogram observations in plain ints and hand them to prometheus at most
-every `FLUSH_INTERVAL_S` (an `inc` in multiprocess mode costs ~2 us, an `observe` ~4 us; per
-token it would cost more than the decoding, per batch still a few percent).
+every `FLUSH_INTERVAL_S` (an `inc` or `observe` in multiprocess mode is a locked write to an mmap'd
+file; per token it would cost more than the decoding, per batch still a visible share).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def render_metrics(path: str | os.PathLike[str] | None = None) -> bytes:
 class BatchedHistogram:
     """Observations kept in plain ints and added to a prometheus histogram child at `flush`.
 
-    A multiprocess `observe` takes ~4 us (two locked mmap writes); a worker observes three
+    A multiprocess `observe` is two locked mmap writes; a worker observes three
     histograms per batch, thousands of batches a second. Here an observation is a bisect and two
     additions; `flush` adds each bucket's count at once, through the child's own value objects
     (prometheus_client keeps per-bucket, non-cumulative counts and a sum: the same numbers

@@ -37,8 +37,8 @@
  * Every other row is left untouched to the caller, and so is every later row of a request one of
  * whose rows was left (its rows stay in order): returned are their indices in order (None: no row
  * left). A rid with no open stream needs nothing and is not returned. Why: the Python path is
- * six calls per row (feed, wake, queue, push, take, the pusher) ≈ 2 µs of the frontend under load;
- * this is one pass of slot reads. */
+ * six calls per row (feed, wake, queue, push, take, the pusher), a large share of the frontend under
+ * load; this is one pass of slot reads. */
 #include "_textpusher.h"
 #include "_streamslots.h"
 
@@ -243,8 +243,8 @@ typedef struct {
 /* row k of the batch, of an open `stream` of the stream type: 1 done here (written, or nothing to
  * do but its token count), 0 left to the caller, -1 an error */
 static int push_one(Batch *b, Py_ssize_t k, PyObject *stream, PyObject *rid, PyObject *text) {
-    /* a request the batch finishes or gives typed rows after the rows, or one with a row left
-     * before: the caller's, so that its rows stay in order and go out with the rest */
+    /* a request the batch finishes or gives typed rows after the rows, or one that already had a
+     * row left to the caller: the caller's, so that its rows stay in order and go out with the rest */
     int r = b->finished != NULL ? PySet_Contains(b->finished, rid) : 0;
     if (r == 0 && b->left_rids != NULL) r = PySet_Contains(b->left_rids, rid);
     if (r != 0) return r < 0 ? -1 : 0;

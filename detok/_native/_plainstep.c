@@ -9,8 +9,9 @@
  * `RidMap` finds a rid's slot (open addressing on the raw uint64), so no per-row Python object is
  * made on the plain path.
  *
- * Why C: in CPython every per-row list/dict/int operation costs 30-100 ns on a small machine and a
- * row needs several; here a plain row costs a few ns.
+ * Why C: in CPython every per-row list/dict/int operation goes through the interpreter (type checks,
+ * reference counts, often an allocation) and a row needs several; here a plain row is a few array
+ * reads and writes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -746,9 +747,9 @@ static PyObject *PlainOpener_open(PlainOpener *p, PyObject *const *args, Py_ssiz
 }
 
 /* Prefetches for the prompts of later requests of open_many, one step of the chain each: a
- * prompt's list, its item array, its tail's int objects. The caller made them long before: their
- * reads, waited on one by one, are most of a request's set-up (perf annotate: 60% on the first
- * read of a tail's int). */
+ * prompt's list, its item array, its tail's int objects. The caller made them long before this call, so they are
+ * out of cache: their reads, waited on one by one, are most of a request's set-up (the first read of
+ * a tail's int above all). */
 static inline void prefetch_prompt(PyObject **ctx_items, Py_ssize_t i, Py_ssize_t n, Py_ssize_t max_context) {
     if (i + 3 * PROMPT_AHEAD < n) __builtin_prefetch(ctx_items[i + 3 * PROMPT_AHEAD]);
     if (i + 2 * PROMPT_AHEAD < n && PyList_CheckExact(ctx_items[i + 2 * PROMPT_AHEAD])) {
@@ -835,7 +836,7 @@ static PyObject *plain_end(PlainOpener *p, unsigned long long rid, long long slo
     PyObject *text = PyUnicode_DecodeUTF8((const char *)p->col[O_PEND].view.buf + MAX_PENDING * slot, held, "replace");
     if (text == NULL) return NULL;
     long long offset = ((int64_t *)p->col[O_CHOFF].view.buf)[slot], ntok = ((int64_t *)p->col[O_NTOK].view.buf)[slot];
-    /* the tuple built directly: Py_BuildValue parses its format on every call (~100 ns a request) */
+    /* the tuple built directly: Py_BuildValue parses its format on every call */
     PyObject *result = PyTuple_New(finish == NULL ? 3 : 4), *off_obj = PyLong_FromLongLong(offset),
              *ntok_obj = PyLong_FromLongLong(ntok);
     if (result == NULL || off_obj == NULL || ntok_obj == NULL) {

@@ -1,4 +1,4 @@
-"""`/health` and the health watchdog, as TEAM.md §2 fixes them.
+"""`/health` and the health watchdog (the contract: docs/http-api.md and docs/reliability.md).
 
 Only the scheduler's state decides what the frontend does: while it is down, `/health` is 503 and
 new requests are refused (503); when it goes down, or comes back as a new process
@@ -38,7 +38,7 @@ class SchedulerWatch:
         self.receiver = receiver
         self.health = health
         # admission asks per request: the scheduler's state alone, where the stack can tell it
-        # without every component's (the pool's part copies its slots under a lock: ≈5 us a call idle)
+        # without every component's (the pool's part copies its slots under a lock)
         self._scheduler_serving = scheduler_serving or self._scheduler_from_health
         self.health_detail = health_detail
         self.generation = generation

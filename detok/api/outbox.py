@@ -2,20 +2,18 @@
 
 A zmq send on its own is dear: libzmq hands the message to its I/O thread through a mailbox, which
 wakes that thread, which writes the socket and sleeps again; the scheduler wakes once per message
-too. Measured on a 2-core box (a PUSH over ipc to a PULL in another process, 300-byte messages, the
-sending thread's CPU): ≈18 µs per lone send, ≈3.7 µs each in runs of 8, ≈1.9 in runs of 64
-(README, "A turn's submissions in one run"). Requests reach a frontend in
-waves (a closed-loop client's users finish in the same scheduler step; an agent's calls go out
-together), one handler after another in one turn of the loop, and each used to send its own
-request. Now what the handlers of a turn send is queued and goes out in one run as the turn ends
-(`loop.call_soon`), in the order it was put: a request is still sent before its abort.
+too. Sent in runs, that cost is paid once per run, so a message in a run costs the sending thread a
+fraction of a lone send. Requests reach a frontend in waves (a closed-loop client's users finish in
+the same scheduler step; an agent's calls go out together), one handler after another in one turn
+of the loop. So what the handlers of a turn send is queued and goes out in one run as the turn ends
+(`loop.call_soon`), in the order it was put: a request is always sent before its abort.
 
 A full scheduler queue still refuses requests at once (503): once a send found it full, each
-request asks the socket whether it takes one now (zmq's POLLOUT, ≈1.6 µs, asked only then) until
+request asks the socket whether it takes one now (zmq's POLLOUT, asked only then) until
 it does again. The request whose run found the queue full (with its bound, `SchedulerLink`'s hwm
 of 100,000, the rare case) has its stream end with the same message as an error (`on_unsent`):
 nothing is lost silently. Without a running event loop (a synchronous caller) every message is
-sent at once, as before.
+sent at once.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ log = logging.getLogger("detok.frontend")
 # length, and what a turn holds (each a few hundred bytes), stay bounded.
 OUTBOX_MAX_QUEUED = 256
 # How long the first message of a run may wait for the turn's end: a turn that runs a wave of
-# request handlers lasts milliseconds (≈0.3 ms each), and a request held that long can miss the
+# request handlers lasts milliseconds, and a request held that long can miss the
 # scheduler's next step. Checked when a message is put: runs of a few messages, each sent within
 # about this time of its handler (unless the turn's remaining work holds it, with nothing more put).
 OUTBOX_MAX_WAIT_S = 0.001

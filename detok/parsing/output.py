@@ -97,7 +97,7 @@ class OutputParser:
 
     def _content(self, pieces: list[Piece], reasoning: str) -> TypedDelta:
         if self._tools is None:
-            # per token: one piece is the common case, a generator join costs ~300 ns
+            # per token: one piece is the common case, and a generator join costs more than the piece
             if not pieces:
                 return TypedDelta(reasoning=reasoning)
             if len(pieces) == 1:

@@ -46,7 +46,7 @@ def request_parser(parsing: OutputParsing | None, rid: int, token_id: Callable[[
     Raises ParsingLimitError / ParserConfigError: that request's error. Call ids are seeded by the
     registration's `call_id_seed`, or by the rid when it has none: the same on a replay."""
     if parsing is None or not (parsing.reasoning_parser or parsing.tool_parser):
-        return None  # (before the imports: every plain registration comes here, ~1 us of them)
+        return None  # (ahead of the imports: every plain registration comes here)
     import msgspec
 
     from detok.parsing.limits import check_parsing

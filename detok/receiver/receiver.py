@@ -140,11 +140,11 @@ class DeltaReceiver:
         if self._loop is None and not self.closed:
             self._loop = asyncio.get_running_loop()
             self._loop.add_reader(self._sock.get(zmq.FD), self._on_readable)
-            self._loop.call_soon(self._on_readable)  # (what was queued before: the FD signals changes only)
+            self._loop.call_soon(self._on_readable)  # (what is already queued: the FD signals changes only)
 
     def _on_readable(self) -> None:
         """The socket's messages dispatched as the loop sees its FD readable. A plain socket on the
-        loop's reader, not pyzmq's asyncio socket: that one costs ≈30 µs more of the frontend a
+        loop's reader, not pyzmq's asyncio socket: that one costs the frontend much more per
         message (a future, a NOBLOCK try ending in a raised zmq.Again, enum flag arithmetic, a
         call_later(0) to look again), twice a step. Past _DRAIN_MAX messages (or a dispatch that
         raised) the rest is read at the loop's next turn: zmq's FD would not signal them again."""

@@ -9,7 +9,7 @@ Never blocking: each worker socket has a bounded queue; a send that would block 
 worker's backlog (order preserved, retried first on the next call) and the worker is reported in
 `send_step`'s return value, so the scheduler can throttle admission. Nothing is waited on.
 
-Exact replay after a worker's death (DESIGN.md §5): the client keeps, per worker, every request
+Exact replay after a worker's death (docs/reliability.md, "How replay works"): the client keeps, per worker, every request
 it may have to rebuild - its registration, and the step columns it was sent, in a `ShardJournal`
 (by reference, no copy on the hot path) - until the worker has acknowledged the request's end. A
 worker process that may have lost state (a pool's replacement process, a standalone worker that

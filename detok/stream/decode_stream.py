@@ -1,4 +1,4 @@
-"""One request's incremental decode with its stop rules (DESIGN.md §3-4)."""
+"""One request's incremental decode with its stop rules (docs/tokenizers.md)."""
 
 from __future__ import annotations
 

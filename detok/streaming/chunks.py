@@ -3,7 +3,7 @@ object, when asked for) is JSON-encoded and spliced between a fixed head and tai
 
 A text chunk of one response differs from the next only in the choice index, the delta's fields
 and the logprobs; the id, created, model and the keys are the same bytes every time. Building the
-OpenAI Structs and encoding them whole cost ~3 us a chunk; the template costs one
+OpenAI Structs and encoding them whole costs an object per field a chunk; the template costs one
 `msgspec.json.encode(text)` and a join. The bytes are exactly what the Structs of
 `detok.api.openai_types` encode to (key order included; `tests/frontend/test_chunks.py`
 checks it), so a client cannot tell the two apart.

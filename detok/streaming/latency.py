@@ -1,7 +1,7 @@
 """The frontend's latency histograms, recorded per text delta without costing a metrics write each.
 
-In prometheus_client's multiprocess mode one `Histogram.observe` costs ~16 us (two mmap'd file
-writes), measured at ~16% of the frontend's CPU under load. Observations are therefore kept as
+In prometheus_client's multiprocess mode one `Histogram.observe` is two mmap'd file
+writes, per text delta a large share of the frontend's CPU under load. Observations are therefore kept as
 plain per-bucket counts and handed to prometheus in bulk by `flush()`, a few times a second, which
 `/metrics` readers see as at most one flush interval of delay. Histograms lacking the attributes
 this relies on (a different prometheus_client) are observed one value at a time instead.

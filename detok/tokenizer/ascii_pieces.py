@@ -2,8 +2,7 @@
 pattern run by Python's `re`, each word BPE-merged by the tokenizer's own model and memoized.
 
 Why: for a byte-level BPE tokenizer (Qwen2, Llama-3, ...) `tokenizers` spends most of a short
-piece's encode in its pre-tokenizer's Oniguruma regex (Qwen2, a 32-character user message: ≈17 of
-≈20 µs), the frontend's largest per-request cost after the chat template.
+piece's encode in its pre-tokenizer's Oniguruma regex, the frontend's largest per-request cost after the chat template.
 
 Why it is exact: the pre-tokenizer must be `Split(pattern, "Isolated")` then `ByteLevel` without its
 own regex or a prefix space, with no normalizer. The pattern may use only literals, the classes
@@ -25,8 +24,8 @@ from typing import Any
 
 import tokenizers
 
-# A piece longer than this goes to `tokenizers`, which releases the GIL while it works: a piece of
-# words never seen holds it ≈1.3 ms here (English text; `tokenizers` ≈1 ms), once seen ≈0.13 ms.
+# A piece longer than this goes to `tokenizers`, which releases the GIL while it works: a long piece of
+# words never seen would hold the GIL here for longer than `tokenizers` takes (once seen, far less).
 # A word's ids are memoized for this many distinct words (≈100 bytes each).
 ASCII_PIECE_MAX_CHARS = 1024
 WORD_CACHE_ENTRIES = 32_768

@@ -35,7 +35,7 @@ class GGUFTokenizer(HFTokenizer):
     BPE vocabularies decode through their per-token byte map rather than HF's ByteLevel decoder:
     llama.cpp prints control and user-defined tokens as their raw text (deepseek-llm stores 'ø' as
     a user-defined token), which the ByteLevel decoder would turn into U+FFFD. Joining the bytes in
-    Python is also about twice as fast as HF's decode (370 vs 800 us per 1000 Llama-3 ids).
+    Python is also faster than HF's decode (a dict lookup per id and one join, no decoder chain).
     """
 
     backend = "gguf"

@@ -4,8 +4,7 @@
 each piece between them is then pre-tokenized and BPE-merged on its own, so the ids of a text are
 the added tokens' ids and each piece's ids, in order. A chat prompt's pieces repeat from request to
 request (the system prompt, the role headers, the tool definitions), and tokenizing them is the
-largest per-request cost of the frontend (Qwen2: ≈60-75 µs for a 138-character chat prompt; ≈2
-ms per thousand tokens of system prompt). `SegmentedEncoder` cuts the text as `tokenizers` does and
+largest per-request cost of the frontend (it grows with the system prompt). `SegmentedEncoder` cuts the text as `tokenizers` does and
 keeps each piece's ids in a bounded LRU: the result is the same function of the text, memoized,
 exact by construction and checked against `tokenizers` by property tests.
 

@@ -11,10 +11,9 @@ worker dropped is lost: the replay holds everything sent before it, and everythi
 follows it in the same ordered channel (see detok/scheduler/client.py, detok/scheduler/replay_journal.py).
 
 The integer columns of `DetokBatch` (rids, starts, counts, token ids) are packed little-endian
-arrays (`detok.wire.packing`). Measured on this machine for 1024 ids of the Llama-3 vocabulary: 4
-bytes per token id against 5 for msgpack ints above 65535; encoding from a numpy array 2x faster
-than msgpack lists of ints (7 against 17 us), decoding to Python ints no slower (53 against 64 us) -
-and a real scheduler already holds its ids and rids in arrays, which it can shard and send without
+arrays (`detok.wire.packing`): 4 bytes per token id against 5 for msgpack ints above 65535;
+encoding from a numpy array is one copy, not an int object per id, and decoding to Python ints is
+no slower than msgpack's - and a real scheduler already holds its ids and rids in arrays, which it can shard and send without
 a Python loop.
 """
 

@@ -1,6 +1,6 @@
 """The benchmark anchors (bench/baselines*.py) are working detokenizers, and bench/decode.py runs.
 
-Anchors are checked against the oracle of DESIGN §3, D(C + G)[len(D(C)):], on clean text with the
+Anchors are checked against the oracle of docs/tokenizers.md, D(C + G)[len(D(C)):], on clean text with the
 Qwen2 fixture; where an anchor's published behaviour differs (SGLang showing only whole words of an
 unsettled tail, vLLM's DecodeStream dropping an incomplete tail at finish), the test pins that.
 """

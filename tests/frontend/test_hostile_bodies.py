@@ -1,12 +1,12 @@
-"""Bad input costs only its sender (issue 22), against a live `detok serve`: while one stream runs,
-another client sends each heavy body of the issue's table (and two at once); each is answered with
+"""Bad input costs only its sender, against a live `detok serve`: while one stream runs,
+another client sends each heavy body of tests/helpers/heavy_bodies.py (and two at once); each is answered with
 OpenAI's 400 JSON, the stream and /health keep going, and a 30,000-token prompt under the limit is
 still served with its exact prompt_tokens.
 
-The issue's bar is every gap and /health answer under 100 ms: bench/heavy.py measures it (speed is
+The bar, every gap and /health answer under 100 ms, is for bench/heavy.py to measure (speed is
 the bench's job; this test prints what it saw). Here behaviour: each answer is OpenAI's 400 JSON,
 the too-long prompts are refused after counting a part of them (the error names a count far below
-the ≈950K tokens of the whole text, which the server used to tokenize before refusing), and the
+the ≈950K tokens of the whole text, which the server never tokenizes whole), and the
 stream and /health go on."""
 
 from __future__ import annotations

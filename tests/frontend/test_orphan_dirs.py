@@ -1,5 +1,5 @@
 """A SIGKILLed `detok serve` leaves its temp directories (metrics, ipc sockets) behind; the next
-start removes them, never those of a stack that is still running (issue 22)."""
+start removes them, never those of a stack that is still running."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Units of the typed edge (issue 17): field chunks byte-equal to a Struct's encoding, typed deltas
+"""Units of the typed edge (reasoning, content, tool calls): field chunks byte-equal to a Struct's encoding, typed deltas
 shaped into chunks and bodies (streamed == non-streamed, include_reasoning, parallel_tool_calls),
 where the output starts (prompt, chat_template_kwargs), and the stub's echo workload and seeded
 per-step token counts."""

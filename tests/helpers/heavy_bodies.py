@@ -1,4 +1,4 @@
-"""The heavy but legal request bodies of issue 22's table (each under the 8 MB body limit), for
+"""The heavy but legal request bodies (each under the 8 MB body limit; docs/reliability.md), for
 the hostile-input tests (the bench builds the same in bench/heavy.py)."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ MULTILINGUAL = [
 
 
 def oracle(tok: Tokenizer, ctx: Sequence[int], gen: Sequence[int], params: DecodeParams) -> tuple[str, str, str]:
-    """(text(G), D(C), D(C+G)) per DESIGN.md §3, without stop rules. With special tokens kept and
+    """(text(G), D(C), D(C+G)) per docs/tokenizers.md, without stop rules. With special tokens kept and
     spaces_between_special_tokens=False, D(C+G) applies vLLM's raw-added rule to G only."""
     kw = dict(
         skip_special_tokens=params.skip_special_tokens,

@@ -1,4 +1,4 @@
-"""A tool-call start ends reasoning (issue 45): with `qwen3` + `hermes` (Qwen3 hybrid and Qwen3-2507's
+"""A tool-call start ends reasoning: with `qwen3` + `hermes` (Qwen3 hybrid and Qwen3-2507's
 setup), an output without `<think>` that holds a `<tool_call>` JSON block gives its call back through the
 worker's typed stream - finish `tool_calls`, for any grouping of ids and one id per step - and the
 thinking switch (`enable_thinking` / `thinking`) decides where the output starts for every family."""

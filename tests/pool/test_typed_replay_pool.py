@@ -1,4 +1,4 @@
-"""Typed output through real worker processes (issue 17): a pool started with the qwen3 and hermes
+"""Typed output through real worker processes: a pool started with the qwen3 and hermes
 parsers, requests whose output holds reasoning and tool calls, a worker SIGKILLed in the middle of
 the calls: every request's reasoning, content, tool calls (ids included) and finish equal an
 in-process worker's for the same ids, and no request fails."""

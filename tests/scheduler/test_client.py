@@ -242,8 +242,8 @@ def test_bad_step_arguments_are_rejected(ipc) -> None:
 
 
 def test_an_end_in_the_same_step_as_the_last_token_keeps_its_start(ipc) -> None:
-    """Regression: the end used to be staged before the starts were counted, which forgot the
-    request's count and sent its last token with start 0 (dropped by the worker as a replay)."""
+    """An end is staged after the step's starts are counted: staged first, it would lose the
+    request's count and send its last token with start 0 (dropped by the worker as a replay)."""
     workers = FakeWorkers(ipc, 1)
     client = SchedulerClient(workers.endpoints, workers.notify)
     try:

@@ -1,7 +1,7 @@
-"""`DecodeStream.step(int)` and the cheap set-up paths (issue 19) against the old paths.
+"""`DecodeStream.step(int)` and the cheap set-up paths against the general Python paths.
 
 - `step(id)` (compiled one-id step), `step([id])`, the pure-Python fallback class (the module
-  loaded without the extension) and the Python step path (`_step_py`, what `step` was before)
+  loaded without the extension) and the Python step path (`_step_py`, the general path)
   give the same deltas, counters, held bytes and finishes, on real tokenizers, for any ids
   (partial UTF-8, specials, EOS, stop ids and strings, min_tokens, out of the vocabulary).
 - A prompt tail that ends in whole characters is not decoded: the decoder's state is the one a
@@ -63,7 +63,7 @@ _PyDecodeStream = _python_fallback_class()
 
 
 class _OldPath(DecodeStream):  # type: ignore[misc,valid-type]
-    """Every step through the Python path, with a list (what `step` did before issue 19)."""
+    """Every step through the Python path, with a list (the general path, no compiled step)."""
 
     __slots__ = ()
 

@@ -1,4 +1,4 @@
-"""Named cases from DESIGN.md §3 and the seeds, and the O(1)-per-token structure of both strategies."""
+"""Named cases from docs/tokenizers.md and the seeds, and the O(1)-per-token structure of both strategies."""
 
 from __future__ import annotations
 

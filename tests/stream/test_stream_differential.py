@@ -1,4 +1,4 @@
-"""Differential tests: streamed text == the oracle of DESIGN.md §3, on every real tokenizer.
+"""Differential tests: streamed text == the oracle of docs/tokenizers.md, on every real tokenizer.
 
 Cut points are checked to fall on whole characters where the text is compared with `decode`
 (Hugging Face's ByteFallback decoder and the UTF-8 rule legitimately differ elsewhere); the byte

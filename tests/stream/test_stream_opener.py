@@ -1,4 +1,4 @@
-"""`DecodeStream.opener` and the compiled start and end of a plain stream (issue 19).
+"""`DecodeStream.opener` and the compiled start and end of a plain stream.
 
 - A stream a maker makes is the stream `DecodeStream(...)` makes with the same arguments: every
   field, the decoder's state, then the same deltas, counters and finish, for any prompt tail

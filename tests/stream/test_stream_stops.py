@@ -1,4 +1,4 @@
-"""Stop rules (DESIGN.md §4) against a non-streamed reference, in random step groupings."""
+"""Stop rules (docs/tokenizers.md) against a non-streamed reference, in random step groupings."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A foreign process on the network against a pool over tcp (real worker process, real sockets on
-127.0.0.1): the five attacks of issue 11, by a peer without keys (plain zmq), by one with its own
+127.0.0.1): the five attacks numbered in `_attack`, by a peer without keys (plain zmq), by one with its own
 CURVE keypair, and by raw bytes. With the deployment's CURVE keys none has any effect while keyed
 traffic streams exactly; the same attacks against an explicitly insecure pool all succeed (the
 control: the attacks are real).

@@ -1,5 +1,5 @@
 """The worker's batch processing in-process (no sockets): text against the oracle and an
-in-process DecodeStream, stops and notices, every bad-input path of DESIGN.md §5."""
+in-process DecodeStream, stops and notices, every bad-input path of docs/reliability.md."""
 
 from __future__ import annotations
 
