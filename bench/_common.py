@@ -151,7 +151,8 @@ def _decode(tok: Any, ids: Sequence[int]) -> str:
 
 
 def _clean_cut(tok: Any, ids: Sequence[int], i: int) -> bool:
-    """True where cutting `ids` at i splits no character (docs/tokenizers.md, "What the text is": compare only on such cuts)."""
+    """True where cutting `ids` at i splits no character (docs/tokenizers.md, "What the text is":
+    compare only on such cuts)."""
     if i <= 0 or i >= len(ids):
         return True
     return not _decode(tok, ids[max(0, i - 4) : i]).endswith(_REPLACEMENT) and not _decode(
@@ -269,17 +270,18 @@ def make_streams(
 
 
 def oracle_text(tok: Any, stream: TokenStream) -> str:
-    """The literal formula of docs/tokenizers.md ("What the text is"), D(C + G)[len(D(C)):], skipping special tokens."""
+    """The literal formula of docs/tokenizers.md ("What the text is"), D(C + G)[len(D(C)):], skipping
+    special tokens."""
     return _decode(tok, stream.context + stream.ids)[len(_decode(tok, stream.context)) :]
 
 
 class Oracle:
     """The text a stream must produce (docs/tokenizers.md), special tokens skipped.
 
-    D(C + G)[len(D(C)):], except where bytes are invalid: there docs/tokenizers.md asks for UTF-8 decoding with one
-    U+FFFD per maximal invalid subpart, which is not what Hugging Face's ByteFallback decoder does
-    (it turns a whole run of byte tokens into U+FFFDs). So for tokenizers whose decoder is a
-    verified per-token byte map, the text is the lossy UTF-8 decoding of the tokens' bytes.
+    D(C + G)[len(D(C)):], except where bytes are invalid: there docs/tokenizers.md asks for UTF-8
+    decoding with one U+FFFD per maximal invalid subpart, which is not what Hugging Face's ByteFallback
+    decoder does (it turns a whole run of byte tokens into U+FFFDs). So for tokenizers whose decoder is
+    a verified per-token byte map, the text is the lossy UTF-8 decoding of the tokens' bytes.
     """
 
     def __init__(self, tok: Any) -> None:

@@ -5,11 +5,11 @@ Why not httpx (used elsewhere for plain requests): its per-SSE-chunk client CPU 
 generator saturate a core well before the server does; and reusing a connection after a fully read
 streamed response stalls some requests for seconds under concurrency.
 
-Why a Protocol and callbacks, not asyncio streams and an async iterator: that form pays two
-`wait_for`s (a task and a timer each), a reader wake-up and an async generator step per chunk, so
-at 1024 users the client would take more of a 2-core box than the server it measures. Here a chunk costs one `data_received` call
-and the parse of its bytes; the timer is per request, and a callback sees the event as its bytes
-arrive (its timestamp is not delayed by a task switch).
+Why a Protocol and callbacks, not asyncio streams and an async iterator: that form pays two `wait_for`s
+(a task and a timer each), a reader wake-up and an async generator step per chunk, so at 1024 users the
+client would take more of a 2-core box than the server it measures. Here a chunk costs one
+`data_received` call and the parse of its bytes; the timer is per request, and a callback sees the event
+as its bytes arrive (its timestamp is not delayed by a task switch).
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ They are the anchors detok is measured against in `bench/decode.py` (per-token c
 window algorithms only call `decode(ids, skip_special_tokens=)` and `decode_batch(...)`, so any
 object with those two methods works for them; `HFDecodeStream` needs the real `tokenizers.Tokenizer`.
 
-The oracle they are compared with is docs/tokenizers.md's ("What the text is"): text(G) = D(C + G)[len(D(C)):]. Where an anchor's
-published behaviour differs from it, the class docstring says so; those differences are the point
-of the comparison, not bugs to fix here.
+The oracle they are compared with is docs/tokenizers.md's ("What the text is"): text(G) = D(C +
+G)[len(D(C)):]. Where an anchor's published behaviour differs from it, the class docstring says so;
+those differences are the point of the comparison, not bugs to fix here.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Typed output (reasoning, content, tool calls): CPU per streamed token and chunk in the frontend, and per token in the
-worker, for chat output with reasoning and tool calls, side by side in one run:
+"""Typed output (reasoning, content, tool calls): CPU per streamed token and chunk in the frontend, and
+per token in the worker, for chat output with reasoning and tool calls, side by side in one run:
 
 - `plain`: the same ids as a plain-text request (no parsing anywhere): the frontend renders one
   content chunk per delta (the baseline);

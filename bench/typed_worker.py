@@ -1,6 +1,6 @@
-"""Typed output in the worker (reasoning, content, tool calls): worker CPU per token of parsed requests, by where the token
-is (reasoning, content, a JSON string argument), against the same ids as plain requests, side by side
-in one run:
+"""Typed output in the worker (reasoning, content, tool calls): worker CPU per token of parsed requests,
+by where the token is (reasoning, content, a JSON string argument), against the same ids as plain
+requests, side by side in one run:
 
 - `plain`: no parsing (the worker's compiled path);
 - `typed`: parsed, with the compiled path for steady states (detok.stream.typed_fast);

@@ -747,9 +747,9 @@ static PyObject *PlainOpener_open(PlainOpener *p, PyObject *const *args, Py_ssiz
 }
 
 /* Prefetches for the prompts of later requests of open_many, one step of the chain each: a
- * prompt's list, its item array, its tail's int objects. The caller made them long before this call, so they are
- * out of cache: their reads, waited on one by one, are most of a request's set-up (the first read of
- * a tail's int above all). */
+ * prompt's list, its item array, its tail's int objects. The caller made them long before this call, so
+ * they are out of cache: their reads, waited on one by one, are most of a request's set-up (the first
+ * read of a tail's int above all). */
 static inline void prefetch_prompt(PyObject **ctx_items, Py_ssize_t i, Py_ssize_t n, Py_ssize_t max_context) {
     if (i + 3 * PROMPT_AHEAD < n) __builtin_prefetch(ctx_items[i + 3 * PROMPT_AHEAD]);
     if (i + 2 * PROMPT_AHEAD < n && PyList_CheckExact(ctx_items[i + 2 * PROMPT_AHEAD])) {

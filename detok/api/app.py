@@ -173,7 +173,7 @@ class _DetokApp(FastAPI):
         if self.user_middleware or self.root_path or scope.get("root_path"):
             return False
         now = time.monotonic()
-        if now - self._telemetry_checked >= _TELEMETRY_RECHECK_S:  # (its check reads the providers: not per request)
+        if now - self._telemetry_checked >= _TELEMETRY_RECHECK_S:  # (the check reads the providers)
             telemetry = getattr(self, "_native_telemetry", None)  # (FastAPI >= 0.165's own OpenTelemetry)
             self._telemetry_on = telemetry is not None and bool(telemetry.enabled())
             self._telemetry_checked = now

@@ -1,6 +1,7 @@
-"""Every bound the HTTP frontend puts on what a client sends, in one place (the README's tables
-list them). A value past one of these is a 4xx naming the parameter, before anything reaches the
-scheduler or a worker; the HTTP limits are enforced by `detok.api.http_limits`.
+"""Every bound the HTTP frontend puts on what a client sends, in one place (docs/http-api.md and
+docs/reliability.md, "Every named limit", list them). A value past one of these is a 4xx naming the
+parameter, before anything reaches the scheduler or a worker; the HTTP limits are enforced by
+`detok.api.http_limits`.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ class _SamplingRequest(_Request):
     # the output ids in each chunk (or the body) and the prompt's (vLLM's, for RL and tracing)
     return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None  # logprob tokens written `token_id:{id}` (vLLM's)
-    # accepted without effect (README): the stack's scheduler keeps no prefix cache to salt
+    # accepted without effect (docs/http-api.md): the stack's scheduler keeps no prefix cache to salt
     cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
     # refused (detok.api.refusals): vLLM options that need its engine
     thinking_token_budget: Any = None

@@ -1,6 +1,6 @@
 """Bounds on what a request's output parsing may carry (its tools), checked by the frontend (a 400
 naming the parameter) and again by the worker on the registration (that request's error, never the
-worker's). The README's limits table lists them."""
+worker's). docs/reliability.md's limits tables list them."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ MAX_ARGUMENT_DEPTH: Final = 128
 MAX_PARSER_NAME_CHARS: Final = 64
 MAX_CALL_ID_SEED_CHARS: Final = 256
 
-# What the model writes in its tool calls, bounded while the families read it (the README's limits
-# table). Past a bound a call is malformed: while its name is unknown it ends as the model's text
+# What the model writes in its tool calls, bounded while the families read it (docs/reliability.md's
+# limits tables). Past a bound a call is malformed: while its name is unknown it ends as the model's text
 # (content), once its name went out its arguments are closed to valid JSON where the bound was met;
 # a log line says which (`detok.parsing.malformed`), never an error of the request or the worker.
 MAX_TOOL_CALLS: Final = 128  # calls emitted per response; later ones are parsed and dropped

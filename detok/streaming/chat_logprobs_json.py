@@ -1,10 +1,11 @@
 """A chat choice's `logprobs` object written straight to JSON bytes, per streamed chunk.
 
-`logprobs_format.chat_logprobs` builds one `TokenLogprob` Struct and `top_logprobs` + 1
-`TopLogprob` Structs per token and msgspec encodes them: with top-5, the largest share of a logprobs chunk's cost. Here each token string's JSON is made
-once (`{"token":"...","logprob":` and `,"bytes":[...]`, kept per token id: tokens repeat) and a
-chunk's floats are encoded by msgspec in one call per column, so per token `_chatlogprobs.c` only
-copies a few byte strings. Without a compiler the Structs are encoded as before.
+`logprobs_format.chat_logprobs` builds one `TokenLogprob` Struct and `top_logprobs` + 1 `TopLogprob`
+Structs per token and msgspec encodes them: with top-5, the largest share of a logprobs chunk's cost.
+Here each token string's JSON is made once (`{"token":"...","logprob":` and `,"bytes":[...]`, kept per
+token id: tokens repeat) and a chunk's floats are encoded by msgspec in one call per column, so per
+token `_chatlogprobs.c` only copies a few byte strings. Without a compiler the Structs are encoded as
+before.
 
 The bytes are exactly what msgspec writes for `ChatLogprobs(chat_content(entries, k))` (msgspec's
 own float format included: it is not `repr`'s); `tests/frontend/test_chat_logprobs_json.py` checks

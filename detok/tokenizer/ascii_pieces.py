@@ -1,8 +1,9 @@
 """An ASCII prompt piece's ids without `tokenizers`' pre-tokenizer: the tokenizer's own split
 pattern run by Python's `re`, each word BPE-merged by the tokenizer's own model and memoized.
 
-Why: for a byte-level BPE tokenizer (Qwen2, Llama-3, ...) `tokenizers` spends most of a short
-piece's encode in its pre-tokenizer's Oniguruma regex, the frontend's largest per-request cost after the chat template.
+Why: for a byte-level BPE tokenizer (Qwen2, Llama-3, ...) `tokenizers` spends most of a short piece's
+encode in its pre-tokenizer's Oniguruma regex, the frontend's largest per-request cost after the chat
+template.
 
 Why it is exact: the pre-tokenizer must be `Split(pattern, "Isolated")` then `ByteLevel` without its
 own regex or a prefix space, with no normalizer. The pattern may use only literals, the classes

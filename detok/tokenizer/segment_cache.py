@@ -1,11 +1,11 @@
 """A prompt's ids with the text between its added tokens memoized (Hugging Face backend).
 
-`tokenizers` cuts a text at its added tokens (the chat template's markers) before anything else:
-each piece between them is then pre-tokenized and BPE-merged on its own, so the ids of a text are
-the added tokens' ids and each piece's ids, in order. A chat prompt's pieces repeat from request to
-request (the system prompt, the role headers, the tool definitions), and tokenizing them is the
-largest per-request cost of the frontend (it grows with the system prompt). `SegmentedEncoder` cuts the text as `tokenizers` does and
-keeps each piece's ids in a bounded LRU: the result is the same function of the text, memoized,
+`tokenizers` cuts a text at its added tokens (the chat template's markers) before anything else: each
+piece between them is then pre-tokenized and BPE-merged on its own, so the ids of a text are the added
+tokens' ids and each piece's ids, in order. A chat prompt's pieces repeat from request to request (the
+system prompt, the role headers, the tool definitions), and tokenizing them is the largest per-request
+cost of the frontend (it grows with the system prompt). `SegmentedEncoder` cuts the text as `tokenizers`
+does and keeps each piece's ids in a bounded LRU: the result is the same function of the text, memoized,
 exact by construction and checked against `tokenizers` by property tests.
 
 It applies only where that cut is plain string matching and a piece's ids do not depend on where

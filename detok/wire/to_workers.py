@@ -10,11 +10,11 @@ request of that shard (registrations, all token ids from start 0, scheduler ends
 worker dropped is lost: the replay holds everything sent before it, and everything after it
 follows it in the same ordered channel (see detok/scheduler/client.py, detok/scheduler/replay_journal.py).
 
-The integer columns of `DetokBatch` (rids, starts, counts, token ids) are packed little-endian
-arrays (`detok.wire.packing`): 4 bytes per token id against 5 for msgpack ints above 65535;
-encoding from a numpy array is one copy, not an int object per id, and decoding to Python ints is
-no slower than msgpack's - and a real scheduler already holds its ids and rids in arrays, which it can shard and send without
-a Python loop.
+The integer columns of `DetokBatch` (rids, starts, counts, token ids) are packed little-endian arrays
+(`detok.wire.packing`): 4 bytes per token id against 5 for msgpack ints above 65535; encoding from a
+numpy array is one copy, not an int object per id, and decoding to Python ints is no slower than
+msgpack's - and a real scheduler already holds its ids and rids in arrays, which it can shard and send
+without a Python loop.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A chat request that asks for logprobs (`Registration.logprobs_form == "chat"`, s
 HTTP frontend) gets from its worker, per entry, the item its chunk carries -
 `{"token":..,"logprob":..,"bytes":[..],"top_logprobs":[..]}` - instead of the token strings and
 floats of its alternatives. The frontend then only joins byte strings: no `str` per token string,
-no float per logprob, no writer pass (≈2/3 of its logprob cost, README "Chat logprobs rendered by
-the workers"). The bytes are exactly the frontend writer's (`detok.streaming.chat_logprobs_json`,
+no float per logprob, no writer pass (most of its logprob cost; docs/architecture.md, "A streamed
+chunk's path"). The bytes are exactly the frontend writer's (`detok.streaming.chat_logprobs_json`,
 tested against it): the same fragments (msgspec's JSON of the token string and of its bytes),
 msgspec's float format, the same clamping and order.
 

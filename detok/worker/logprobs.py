@@ -11,7 +11,8 @@ vLLM's `decode([id])` gives, special tokens by their content, a SentencePiece pi
 leading space); a token whose bytes are not whole characters (part of a multi-byte character, a
 byte-fallback token, an invalid byte) is named by its bytes as OpenAI does, `bytes:\\xe5\\x8c`, and
 the frontend gives the raw bytes in `bytes`. (vLLM gives such a token "" and empty bytes, and the
-token that completes the character the whole character; see the README for why detok differs.)
+token that completes the character the whole character; see docs/http-api.md, "Logprobs", for why
+detok differs.)
 Tokenizers without a byte table (window strategy) give `decode([id])`, as vLLM does.
 
 Which tokens get entries: every output token the request's stream consumed in this batch - the

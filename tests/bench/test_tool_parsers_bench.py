@@ -1,5 +1,5 @@
 """bench/tool_parsers.py runs and reports every family; its peer-style baseline gives hermes's results
-on the bench's calls (the README's side-by-side claims equal output)."""
+on the bench's calls (a side-by-side comparison holds only on equal output)."""
 
 from __future__ import annotations
 

@@ -452,7 +452,7 @@ def test_return_tokens_as_token_ids_names_every_logprob_token_by_its_id(server, 
         entries = choice["logprobs"]["content"]
         assert [e["token"] for e in entries] == named
         # the sampled token keeps its own bytes (vLLM's decoded_token), the alternatives the placeholder's
-        # (the sampled token listed first among them keeps its own too: a difference, README)
+        # (the sampled token listed first among them keeps its own too: a difference, docs/http-api.md)
         assert [e["bytes"] for e in entries] == [e["bytes"] for e in plain["logprobs"]["content"]]
         assert all(t["token"].startswith("token_id:") for e in entries for t in e["top_logprobs"])
         assert all(t["bytes"] == list(t["token"].encode()) for e in entries for t in e["top_logprobs"][1:])

@@ -1,7 +1,8 @@
-"""Typed output over HTTP (reasoning, content, tool calls): `detok serve --workload echo` with the qwen3 reasoning parser and
-the hermes tool-call parser on a real Qwen3.6 vocabulary (`<think>`, `<tool_call>` single tokens),
-tokens arriving 1-4 per step; the openai SDK (streamed and not) and langchain-openai assemble the
-reasoning and the tool calls; hostile inputs are clear 400s; bad parser options fail the start."""
+"""Typed output over HTTP (reasoning, content, tool calls): `detok serve --workload echo` with the qwen3
+reasoning parser and the hermes tool-call parser on a real Qwen3.6 vocabulary (`<think>`, `<tool_call>`
+single tokens), tokens arriving 1-4 per step; the openai SDK (streamed and not) and langchain-openai
+assemble the reasoning and the tool calls; hostile inputs are clear 400s; bad parser options fail the
+start."""
 
 from __future__ import annotations
 

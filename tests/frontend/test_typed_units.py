@@ -1,7 +1,7 @@
-"""Units of the typed edge (reasoning, content, tool calls): field chunks byte-equal to a Struct's encoding, typed deltas
-shaped into chunks and bodies (streamed == non-streamed, include_reasoning, parallel_tool_calls),
-where the output starts (prompt, chat_template_kwargs), and the stub's echo workload and seeded
-per-step token counts."""
+"""Units of the typed edge (reasoning, content, tool calls): field chunks byte-equal to a Struct's
+encoding, typed deltas shaped into chunks and bodies (streamed == non-streamed, include_reasoning,
+parallel_tool_calls), where the output starts (prompt, chat_template_kwargs), and the stub's echo
+workload and seeded per-step token counts."""
 
 from __future__ import annotations
 

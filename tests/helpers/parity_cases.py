@@ -2,7 +2,7 @@
 
 Each case names the peer test it comes from. Texts are encoded with the named tokenizer of
 `stream_roster` (without special tokens) unless given as ids. Where detok deliberately differs
-because the peer is wrong, `differs` says why (the README's comparison section lists them) and
+because the peer is wrong, `differs` says why (docs/tokenizers.md's comparison section lists them) and
 `detok_expected` is what detok gives instead; the peer's value is kept as `expected`.
 
 Written for this project from the facts of: vLLM tests/tokenizers_/test_detokenize.py and
@@ -17,7 +17,7 @@ from typing import Any
 
 Ids = tuple[int, ...]
 
-# Why detok differs where it does (README, "Compared with SGLang, vLLM and TensorRT-LLM")
+# Why detok differs where it does (docs/tokenizers.md, "Compared with SGLang, vLLM and TensorRT-LLM")
 PROMPT_MID_CHARACTER = (
     "the prompt ends inside a character: the peer re-emits prompt text (vLLM #48853) or, in vLLM's own "
     "expected value, loses the character; detok's first delta is the completed character, nothing else"

@@ -1,5 +1,5 @@
 """vLLM's detokenizer test facts (tests/tokenizers_/test_detokenize.py, tests/detokenizer/*) on the
-real tokenizers we have: detok gives vLLM's text and finish, except where README lists a deliberate
+real tokenizers we have: detok gives vLLM's text and finish, except where docs/tokenizers.md lists a deliberate
 difference (each such case says why in tests/helpers/parity_cases.py)."""
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ def test_every_family_is_covered() -> None:
     assert {f.names[0] for f in FAMILIES} == set(ONE_CALL)
 
 
-# Harmony arguments pass through as written, JSON or not (vLLM's behaviour; README, differences)
+# Harmony arguments pass through as written, JSON or not (vLLM's behaviour; docs/reasoning-and-tools.md,
+# differences)
 JSON_CHECKED = sorted(set(ONE_CALL) - {"openai"})
 
 

@@ -2,11 +2,12 @@
 fallback of vLLM's qwen3coder parser, `_get_function_calls`: "Back-off strategy if no tool_call tags
 found") ends at its `</function>`, and what follows is content again, a further `<function=` a further
 call (as SGLang's streamed Qwen3CoderDetector: outside a `<tool_call>` region its text is normal text
-and every `<function=NAME>` opens a call). Here the text after the `</function>` was dropped up to a
-`</tool_call>` that never came. vLLM's non-streamed path keeps only the text before the first call (the
-README's stated behaviour for every family), its streamed path has no fallback. A `</tool_call>` right
-after the bare call (whitespace aside) still closes it as in a region. On Qwen3.6's vocabulary
-(`<tool_call>` a token, the tags text) and Qwen(1)'s, every grouping and one character per step."""
+and every `<function=NAME>` opens a call). The text after the `</function>` is content at once, not held
+for a `</tool_call>` that may never come. vLLM's non-streamed path keeps only the text before the first
+call (the stated behaviour for every family in docs/reasoning-and-tools.md), its streamed path has no
+fallback. A `</tool_call>` right after the bare call (whitespace aside) still closes it as in a region.
+On Qwen3.6's vocabulary (`<tool_call>` a token, the tags text) and Qwen(1)'s, every grouping and one
+character per step."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ glm4_moe `_build_args_json_so_far` joins every `<arg_key>`/`<arg_value>` pair it
 (Qwen3CoderDetector and Glm4MoeDetector `parse_streaming_increment` the same), while their non-streamed
 paths build a dict, keeping only the last (`{"a": 2}`). detok streams the arguments as they arrive and
 cannot take back a key already sent; its one text is the peers' streamed one, which a client reads as
-their non-streamed one. Pinned here (README, stated behaviours)."""
+their non-streamed one. Pinned here (docs/reasoning-and-tools.md, stated behaviours)."""
 
 from __future__ import annotations
 

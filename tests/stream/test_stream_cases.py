@@ -164,7 +164,7 @@ def test_bytefallback_decoder_streams_by_byte_table_with_the_utf8_rule(bytefallb
     """The same bytes give the same text whatever the strategy wherever the tokenizer's own decode
     follows the rule too (valid text, an invalid run of one byte token, a one-byte incomplete
     tail); on a longer invalid run Hugging Face gives one U+FFFD per byte token (even to valid bytes
-    in the run), the byte table one per maximal invalid subpart: the project's rule (README, What
+    in the run), the byte table one per maximal invalid subpart: the project's rule (docs/tokenizers.md, What
     the text is), which the window strategy can only inherit from the decode it diffs."""
     tok = bytefallback_only
     assert prepare_decoding(tok).strategy == "bytes"

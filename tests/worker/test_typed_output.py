@@ -1,6 +1,7 @@
-"""Typed output in the worker (reasoning, content, tool calls): reasoning, content and tool calls parsed where the text is
-made, on a real Qwen3.6 vocabulary (`<think>`, `<tool_call>` are single tokens). Test-only families
-(tests/helpers/toy_parsers.py) drive the plumbing; the real families have their own tests."""
+"""Typed output in the worker (reasoning, content, tool calls): reasoning, content and tool calls parsed
+where the text is made, on a real Qwen3.6 vocabulary (`<think>`, `<tool_call>` are single tokens).
+Test-only families (tests/helpers/toy_parsers.py) drive the plumbing; the real families have their own
+tests."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ become one. `StreamingToolParser` turns the family's decisions into deltas with 
 contract: the first delta of a call carries its id and name, the later ones only argument text, and
 the argument fragments of one index join to the call's JSON arguments (`"{}"` when it had none).
 
-Common rules of all families (the README states them):
+Common rules of all families (docs/reasoning-and-tools.md states them):
 - A call whose function name is not among the request's tools is emitted as the model wrote it (as
   vLLM's parsers do; SGLang drops it). The client validates the name.
 - At most `MAX_TOOL_CALLS` calls per response are emitted; the text of later calls is parsed and

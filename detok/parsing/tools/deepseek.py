@@ -8,10 +8,10 @@ The name goes out when it is complete (V3: at its newline, V3.1: at the separato
 stream as the model's raw JSON text (validated by `JsonValueStream`; text after the JSON before the
 call's end marker, V3's closing fence, is not part of them).
 
-Edges (README): text before and after the calls section is content (vLLM's non-streamed path drops
-what follows). A call cut by the end of output or whose JSON breaks keeps the arguments parsed so far,
-closed to valid JSON. A call with an empty name is dropped. A calls section in which no call began
-is content, markers included (as vLLM: "must not truncate the content").
+Edges (docs/reasoning-and-tools.md): text before and after the calls section is content (vLLM's
+non-streamed path drops what follows). A call cut by the end of output or whose JSON breaks keeps the
+arguments parsed so far, closed to valid JSON. A call with an empty name is dropped. A calls section in
+which no call began is content, markers included (as vLLM: "must not truncate the content").
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ arrives; any other value is stripped and read as JSON, then as a Python literal,
 string (vLLM's `_deserialize`), and goes out when its `</arg_value>` arrives. The arguments are
 formatted as `json.dumps` would (`{"a": 1, "b": "x"}`).
 
-Edges (README): text around calls is content. A call cut by the end of output is closed with what
-was parsed (a value cut short is taken as it stands). A key without a value is left out. A key
-written twice is written twice (`json.loads` keeps the last, as the peers' non-streamed dict; their
-streamed text repeats it too): a key already sent is not taken back.
+Edges (docs/reasoning-and-tools.md): text around calls is content. A call cut by the end of output is
+closed with what was parsed (a value cut short is taken as it stands). A key without a value is left
+out. A key written twice is written twice (`json.loads` keeps the last, as the peers' non-streamed dict;
+their streamed text repeats it too): a key already sent is not taken back.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Qwen's vocabulary (detected by id); elsewhere they are found in the text. The na
 as its JSON string closes; the arguments object is streamed as the model's raw text while it arrives
 (a string-valued arguments holding a serialized object is decoded once, as vLLM does).
 
-Behaviour at the edges (README):
+Behaviour at the edges (docs/reasoning-and-tools.md):
 - Text before, between and after calls is content (whitespace between calls dropped). vLLM keeps
   only the text before the first call.
 - A region whose JSON breaks before the name is known (or that has no name) is given back as content

@@ -9,8 +9,8 @@ arguments end, by the one tool whose parameters hold them all (else dropped), as
 without `:IDX` is not a call (vLLM skips it). The singular section markers
 (`<|tool_call_section_begin|>`) are accepted as vLLM does. Arguments stream as raw JSON text.
 
-Edges (README): as deepseek's (`SectionToolParser`): text around the section is content, a section
-without calls is content, a cut call keeps its arguments closed to valid JSON.
+Edges (docs/reasoning-and-tools.md): as deepseek's (`SectionToolParser`): text around the section is
+content, a section without calls is content, a cut call keeps its arguments closed to valid JSON.
 """
 
 from __future__ import annotations

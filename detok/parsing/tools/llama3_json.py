@@ -10,14 +10,14 @@ is read again, as vLLM's non-streamed search tries every `{`), or when the objec
 those keys (as vLLM #22130's fix: an object without a name in the prose is not a call, and the
 calls around it stay calls).
 
-Edges (README): text around the calls is content (vLLM's non-streamed path drops it; its streamed
-path only parses output that starts with `{` or `<|python_tag|>`). `;` and whitespace between calls
-are dropped. A `<|python_tag|>` (with the separators after it) is dropped when a call follows it;
-otherwise it is content as the decoder gave it: its own text with `skip_special_tokens=False`, none
-when skipped (vLLM: with no call parsed, both its paths give the output as decoded; it does not set
-`skip_special_tokens` for this family, so by default the tag is skipped). JSON that breaks inside a
-call's arguments ends the call there (arguments closed to valid JSON); the text from the break on is
-content again.
+Edges (docs/reasoning-and-tools.md): text around the calls is content (vLLM's non-streamed path drops
+it; its streamed path only parses output that starts with `{` or `<|python_tag|>`). `;` and whitespace
+between calls are dropped. A `<|python_tag|>` (with the separators after it) is dropped when a call
+follows it; otherwise it is content as the decoder gave it: its own text with
+`skip_special_tokens=False`, none when skipped (vLLM: with no call parsed, both its paths give the
+output as decoded; it does not set `skip_special_tokens` for this family, so by default the tag is
+skipped). JSON that breaks inside a call's arguments ends the call there (arguments closed to valid
+JSON); the text from the break on is content again.
 """
 
 from __future__ import annotations

@@ -8,10 +8,11 @@
 Call ids are Mistral's shape (9 letters and digits: mistral-common rejects others when the call is
 sent back), derived from the request's deterministic `call_id(index)`.
 
-Edges (README): content is the text before `[TOOL_CALLS]`; `[TOOL_CALLS]` followed by words that
-never reach `{` is content, a single word (a name cut before its arguments) is dropped; text after a call's JSON that is not
-whitespace is content (vLLM puts it into the arguments, which are then not JSON). Arguments that
-break or are cut off are closed to valid JSON at that point (vLLM v11+ streams them as written).
+Edges (docs/reasoning-and-tools.md): content is the text before `[TOOL_CALLS]`; `[TOOL_CALLS]` followed
+by words that never reach `{` is content, a single word (a name cut before its arguments) is dropped;
+text after a call's JSON that is not whitespace is content (vLLM puts it into the arguments, which are
+then not JSON). Arguments that break or are cut off are closed to valid JSON at that point (vLLM v11+
+streams them as written).
 """
 
 from __future__ import annotations

@@ -15,18 +15,18 @@ when its `</parameter>` arrives. One newline after `>` and one before `</paramet
 the value (as in vLLM). `<tool_call>`/`</tool_call>` are tokens in Qwen's vocabulary; the other tags
 are text.
 
-Edges (README): a `<function=` without `<tool_call>` is a call too (vLLM's fallback); after its
-`</function>` the text is content again, a further `<function=` a further call, and a `</tool_call>`
-right after it (whitespace aside) closes it as in a region and is dropped. A missing
+Edges (docs/reasoning-and-tools.md): a `<function=` without `<tool_call>` is a call too (vLLM's
+fallback); after its `</function>` the text is content again, a further `<function=` a further call, and
+a `</tool_call>` right after it (whitespace aside) closes it as in a region and is dropped. A missing
 `</parameter>` is implied by a `<parameter=` or `</function>` at the start of a line (vLLM also checks
-the next name against the schema, which needs text not yet seen). A `</parameter>` ends the value
-only when the next text that is not whitespace is `<parameter=`, `</function>`, `</tool_call>` or the
-end of output (vLLM's `_find_true_param_end`): until then it is held with the whitespace after it,
-and any other text makes it the value's own (code or XML that mentions the tag). A name with
-`<>{}"'` or whitespace is not a call (vLLM rejects it too); its text is dropped. A call cut by the
-end of output is closed with what was parsed (vLLM streams the same, unclosed). A parameter written
-twice is written twice (`json.loads` keeps the last, as vLLM's non-streamed dict; its streamed text
-repeats it too): a key already sent is not taken back.
+the next name against the schema, which needs text not yet seen). A `</parameter>` ends the value only
+when the next text that is not whitespace is `<parameter=`, `</function>`, `</tool_call>` or the end of
+output (vLLM's `_find_true_param_end`): until then it is held with the whitespace after it, and any
+other text makes it the value's own (code or XML that mentions the tag). A name with `<>{}"'` or
+whitespace is not a call (vLLM rejects it too); its text is dropped. A call cut by the end of output is
+closed with what was parsed (vLLM streams the same, unclosed). A parameter written twice is written
+twice (`json.loads` keeps the last, as vLLM's non-streamed dict; its streamed text repeats it too): a
+key already sent is not taken back.
 """
 
 from __future__ import annotations
