@@ -13,6 +13,10 @@ A table names the grammar that runs it:
   and `end`. Engine: `detok.parsing.tools.hermes.HermesToolParser`.
 - `xml_parameters`: `start` `<function=NAME>` `<parameter=P>`value`</parameter>` `</function>` `end`,
   values typed by the request's schema. Engine: `detok.parsing.tools.qwen3_coder.Qwen3CoderToolParser`.
+- `invoke_parameters`: `start` `<PREFIXinvoke name="NAME">` `<PREFIXparameter name="P">`value
+  `</PREFIXparameter>` `</PREFIXinvoke>` `end` (`tag_prefix` PREFIX: DSML's `｜DSML｜`), values typed by
+  a `string` attribute or the request's schema. Engine:
+  `detok.parsing.tools.invoke_parameters.InvokeParametersToolParser`.
 - `pythonic`: a Python list of calls with literal keyword arguments, the whole output, maybe between
   `start` and `end` (empty: none). Engine: `detok.parsing.tools.pythonic.PythonicToolParser`.
 
@@ -28,7 +32,7 @@ from typing import Literal
 
 from detok.parsing.base import ReasoningParser, ToolParser
 
-Grammar = Literal["think", "json_region", "xml_parameters", "pythonic"]
+Grammar = Literal["think", "json_region", "xml_parameters", "invoke_parameters", "pythonic"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +47,7 @@ class FamilyTable:
     confirm: tuple[str, ...] = ()  # think: texts one of which confirms the implicit end
     reopen: bool = False  # think: a start terminal in the answer opens reasoning again
     required_tokens: tuple[str, ...] = ()  # terminals that must be single tokens of the vocabulary
+    tag_prefix: str = ""  # invoke_parameters: after each `<` / `</` of the invoke and parameter tags
 
 
 def _think(table: FamilyTable) -> type[ReasoningParser]:
@@ -62,17 +67,23 @@ def _think(table: FamilyTable) -> type[ReasoningParser]:
 
 def _tools(table: FamilyTable) -> type[ToolParser]:
     from detok.parsing.tools.hermes import HermesToolParser
+    from detok.parsing.tools.invoke_parameters import InvokeParametersToolParser, tags
     from detok.parsing.tools.pythonic import PythonicToolParser
     from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
 
     engines: dict[str, type[ToolParser]] = {"json_region": HermesToolParser, "xml_parameters": Qwen3CoderToolParser,
+                                             "invoke_parameters": InvokeParametersToolParser,
                                              "pythonic": PythonicToolParser}
     engine = engines[table.grammar]
-    # the engine's own terminals, with the region's tags replaced (an empty tag: none)
-    own = tuple(m for m in engine.markers if m not in (engine.start, engine.end))  # type: ignore[attr-defined]
-    markers = tuple(m for m in (table.start, table.end) if m) + own
-    return type(_class_name(table), (engine,), {"names": table.names, "start": table.start, "end": table.end,
-                                                "markers": markers, "required_tokens": table.required_tokens})
+    attrs: dict[str, object] = {"names": table.names, "start": table.start, "end": table.end,
+                                "required_tokens": table.required_tokens}
+    if table.grammar == "invoke_parameters":
+        own: tuple[str, ...] = tags(table.tag_prefix)
+        attrs.update(zip(("function", "function_end", "parameter", "parameter_end"), own))
+    else:  # the engine's own terminals, with the region's tags replaced (an empty tag: none)
+        own = tuple(m for m in engine.markers if m not in (engine.start, engine.end))  # type: ignore[attr-defined]
+    attrs["markers"] = tuple(m for m in (table.start, table.end) if m) + own
+    return type(_class_name(table), (engine,), attrs)
 
 
 def _class_name(table: FamilyTable) -> str:

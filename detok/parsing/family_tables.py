@@ -40,6 +40,15 @@ TOOL_TABLES: tuple[FamilyTable, ...] = (
     FamilyTable("pythonic", ("pythonic",), "", "", "Python call lists"),
     # Llama 4: the same list, maybe between its python tags
     FamilyTable("pythonic", ("llama4_pythonic",), "<|python_start|>", "<|python_end|>", "Llama 4 pythonic"),
+    # MiniMax M2 / M3: invoke/parameter XML in <minimax:tool_call> (vLLM's minimax_m2, minimax_m3)
+    FamilyTable("invoke_parameters", ("minimax_m2", "minimax_m3"), "<minimax:tool_call>", "</minimax:tool_call>",
+                "MiniMax M2 / M3"),
+    # DeepSeek V3.2: DSML, each parameter saying whether its value is a raw string or JSON
+    FamilyTable("invoke_parameters", ("deepseek_v32",), "<｜DSML｜function_calls>", "</｜DSML｜function_calls>",
+                "DeepSeek V3.2 DSML", tag_prefix="｜DSML｜"),
+    # DeepSeek V4: V3.2's DSML in a <｜DSML｜tool_calls> region (vLLM's deepseek_v4)
+    FamilyTable("invoke_parameters", ("deepseek_v4",), "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>",
+                "DeepSeek V4 DSML", tag_prefix="｜DSML｜"),
     # Granite 4: a JSON object per <tool_call> region
     FamilyTable("json_region", ("granite4",), "<tool_call>", "</tool_call>", "IBM Granite 4"),
 )

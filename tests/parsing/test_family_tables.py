@@ -1,6 +1,7 @@
 """The table families (`detok.parsing.family_tables`) on the peers' cases (tests/parsing/cases/*.json,
 each case naming its source), on real vocabularies: Qwen3.6's (`<think>`, `<tool_call>` one token each),
-DeepSeek's, and Qwen3.6's with Seed-OSS's or Llama 4's markers added. Per case: the parsed result equals the case's
+DeepSeek's (its `｜DSML｜` one token), and Qwen3.6's with Seed-OSS's or Llama 4's markers added. A case
+may carry its own `tools` (a schema that types its values). Per case: the parsed result equals the case's
 for one id per step, all ids at once and random regroupings (also cutting inside a token's text); in
 the worker, random step sizes, one id per step and all at once agree, with stop strings on the raw
 text, and a replay from the start on a fresh worker after a cut mid-output gives the same result once."""
@@ -35,7 +36,8 @@ CASES_DIR = Path(__file__).parent / "cases"
 TOOLS = (ToolSpec("get_weather", {"type": "object", "properties": {"location": {"type": "string"},
                                                                    "unit": {"type": "string"}}}),)
 # the vocabulary each family's cases run on
-VOCABULARY = {"seed_oss": voc.qwen_seed, "deepseek_v3": voc.deepseek, "llama4_pythonic": voc.qwen_llama4}
+VOCABULARY = {"seed_oss": voc.qwen_seed, "deepseek_v3": voc.deepseek, "llama4_pythonic": voc.qwen_llama4,
+              "deepseek_v32": voc.deepseek, "deepseek_v4": voc.deepseek}
 
 
 _RIDS = itertools.count(1)
@@ -60,9 +62,18 @@ CASES = _load()
 IDS = [f"{family}-{case['id']}" for family, case in CASES]
 
 
+def _tools(case: dict) -> tuple[ToolSpec, ...]:
+    """The case's own tools (a schema that types its values), else `TOOLS`."""
+    if not case["tool_parser"]:
+        return ()
+    if "tools" in case:
+        return tuple(ToolSpec(t["name"], t["parameters"]) for t in case["tools"])
+    return TOOLS
+
+
 def _parsing(case: dict, seed: str = "s") -> OutputParsing:
-    return OutputParsing(case["reasoning_parser"], case["tool_parser"], TOOLS if case["tool_parser"] else (),
-                         case.get("starts_in_reasoning"), call_id_seed=seed)
+    return OutputParsing(case["reasoning_parser"], case["tool_parser"], _tools(case), case.get("starts_in_reasoning"),
+                         call_id_seed=seed)
 
 
 def _tok(family: str):  # type: ignore[no-untyped-def]

@@ -1,5 +1,6 @@
 """The bounds on what a model writes in its tool calls (`detok.parsing.limits`): nesting past
-MAX_ARGUMENT_DEPTH, text held for a nameless call past MAX_HELD_CALL_CHARS, calls past MAX_TOOL_CALLS.
+MAX_ARGUMENT_DEPTH, text held for a nameless call or a typed XML value past MAX_HELD_CALL_CHARS, calls
+past MAX_TOOL_CALLS.
 Each ends the call as the family's rule says (content while the name is unknown, else arguments
 closed to valid JSON), logs one clear line, and never raises; on Qwen3.6's vocabulary (hermes,
 `<tool_call>` one token) and in text pieces (llama3_json)."""
@@ -116,3 +117,34 @@ def test_a_pythonic_list_past_the_held_bound_is_content_at_once(caplog) -> None:
         content.append(parser.finish()[0])
     assert "".join(content) == "".join(p.text for p in pieces) and parser.calls_emitted == 0
     assert any("held past" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("family", "head", "tail"), [
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=n>\n", "\n</parameter>\n</function>\n</tool_call>ok"),
+    ("minimax_m2", '<minimax:tool_call><invoke name="f"><parameter name="n">', "</parameter></invoke></minimax:tool_call>ok"),
+    ("deepseek_v32", '<｜DSML｜function_calls><｜DSML｜invoke name="f"><｜DSML｜parameter name="n" string="false">',
+     "</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>ok"),
+])
+def test_a_typed_value_past_the_held_bound_goes_on_as_its_text(family: str, head: str, tail: str, caplog) -> None:  # type: ignore[no-untyped-def]
+    """An integer parameter (a value held whole for typing) longer than MAX_HELD_CALL_CHARS: it is
+    passed on as a string while it arrives, the arguments stay valid JSON, the content after is kept."""
+    from detok.parsing.registry import tool_parser_class
+    from detok.parsing.types import ToolSpec
+
+    tools = (ToolSpec("f", {"type": "object", "properties": {"n": {"type": "integer"}}}),)
+    parser = tool_parser_class(family)(tools=tools, token_markers=frozenset(), call_id=lambda i: f"c{i}")
+    big = "9" * 4096
+    count = MAX_HELD_CALL_CHARS // len(big) + 2
+    args, content = [], []
+    with caplog.at_level(logging.WARNING, "detok.parsing"):
+        for piece in [Piece(head)] + [Piece(big)] * count:
+            text, deltas = parser.feed(piece)
+            content.append(text)
+            args += [d.arguments for d in deltas if d.arguments]
+        assert sum(map(len, args)) > MAX_HELD_CALL_CHARS  # passed on before the value's end
+        for text, deltas in (parser.feed(Piece(tail)), parser.finish()):
+            content.append(text)
+            args += [d.arguments for d in deltas if d.arguments]
+    assert json.loads("".join(args)) == {"n": big * count}
+    assert "".join(content) == "ok"
+    assert any(f"a typed value past {MAX_HELD_CALL_CHARS} characters" in r.getMessage() for r in caplog.records)

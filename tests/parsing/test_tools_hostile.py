@@ -42,6 +42,14 @@ ONE_CALL = {
     "pythonic": "[f(a='b', n=[1, 2.5, True, None])]",
     "llama4_pythonic": "<|python_start|>[f(a='b', n=[1, 2.5, True, None])]<|python_end|>",
     "granite4": '<tool_call>{"name": "f", "arguments": {"a": "b", "n": [1, 2.5, true, null]}}</tool_call>',
+    "minimax_m2": '<minimax:tool_call>\n<invoke name="f">\n<parameter name="a">b</parameter>\n'
+                  '<parameter name="n">[1, 2.5]</parameter>\n</invoke>\n</minimax:tool_call>',
+    "deepseek_v32": '<｜DSML｜function_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">b'
+                    '</｜DSML｜parameter>\n<｜DSML｜parameter name="n" string="false">[1, 2.5]</｜DSML｜parameter>\n'
+                    "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+    "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">b'
+                   '</｜DSML｜parameter>\n<｜DSML｜parameter name="n" string="false">[1, 2.5]</｜DSML｜parameter>\n'
+                   "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
     # Harmony (gpt-oss): a commentary-channel message addressed to the function
     "openai": "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
               '{"a": "b", "n": [1, 2.5, true, null]}<|call|>',

@@ -26,7 +26,8 @@ other text makes it the value's own (code or XML that mentions the tag). A name 
 whitespace is not a call (vLLM rejects it too); its text is dropped. A call cut by the end of output is
 closed with what was parsed (vLLM streams the same, unclosed). A parameter written twice is written
 twice (`json.loads` keeps the last, as vLLM's non-streamed dict; its streamed text repeats it too): a
-key already sent is not taken back.
+key already sent is not taken back. A typed value's text longer than `MAX_HELD_CALL_CHARS` is not held
+for typing: from there it is a string value, its text (valid JSON, as the bound's other families).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from detok.parsing.limits import MAX_FUNCTION_NAME_CHARS
+from detok.parsing.limits import MAX_FUNCTION_NAME_CHARS, MAX_HELD_CALL_CHARS
+from detok.parsing.malformed import log_malformed
 from detok.parsing.tools import schema_values as sv
 from detok.parsing.tools.core import TEXT_SINK, StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
@@ -59,6 +61,13 @@ class Qwen3CoderToolParser(StreamingToolParser):
     # the region's tags (a family table may set others: Seed-OSS's `<seed:tool_call>`)
     start: ClassVar[str] = START
     end: ClassVar[str] = END
+    # the call and parameter tags (the invoke_parameters grammar sets MiniMax's and DSML's)
+    function: ClassVar[str] = FUNC
+    function_end: ClassVar[str] = FUNC_END
+    parameter: ClassVar[str] = PARAM
+    parameter_end: ClassVar[str] = PARAM_END
+    # a function tag in content opens a call without the region's start tag (vLLM's qwen3_coder fallback)
+    bare_calls: ClassVar[bool] = True
     markers = (START, END, FUNC, FUNC_END, PARAM, PARAM_END)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -70,6 +79,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
         self._kind = ("", False)
         self._streaming = False
         self._value: list[str] = []  # typed value text, or nothing when streaming
+        self._value_chars = 0  # the typed value text's length (held up to MAX_HELD_CALL_CHARS)
         self._vstarted = False  # the value's first character was seen (its leading newline dropped)
         self._held_nl = False  # a newline at the value's end so far (dropped if the value ends here)
         self._last_nl = False  # the value's raw text so far ends with a newline (a tag may start a line)
@@ -81,7 +91,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
     def _on_marker(self, marker: str) -> None:
         st = self._state
         if st == _PEND:
-            if marker not in (PARAM, FUNC_END, self.end):  # the `</parameter>` was the value's text
+            if marker not in (self.parameter, self.function_end, self.end):  # the `</parameter>` was the value's text
                 self._resume_value()
                 self._on_marker(marker)
                 return
@@ -89,12 +99,12 @@ class Qwen3CoderToolParser(StreamingToolParser):
             self._end_value()
             st = self._state = _BODY
         elif st == _VALUE:
-            if marker == PARAM_END:  # held until the next tag or text shows whether it ends the value
+            if marker == self.parameter_end:  # held until the next tag or text shows whether it ends the value
                 self._pending = marker
                 self._state = _PEND
                 return
             line_start = self._last_nl or not self._vstarted
-            structural = (line_start and marker in (PARAM, FUNC_END)) or (
+            structural = (line_start and marker in (self.parameter, self.function_end)) or (
                 marker == self.end and (self.end in self.token_markers or line_start))
             if not structural:
                 self._value_text(marker)
@@ -111,20 +121,21 @@ class Qwen3CoderToolParser(StreamingToolParser):
             if marker == self.start:
                 self._bare = False
                 self._state = _CALL
-            elif marker == FUNC:  # a call without `<tool_call>`: after its `</function>` comes content
+            elif marker == self.function and self.bare_calls:  # a call without `<tool_call>`: after its
+                # `</function>` comes content
                 self._bare = True
                 self._begin_name()
             else:
                 self._content(marker)
         elif st in (_CALL, _FEND, _SKIP):
-            if marker == FUNC and st != _SKIP:
+            if marker == self.function and st != _SKIP:
                 self._begin_name()
             elif marker == self.end:
                 self._state = _CONTENT
             elif marker == self.start:
                 self._bare = False
                 self._state = _CALL
-            elif marker == FUNC_END and st == _SKIP:
+            elif marker == self.function_end and st == _SKIP:
                 self._state = self._function_ended()
         elif st in (_FNAME, _PNAME):  # a tag inside a name: not a call / not a parameter
             if st == _FNAME:  # (a bare one is a bad name: skipped to its `</function>`)
@@ -133,13 +144,13 @@ class Qwen3CoderToolParser(StreamingToolParser):
                 self._state = _BODY
             self._on_marker(marker)
         else:  # _BODY
-            if marker == PARAM:
+            if marker == self.parameter:
                 self._name = []
                 self._state = _PNAME
-            elif marker in (FUNC_END, self.end, self.start, FUNC):
+            elif marker in (self.function_end, self.end, self.start, self.function):
                 self._args("}")
                 self._close_call()
-                if marker == FUNC_END:
+                if marker == self.function_end:
                     self._state = self._function_ended()
                 else:
                     self._state = _FEND
@@ -172,7 +183,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
                     self._state = _SKIP if st == _FNAME else _BODY
                 return
             self._name.append(text[:end])
-            name = "".join(self._name)
+            name, string_attr = self._header("".join(self._name))
             rest = text[end + 1 :]
             if st == _FNAME:
                 if not name or len(name) > MAX_NAME or _BAD_NAME.intersection(name):
@@ -188,7 +199,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
                 if len(name) > MAX_NAME:
                     self._state = _BODY
                     return
-                self._begin_value(name)
+                self._begin_value(name, string_attr)
             if rest:
                 self._on_text(rest)
         # _CALL, _BODY, _FEND, _SKIP: text between tags is not part of anything
@@ -237,13 +248,20 @@ class Qwen3CoderToolParser(StreamingToolParser):
         self._name = []
         self._state = _FNAME
 
-    def _begin_value(self, name: str) -> None:
+    def _header(self, text: str) -> tuple[str, str | None]:
+        """A tag's text up to its `>`: the name, and its `string` attribute (None: none)."""
+        return text, None
+
+    def _begin_value(self, name: str, string_attr: str | None = None) -> None:
         sep = ", " if self._params else ""
         self._params += 1
         self._kind = sv.param_type(self._props, name)
+        if string_attr == "false" and self._kind[0] == "":  # DSML, a parameter the schema does not
+            self._kind = ("object", False)  # type: its `string="false"` value is JSON (else the text)
         self._streaming = sv.streams_as_string(*self._kind)
         self._args(f"{sep}{json.dumps(name, ensure_ascii=False)}: " + ('"' if self._streaming else ""))
         self._value = []
+        self._value_chars = 0
         self._vstarted = False
         self._held_nl = False
         self._last_nl = False
@@ -265,8 +283,14 @@ class Qwen3CoderToolParser(StreamingToolParser):
             return
         if self._streaming:
             self._args(sv.json_string_body(text))
-        else:
-            self._value.append(text)
+            return
+        self._value.append(text)
+        self._value_chars += len(text)
+        if self._value_chars > MAX_HELD_CALL_CHARS:  # too long to hold for typing: a string from here on
+            log_malformed(f"a typed value past {MAX_HELD_CALL_CHARS} characters", "the value is its text as a string")
+            held, self._value = "".join(self._value), []
+            self._streaming = True
+            self._args('"' + sv.json_string_body(held))
 
     def _resume_value(self) -> None:
         """The held `</parameter>` and whitespace are the value's text: back inside the value."""
