@@ -1,4 +1,11 @@
+# the interpreter the venv is made from; one venv per interpreter so several coexist:
+# `make test` -> .venv (python3), `make test PYTHON=python3.13` (or a path) -> .venv-3.13
+PYTHON ?= python3
+ifeq ($(origin PYTHON),file)
 VENV ?= .venv
+else
+VENV ?= .venv-$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+endif
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
@@ -7,7 +14,7 @@ TEST_STAMP := $(VENV)/.installed-test
 .PHONY: run run-model test install bench clean
 
 $(PY):
-	python3 -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -qq --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
@@ -43,4 +50,4 @@ bench: $(TEST_STAMP)
 	$(PY) bench/pool.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

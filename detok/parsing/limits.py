@@ -14,6 +14,11 @@ MAX_TOOL_NAME_CHARS: Final = 256  # a function name
 MAX_TOOL_SCHEMA_BYTES: Final = 64 * 1024  # one tool's `parameters` as JSON
 MAX_TOOLS_BYTES: Final = 1024 * 1024  # every tool's name and parameters together, as JSON
 MAX_SCHEMA_DEPTH: Final = 32  # nesting of objects and arrays in one tool's `parameters`
+# nesting of a value the model wrote that a tool parser decodes (JSON arguments, a typed XML value, a
+# Python literal): deeper stays the model's text. Below every supported interpreter's own decoder
+# limits (the 3.11 JSON decoder's recursion limit, the parser's 200 nested brackets), so the same
+# text decodes the same way on each.
+MAX_ARGUMENT_DEPTH: Final = 128
 MAX_PARSER_NAME_CHARS: Final = 64
 MAX_CALL_ID_SEED_CHARS: Final = 256
 
