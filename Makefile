@@ -11,7 +11,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run run-model test install bench clean
+.PHONY: run run-model test install bench clean wheel sanitize
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ XDIST ?= -n 2 --dist loadfile
 
 test: $(TEST_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
+
+# the sdist and, built from it, the wheel, into dist/ (offline: the build backend is a test extra;
+# tests/test_wheel.py builds, installs and runs one the same way)
+wheel: $(TEST_STAMP)
+	$(PY) -m build --no-isolation --outdir dist .
 
 bench: $(TEST_STAMP)
 	$(PY) bench/decode.py
