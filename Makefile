@@ -50,6 +50,11 @@ test: $(TEST_STAMP)
 wheel: $(TEST_STAMP)
 	$(PY) -m build --no-isolation --outdir dist .
 
+# the extensions built with AddressSanitizer and UBSan in a copy of the tree, negative controls that
+# must be caught, then the compiled-path tests on them: non-zero on any report (tests/native/sanitize.py)
+sanitize: $(TEST_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m tests.native.sanitize $(PYTEST_ARGS)
+
 bench: $(TEST_STAMP)
 	$(PY) bench/decode.py
 	$(PY) bench/pool.py
