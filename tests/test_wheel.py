@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler_stub.workload import embedded_corpus_text
 from tests.helpers.serve_helpers import LiveServer
 from tests.native.entry_points import NATIVE, ROOT, setup_extensions
 
@@ -122,13 +123,23 @@ def test_the_installed_public_api_runs_on_the_compiled_paths(installed: Path, tm
     assert done.returncode == 0 and "smoke ok" in done.stdout, done.stdout + done.stderr
 
 
-def test_the_installed_serve_demo_streams_and_stops_on_ctrl_c(installed: Path, tmp_path: Path) -> None:
+def test_the_installed_serve_demo_streams_multilingual_text_then_ctrl_c_stops_everything(installed: Path,
+                                                                                         tmp_path: Path) -> None:
+    """What `make run` shows, from the wheel: the demo's streamed text is the embedded corpus's
+    (CJK or emoji through), the banner names the API and metrics, the workers and the stub run as
+    children, /health is ok, and Ctrl-C to the group ends every process with exit 0."""
     server = LiveServer(command=[str(installed / "bin" / "detok"), "serve", "--port", "0", "--demo", "--workers", "1"],
                         cwd=tmp_path)
     try:
         out = server.output
+        assert ">>> assistant (streamed):" in out, out
         demo = out.split(">>> assistant (streamed):\n", 1)[1].split("\n<<< ", 1)[0]
-        assert demo.strip() and "<<< finish_reason=stop" in out, out
+        assert demo.strip() and all(p in embedded_corpus_text() for p in demo.split("\n\n"))
+        assert any(ord(c) > 0x2E80 for c in demo)
+        assert "<<< finish_reason=stop" in out
+        assert f"OpenAI API : {server.base_url}/v1" in out and f"metrics    : {server.base_url}/metrics" in out
+        assert server.children(), "the workers and the stub run as children"
+        assert server.get("/health").json()["status"] == "ok"
         assert server.stop(signal.SIGINT, whole_group=True) == 0, server.output
         assert not server.leftovers(), server.output
     finally:

@@ -42,7 +42,9 @@ COMPILED_PATH_TESTS: Final = (
     "tests/frontend/test_direct_rows.py",
     "tests/frontend/test_chat_logprobs_json.py",
     "tests/frontend/test_frontend_units.py",
-    "tests/wire",
+    "tests/wire/test_protocol.py",
+    "tests/worker/test_worker_core.py",
+    "tests/worker/test_typed_fast.py",
     "tests/test_metrics.py",
 )
 
