@@ -11,6 +11,7 @@ Example counts: DETOK_FUZZ_EXAMPLES per entry point (default 150; 3000 with DETO
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.native.entry_points import NATIVE, entry_point
@@ -86,6 +87,7 @@ def test_junk_arguments_raise(name: str, args: list[Any]) -> None:
 @fuzz
 @given(strings=st.lists(st.binary(max_size=6), min_size=1, max_size=6), ids=st.lists(ANY_INT, max_size=8),
        edits=st.lists(st.tuples(st.integers(0, 5), st.booleans(), ANY_INT), max_size=3), short=st.integers(0, 4))
+@example(strings=[b"abc"], ids=[0], edits=[(0, True, 2**63 - 1), (0, False, 2)], short=0)  # (a sum that wraps)
 def test_gather(strings: list[bytes], ids: list[int], edits: list[tuple[int, bool, int]], short: int) -> None:
     from detok.worker._tokenstrings import gather
 
@@ -175,6 +177,8 @@ def test_frame_text(prefix: bytes, text: str, suffix: bytes) -> None:
 @given(counts=st.lists(ANY_INT, max_size=4), n=st.integers(0, 6), top_counts=st.lists(ANY_INT, max_size=6),
        m=st.integers(0, 6), wrong=st.one_of(st.none(), st.tuples(st.integers(1, 10), JUNK)),
        items=st.one_of(st.none(), st.tuples(st.binary(max_size=8), st.lists(st.integers(0, 9), max_size=6))))
+@example(counts=[], n=0, top_counts=[], m=0, wrong=(4, {1: 2}), items=(b"", []))  # (a dict read as a list)
+@example(counts=[2], n=2, top_counts=[2**62, 2**62], m=1, wrong=None, items=None)  # (a sum that overflows)
 def test_logprob_rows(counts: list[int], n: int, top_counts: list[int], m: int, wrong: Any, items: Any) -> None:
     from detok.receiver._logprobrows import rows
     from detok.receiver.token_logprobs import TokenLogprobs, _rows_py
@@ -245,37 +249,36 @@ def test_chat_logprobs_render(ids: list[int], counts: list[int], m: int, k: int,
 
 
 # ---- StreamTable.step_packed: the scheduler's wire columns -----------------------------------------
-_TABLES: dict[str, Any] = {}
+@pytest.fixture(scope="module")
+def stream_tables() -> Iterator[list[Any]]:
+    """A compiled table and a numpy one, rids 0-5 open on Qwen2 (one pair for the module: they only
+    grow by what the fuzzed steps feed them, the same on both). Dropped at the module's end: a
+    table's stop matchers are shared per stop list while one lives (stop_strings._SHARED), and
+    other modules count them."""
+    import tests.helpers.stream_roster as stream_roster
+    from detok import DecodeParams
+    from detok.stream.table import StreamTable
 
-
-def _stream_tables() -> Any:
-    """A compiled table and a numpy one, rids 0-5 open on Qwen2 (built once: the tables only
-    grow by what the fuzzed steps feed them, the same on both)."""
-    if not _TABLES:
-        import tests.helpers.stream_roster as stream_roster
-        from detok import DecodeParams
-        from detok.stream.table import StreamTable
-
-        tok = stream_roster.get("qwen2")
-        _TABLES["tok"] = tok
-        tables = [StreamTable(tok, capacity=4), StreamTable(tok, capacity=4)]
-        tables[1].compiled = False
-        for t in tables:
-            for rid in range(6):
-                t.open(rid, [], DecodeParams(stop=["op"]) if rid == 5 else DecodeParams())
-        _TABLES["pair"] = tables
-    return _TABLES["pair"], _TABLES["tok"]
+    tok = stream_roster.get("qwen2")
+    tables = [StreamTable(tok, capacity=4), StreamTable(tok, capacity=4)]
+    tables[1].compiled = False
+    for t in tables:
+        for rid in range(6):
+            t.open(rid, [], DecodeParams(stop=["op"]) if rid == 5 else DecodeParams())
+    yield tables
+    tables.clear()
+    gc.collect()
 
 
 @fuzz
 @given(rows=st.lists(st.tuples(st.integers(0, 7), ANY_INT, ANY_INT), max_size=6),
        ids=st.lists(st.one_of(st.integers(0, 200_000), HUGE), max_size=10),
        column=st.integers(0, 3), short=st.integers(0, 5), one_per_row=st.booleans())
-def test_step_packed_wire_columns(rows: list[tuple[int, int, int]], ids: list[int], column: int, short: int,
-                                  one_per_row: bool) -> None:
+def test_step_packed_wire_columns(stream_tables: list[Any], rows: list[tuple[int, int, int]], ids: list[int],
+                                  column: int, short: int, one_per_row: bool) -> None:
     """Unknown rids, starts past what was sent, counts past the tokens, ids past the vocabulary,
     columns cut short: the compiled step raises or agrees with the numpy path."""
-    (compiled, numpy_table), _ = _stream_tables()
+    compiled, numpy_table = stream_tables
     cols = [np.array([r for r, _, _ in rows], dtype="<u8").tobytes(), u32([s for _, s, _ in rows]),
             b"" if one_per_row else u32([c for _, _, c in rows]), u32(ids)]
     cols[column] = cut(cols[column], short)
