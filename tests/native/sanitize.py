@@ -2,7 +2,7 @@
 the compiled paths run on them; non-zero on any sanitizer report, a test failure, or a control that
 was not caught.
 
-    python -m tests.native.sanitize [pytest args...]
+    python -m tests.native.sanitize [pytest args...]   (test paths among them replace the list)
 
 1. The source tree is copied to a temporary folder (the clone's own build is left alone) and
    setup.py's extensions are built there in place with -fsanitize=address,undefined
@@ -121,8 +121,9 @@ def main(pytest_args: list[str]) -> int:
         build(copy)
         check_controls(copy, logs)
         check_loaded(copy, logs)
+        named = [a for a in pytest_args if not a.startswith("-") and (copy / a.split("::")[0]).exists()]
         tests = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-n", "0",
-                                  *COMPILED_PATH_TESTS, *pytest_args], cwd=copy, env=run_env(copy, logs),
+                                  *([] if named else COMPILED_PATH_TESTS), *pytest_args], cwd=copy, env=run_env(copy, logs),
                                  stderr=subprocess.PIPE, text=True, errors="replace")
         assert tests.stderr is not None
         stderr = []

@@ -235,6 +235,7 @@ def test_chat_entries_render(n: int, ids: list[int], ks: list[int], counts: list
 @fuzz
 @given(ids=st.lists(st.integers(0, 50), max_size=4), counts=st.lists(ANY_INT, max_size=4), m=st.integers(0, 5),
        k=ANY_INT, wrong=st.one_of(st.none(), st.tuples(st.integers(0, 8), JUNK)), tokens=st.text(max_size=3))
+@example(ids=[1, 2, 3], counts=[0, 0, 0], m=0, k=2**62, wrong=None, tokens="a")  # (sized its buffer by k: overflow)
 def test_chat_logprobs_render(ids: list[int], counts: list[int], m: int, k: int, wrong: Any, tokens: str) -> None:
     from detok.frontend import chat_logprobs_json as clj
     from detok.frontend._chatlogprobs import render
