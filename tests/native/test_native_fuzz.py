@@ -5,7 +5,8 @@ Python exception or return what the Python twin returns; never crash. Under `mak
 same inputs run on the AddressSanitizer/UBSan build, so an out-of-bounds read or an overflow that
 happens to return is a report too.
 
-Example counts: DETOK_FUZZ_EXAMPLES per entry point (default 150; 3000 with DETOK_SLOW=1).
+Example counts: DETOK_FUZZ_EXAMPLES per test (default 150, which make test's ci hypothesis profile
+bounds at 100; 3000 with DETOK_SLOW=1, the deep profile).
 """
 
 from __future__ import annotations
