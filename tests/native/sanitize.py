@@ -122,7 +122,8 @@ def main(pytest_args: list[str]) -> int:
         check_controls(copy, logs)
         check_loaded(copy, logs)
         named = [a for a in pytest_args if not a.startswith("-") and (copy / a.split("::")[0]).exists()]
-        tests = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-n", "0",
+        # (--timeout: the instrumented build and malloc-backed objects run the tests several times slower)
+        tests = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-n", "0", "--timeout=1800",
                                   *([] if named else COMPILED_PATH_TESTS), *pytest_args], cwd=copy, env=run_env(copy, logs),
                                  stderr=subprocess.PIPE, text=True, errors="replace")
         assert tests.stderr is not None
