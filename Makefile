@@ -1,13 +1,20 @@
+# the interpreter the venv is made from; one venv per interpreter so several coexist:
+# `make test` -> .venv (python3), `make test PYTHON=python3.13` (or a path) -> .venv-3.13
+PYTHON ?= python3
+ifeq ($(origin PYTHON),file)
 VENV ?= .venv
+else
+VENV ?= .venv-$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+endif
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run run-model test install bench clean image k8s-manifests k8s-test
+.PHONY: run run-model test install bench clean wheel sanitize image k8s-manifests k8s-test
 
 $(PY):
-	python3 -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -qq --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
@@ -38,6 +45,16 @@ XDIST ?= -n 2 --dist loadfile
 test: $(TEST_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 
+# the sdist and, built from it, the wheel, into dist/ (offline: the build backend is a test extra;
+# tests/test_wheel.py builds, installs and runs one the same way)
+wheel: $(TEST_STAMP)
+	$(PY) -m build --no-isolation --outdir dist .
+
+# the extensions built with AddressSanitizer and UBSan in a copy of the tree, negative controls that
+# must be caught, then the compiled-path tests on them: non-zero on any report (tests/native/sanitize.py)
+sanitize: $(TEST_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m tests.native.sanitize $(PYTEST_ARGS)
+
 bench: $(TEST_STAMP)
 	$(PY) bench/decode.py
 	$(PY) bench/pool.py
@@ -65,4 +82,4 @@ k8s-test: k8s-manifests
 		$(PY) -m pytest -q -p no:cacheprovider -p no:randomly -n 0 -s tests/deploy
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

@@ -23,10 +23,22 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 SLOW = os.environ.get("DETOK_SLOW") == "1"
 if SLOW:
     os.environ.setdefault("DETOK_EXAMPLES", "300")  # read by the property-test modules at import
+
+# ---- hypothesis profiles -----------------------------------------------------------------------
+# "ci" (make test): a property test without its own count runs CI_EXAMPLES examples, and one with a
+# larger count of its own at most CI_EXAMPLE_CAP (its own count is its deep run's); "deep"
+# (DETOK_SLOW=1) runs every test's own count, and DEEP_EXAMPLES where it has none.
+CI_EXAMPLES = 50
+CI_EXAMPLE_CAP = 100
+DEEP_EXAMPLES = 1000
+settings.register_profile("ci", max_examples=CI_EXAMPLES, deadline=None)
+settings.register_profile("deep", max_examples=DEEP_EXAMPLES, deadline=None)
+settings.load_profile(os.environ.get("DETOK_HYPOTHESIS_PROFILE", "deep" if SLOW else "ci"))
 
 STRICT_SKIPS = os.environ.get("DETOK_STRICT_SKIPS") == "1" or os.environ.get("CI", "").lower() == "true"
 
@@ -51,11 +63,23 @@ os.environ["TMPDIR"] = str(_TMP)
 tempfile.tempdir = str(_TMP)  # gettempdir() may already be cached
 
 
+def _cap_examples(item: pytest.Item) -> None:
+    """The ci profile's bound on a test's own max_examples (hypothesis keeps a test's settings on
+    the function `@settings` decorated; `@given` reads them there at each call)."""
+    test = getattr(item, "obj", None)
+    own = getattr(test, "_hypothesis_internal_use_settings", None)
+    if own is not None and own.max_examples > CI_EXAMPLE_CAP:
+        test._hypothesis_internal_use_settings = settings(own, max_examples=CI_EXAMPLE_CAP)  # type: ignore[union-attr]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if SLOW:
         return
     skip = pytest.mark.skip(reason="long soak / fuzz run: set DETOK_SLOW=1")
+    capped = settings._current_profile == "ci"  # type: ignore[attr-defined]
     for item in items:
+        if capped:
+            _cap_examples(item)
         if "slow" in item.keywords:
             item.add_marker(skip)
 

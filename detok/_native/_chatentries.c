@@ -58,7 +58,8 @@ put_token(Text *b, const Fragments *f, uint32_t id, double v, const char *json, 
 {
     const int64_t *row = f->rows + 3 * ((Py_ssize_t)id < f->n - 1 ? (Py_ssize_t)id : f->n - 1);
     int64_t at = row[0], head = row[1], tail = row[2];
-    if (head < 0 || tail < 0 || at < 0 || at > f->size - head - tail) {
+    /* (each compared with what is left: lengths near INT64_MAX must not wrap a sum) */
+    if (head < 0 || tail < 0 || at < 0 || head > f->size || tail > f->size - head || at > f->size - head - tail) {
         PyErr_Format(PyExc_ValueError, "render: no fragments for token id %u", id);
         return -1;
     }

@@ -119,7 +119,9 @@ render(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     const char *lp = PyBytes_AS_STRING(lps_json);
     const char *tlp = k > 0 ? PyBytes_AS_STRING(tlps_json) : NULL;
-    b.cap = n * (k + 1) * 96 + 64;
+    /* (the first guess of the size: k is the caller's int, bounded here by the API's 20 so the
+     * product cannot overflow; the buffer grows past it when needed) */
+    b.cap = n * ((k < 0 ? 0 : k > 20 ? 20 : k) + 1) * 96 + 64;
     b.data = PyMem_Malloc(b.cap);
     if (b.data == NULL) {
         PyErr_NoMemory();

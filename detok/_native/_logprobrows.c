@@ -32,6 +32,12 @@ rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "rows takes 11 or 13 arguments");
         return NULL;
     }
+    for (int i = 1; i < 11; i++) /* before any list is read as one */
+        if (!PyList_CheckExact(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "rows: lists expected");
+            return NULL;
+        }
+    PyObject *cls = args[0];
     const char *blob = NULL;
     const uint32_t *il = NULL;
     Py_ssize_t blen = 0, off = 0;
@@ -50,12 +56,6 @@ rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (PyBytes_GET_SIZE(args[12]) > 0)
             il = (const uint32_t *)PyBytes_AS_STRING(args[12]);
     }
-    PyObject *cls = args[0];
-    for (int i = 1; i < 11; i++)
-        if (!PyList_CheckExact(args[i])) {
-            PyErr_SetString(PyExc_TypeError, "rows: lists expected");
-            return NULL;
-        }
     PyObject *rids = args[1], *firsts = args[2], *counts = args[3], *tcs = args[7];
     Py_ssize_t nrows = PyList_GET_SIZE(rids), n = PyList_GET_SIZE(args[4]), m = PyList_GET_SIZE(args[8]);
     if (PyList_GET_SIZE(firsts) != nrows || PyList_GET_SIZE(counts) != nrows || PyList_GET_SIZE(args[5]) != n
@@ -69,6 +69,13 @@ rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Py_ssize_t e = 0, top = 0;
     for (Py_ssize_t r = 0; r < nrows; r++) {
+        /* `cls` is Python code and may change the lists: every index below is checked against the
+         * lengths taken above, so they must still hold */
+        for (int i = 1; i < 11; i++)
+            if (PyList_GET_SIZE(args[i]) != (i < 4 ? nrows : i < 8 ? n : m)) {
+                PyErr_SetString(PyExc_RuntimeError, "rows: a column changed length during the call");
+                goto fail;
+            }
         Py_ssize_t count = as_count(PyList_GET_ITEM(counts, r));
         if (count < 0)
             goto fail;
@@ -81,13 +88,13 @@ rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_ssize_t c = as_count(PyList_GET_ITEM(tcs, i));
             if (c < 0)
                 goto fail;
+            if (c > m - top - alts) { /* checked per entry: a sum of huge counts must not overflow */
+                PyErr_SetString(PyExc_ValueError, "rows: top_counts past the alternatives");
+                goto fail;
+            }
             alts += c;
         }
-        if (alts > m - top) {
-            PyErr_SetString(PyExc_ValueError, "rows: top_counts past the alternatives");
-            goto fail;
-        }
-        PyObject *fields[9] = {PyList_GET_ITEM(firsts, r), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+        PyObject *fields[9] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
         int bad = 0;
         if (il != NULL) { /* the row's rendered items: all of its entries, or none */
             Py_ssize_t rendered = 0;
@@ -115,13 +122,15 @@ rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             bad = (fields[1 + f] = PyList_GetSlice(args[4 + f], e, e + count)) == NULL;
         for (int f = 0; f < 3 && !bad; f++)  /* top_ids, top_tokens, top_logprobs */
             bad = (fields[5 + f] = PyList_GetSlice(args[8 + f], top, top + alts)) == NULL;
+        /* owned across the call of cls, which may drop them from their lists */
+        PyObject *rid = Py_NewRef(PyList_GET_ITEM(rids, r));
+        fields[0] = Py_NewRef(PyList_GET_ITEM(firsts, r));
         PyObject *entries = bad ? NULL : PyObject_Vectorcall(cls, fields, fields[8] != NULL ? 9 : 8, NULL);
-        for (int f = 1; f < 9; f++)
+        for (int f = 0; f < 9; f++)
             Py_XDECREF(fields[f]);
-        if (entries == NULL)
-            goto fail;
-        PyObject *pair = PyTuple_Pack(2, PyList_GET_ITEM(rids, r), entries);
-        Py_DECREF(entries);
+        PyObject *pair = entries == NULL ? NULL : PyTuple_Pack(2, rid, entries);
+        Py_DECREF(rid);
+        Py_XDECREF(entries);
         if (pair == NULL)
             goto fail;
         PyList_SET_ITEM(out, r, pair);

@@ -55,8 +55,13 @@ gather(PyObject *self, PyObject *args)
         }
         for (i = 0; i < n; i++) {
             const int64_t k = id[i];
-            if (k < 0 || k >= table || off[k] < 0 || nb[k] < 0 || off[k] + nb[k] > buffer.len) {
+            /* (compared without adding them: an offset and a length near INT64_MAX must not wrap) */
+            if (k < 0 || k >= table || off[k] < 0 || nb[k] < 0 || off[k] > buffer.len || nb[k] > buffer.len - off[k]) {
                 PyErr_Format(PyExc_ValueError, "string %zd: id %lld outside the table", i, (long long)k);
+                goto release_buffer;
+            }
+            if ((Py_ssize_t)nb[k] > PY_SSIZE_T_MAX - total) {
+                PyErr_NoMemory();
                 goto release_buffer;
             }
             total += (Py_ssize_t)nb[k];

@@ -37,9 +37,11 @@ def group_pids(pgid: int) -> list[int]:
 
 
 class LiveServer:
-    def __init__(self, *args: str, env: dict[str, str] | None = None, command: list[str] | None = None) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, command: list[str] | None = None,
+                 cwd: Path | None = None) -> None:
         self.proc = subprocess.Popen(
             command or serve_command("--port", "0", *args),
+            cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

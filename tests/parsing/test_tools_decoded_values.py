@@ -19,6 +19,8 @@ import json
 import msgspec
 import pytest
 
+from detok.parsing.limits import MAX_ARGUMENT_DEPTH
+from detok.parsing.tools import json_values
 from detok.parsing.tools.glm45 import Glm45ToolParser
 from detok.parsing.tools.hermes import HermesToolParser
 from detok.parsing.tools.kimi_k2 import KimiK2ToolParser
@@ -171,3 +173,41 @@ def test_kimi_bare_counter_nested_deep_is_dropped() -> None:
     result = run_all_groupings(KimiK2ToolParser, added_marker_pieces(vocabularies.qwen_kimi(), text, markers),
                                tools=TOOLS, token_markers=frozenset(markers))
     assert result.calls == []
+
+
+# ---- the nesting bound is detok's own, the same on every interpreter ----------------------------
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_DEPTH + 1])
+def test_qwen3_coder_array_at_the_depth_bound(qwen3_tok, depth: int) -> None:  # type: ignore[no-untyped-def]
+    """At `MAX_ARGUMENT_DEPTH` levels the array is decoded; one more and it stays the model's text
+    (on 3.13 the JSON decoder itself would take thousands of levels, on 3.11 not a thousand)."""
+    text = f"<tool_call>\n<function=f>\n<parameter=a>\n{nested(depth)}\n</parameter>\n</function>\n</tool_call>"
+    [call] = qwen3_coder(qwen3_tok, text).calls
+    value = call.args()["a"]
+    if depth <= MAX_ARGUMENT_DEPTH:
+        assert value == json.loads(nested(depth))
+    else:
+        assert value == nested(depth)
+
+
+@pytest.mark.parametrize("depth", [MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_DEPTH + 1])
+def test_glm45_python_literal_at_the_depth_bound(depth: int) -> None:
+    """The Python-literal reading has the same bound (a tuple is not JSON, so a list of tuples)."""
+    from tests.parsing import vocabularies
+
+    inner = "1"
+    for _ in range(depth - 1):
+        inner = f"({inner},)"
+    literal = f"[{inner}]"
+    text = f"<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>{literal}</arg_value>\n</tool_call>"
+    [call] = glm45(vocabularies.qwen_glm(), text).calls
+    value = call.args()["a"]
+    assert isinstance(value, str if depth > MAX_ARGUMENT_DEPTH else list)
+
+
+def test_nesting_counts_levels() -> None:
+    assert [json_values.nesting(v) for v in (1, [], [[1]], {"a": [{}]}, ([],))] == [0, 1, 2, 3, 2]
+    assert json_values.nesting(json.loads(nested(50)), limit=10) == 11  # stops counting past the limit

@@ -22,7 +22,6 @@ their streamed text repeats it too): a key already sent is not taken back.
 
 from __future__ import annotations
 
-import ast
 import json
 from typing import Any
 
@@ -46,8 +45,8 @@ def deserialize(text: str) -> Any:
     except ValueError:
         pass
     try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return json_values.literal(text)
+    except ValueError:
         return text
 
 

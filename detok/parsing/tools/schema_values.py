@@ -9,7 +9,6 @@ and for nullable strings. A value that cannot be JSON (NaN, a set) stays a strin
 
 from __future__ import annotations
 
-import ast
 import json
 from typing import Any
 
@@ -79,21 +78,21 @@ def convert(text: str, kind: str, nullable: bool) -> Any:
             value = json_values.loads(text)
             if isinstance(value, str):
                 try:
-                    value = ast.literal_eval(value)
-                except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                    value = json_values.literal(value)
+                except ValueError:
                     pass
             return value
         except ValueError:
             pass
     try:
-        value = ast.literal_eval(text)
+        value = json_values.literal(text)
         if container and isinstance(value, str):
             try:
-                value = ast.literal_eval(value)
-            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                value = json_values.literal(value)
+            except ValueError:
                 pass
         return value
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+    except ValueError:
         return text
 
 
