@@ -1,9 +1,11 @@
 # the interpreter the venv is made from; one venv per interpreter so several coexist:
 # `make test` -> .venv (python3), `make test PYTHON=python3.13` (or a path) -> .venv-3.13
+# (a version, a name or a path; .ci/find-python also finds pyenv's installed versions that are not enabled)
 PYTHON ?= python3
 ifeq ($(origin PYTHON),file)
 VENV ?= .venv
 else
+override PYTHON := $(or $(shell .ci/find-python $(PYTHON)),$(error no interpreter found for PYTHON=$(PYTHON)))
 VENV ?= .venv-$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 endif
 PY := $(VENV)/bin/python
