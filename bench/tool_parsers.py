@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
                                "ns_per_token": round(seconds / len(pieces) * 1e9)})
             bar.update()
     # the peers' approach on the same hermes calls, longer outputs too (its cost grows with the text)
-    from detok.parsing.tools.hermes import HermesToolParser
+    from detok.parsing.tools import HermesToolParser
 
     for n_calls in (2, 8):
         text = "I will write the files now.\n\n" + "".join(call_text("hermes", i) for i in range(n_calls))

@@ -9,14 +9,30 @@ A table names the grammar that runs it:
   set: the text after it, whitespace skipped, must match). The start state: REASONING when
   `starts_in_reasoning` (the template opens the start terminal in the prompt), else BEFORE; a request's
   thinking switch or prompt overrides it. Engine: `detok.parsing.reasoning.think.ThinkParser`.
+- `harmony`: gpt-oss's Harmony messages, whose head names the channel (analysis: reasoning; final and
+  commentary: content) and the recipient (a function: a tool call). A grammar kind of its own because
+  what a body is comes from the head's channel and recipient, read field by field, not from a start
+  and an end terminal; its terminals are Harmony's fixed tokens (`detok.parsing.harmony`). Engine:
+  `detok.parsing.reasoning.harmony_channels.HarmonyReasoningParser`.
 - `json_region`: tool calls as one JSON object `{"name": ..., "arguments": {...}}` between `start`
-  and `end`. Engine: `detok.parsing.tools.hermes.HermesToolParser`.
+  and `end`. Engine: `detok.parsing.tools.json_region.JsonRegionToolParser`.
 - `xml_parameters`: `start` `<function=NAME>` `<parameter=P>`value`</parameter>` `</function>` `end`,
-  values typed by the request's schema. Engine: `detok.parsing.tools.qwen3_coder.Qwen3CoderToolParser`.
+  values typed by the request's schema. Engine:
+  `detok.parsing.tools.xml_parameters.XmlParametersToolParser`.
 - `invoke_parameters`: `start` `<PREFIXinvoke name="NAME">` `<PREFIXparameter name="P">`value
   `</PREFIXparameter>` `</PREFIXinvoke>` `end` (`tag_prefix` PREFIX: DSML's `｜DSML｜`), values typed by
   a `string` attribute or the request's schema. Engine:
   `detok.parsing.tools.invoke_parameters.InvokeParametersToolParser`.
+- `key_value_tags`: `start` NAME (bare text up to a newline) then per argument `key` KEY `key_end`
+  `value` VALUE `value_end`, then `end`; values typed by the request's schema, else JSON, else a
+  Python literal, else a string. Its own kind because the name has no tag of its own and a value's
+  type comes from three readings in turn. Engine:
+  `detok.parsing.tools.key_value_tags.KeyValueTagsToolParser`.
+- `section_calls`: a calls section `start`...`end` of calls `call_begin` HEAD `sep` ARGUMENTS
+  `call_end`, all of them tokens; HEAD per `call_head`. Its own kind because the calls are delimited
+  by tokens with a head before a separator, not by tags around a JSON object. Engines:
+  `detok.parsing.tools.section_calls.SectionToolParser`, `NativeIdSectionToolParser` for a native
+  call id.
 - `pythonic`: a Python list of calls with literal keyword arguments, the whole output, maybe between
   `start` and `end` (empty: none). Engine: `detok.parsing.tools.pythonic.PythonicToolParser`.
 
@@ -32,7 +48,8 @@ from typing import Literal
 
 from detok.parsing.base import ReasoningParser, ToolParser
 
-Grammar = Literal["think", "json_region", "xml_parameters", "invoke_parameters", "pythonic"]
+Grammar = Literal["think", "harmony", "json_region", "xml_parameters", "invoke_parameters", "pythonic",
+                  "key_value_tags", "section_calls"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +62,16 @@ class FamilyTable:
     starts_in_reasoning: bool = False  # think: the default start state
     implicit_end: str | None = None  # think: a tool-call start that ends reasoning
     confirm: tuple[str, ...] = ()  # think: texts one of which confirms the implicit end
+    confirm_pattern: str = ""  # think: a regex for that confirmation, where a literal text is too narrow
     reopen: bool = False  # think: a start terminal in the answer opens reasoning again
     required_tokens: tuple[str, ...] = ()  # terminals that must be single tokens of the vocabulary
     tag_prefix: str = ""  # invoke_parameters: after each `<` / `</` of the invoke and parameter tags
+    # a tool grammar's other terminals, by its engine's name for each, where a family's differ from the
+    # engine's own (e.g. ("key", "<arg_key>") for key_value_tags)
+    terminals: tuple[tuple[str, str], ...] = ()
+    # section_calls: what comes before the separator - the name, a type then the name on its own line
+    # (the arguments then in a fence), or the model's native call id holding the name
+    call_head: Literal["name", "type_name", "native_id"] = "name"
 
 
 def _think(table: FamilyTable) -> type[ReasoningParser]:
@@ -60,37 +84,57 @@ def _think(table: FamilyTable) -> type[ReasoningParser]:
         "reopen": table.reopen, "required_tokens": table.required_tokens,
     }
     if table.confirm:
-        attrs["implicit_confirm"] = re.compile("|".join(map(re.escape, table.confirm)))
+        attrs["implicit_confirm"] = re.compile(table.confirm_pattern or "|".join(map(re.escape, table.confirm)))
         attrs["implicit_confirm_prefixes"] = table.confirm
     return type(_class_name(table), (ThinkParser,), attrs)
 
 
-def _tools(table: FamilyTable) -> type[ToolParser]:
-    from detok.parsing.tools.hermes import HermesToolParser
-    from detok.parsing.tools.invoke_parameters import InvokeParametersToolParser, tags
-    from detok.parsing.tools.pythonic import PythonicToolParser
-    from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
+def _harmony(table: FamilyTable) -> type[ReasoningParser]:
+    from detok.parsing.reasoning.harmony_channels import HarmonyReasoningParser
 
-    engines: dict[str, type[ToolParser]] = {"json_region": HermesToolParser, "xml_parameters": Qwen3CoderToolParser,
+    return type(_class_name(table), (HarmonyReasoningParser,), {"names": table.names,
+                                                                  "required_tokens": table.required_tokens})
+
+
+def _engine(table: FamilyTable) -> type[ToolParser]:
+    from detok.parsing.tools.invoke_parameters import InvokeParametersToolParser
+    from detok.parsing.tools.json_region import JsonRegionToolParser
+    from detok.parsing.tools.key_value_tags import KeyValueTagsToolParser
+    from detok.parsing.tools.pythonic import PythonicToolParser
+    from detok.parsing.tools.section_calls import NativeIdSectionToolParser, SectionToolParser
+    from detok.parsing.tools.xml_parameters import XmlParametersToolParser
+
+    if table.grammar == "section_calls":
+        return NativeIdSectionToolParser if table.call_head == "native_id" else SectionToolParser
+    engines: dict[str, type[ToolParser]] = {"json_region": JsonRegionToolParser, "xml_parameters": XmlParametersToolParser,
                                              "invoke_parameters": InvokeParametersToolParser,
-                                             "pythonic": PythonicToolParser}
-    engine = engines[table.grammar]
+                                             "pythonic": PythonicToolParser, "key_value_tags": KeyValueTagsToolParser}
+    return engines[table.grammar]
+
+
+def _tools(table: FamilyTable) -> type[ToolParser]:
+    from detok.parsing.tools.invoke_parameters import tags
+
+    engine = _engine(table)
     attrs: dict[str, object] = {"names": table.names, "start": table.start, "end": table.end,
-                                "required_tokens": table.required_tokens}
+                                "required_tokens": table.required_tokens, **dict(table.terminals)}
     if table.grammar == "invoke_parameters":
-        own: tuple[str, ...] = tags(table.tag_prefix)
-        attrs.update(zip(("function", "function_end", "parameter", "parameter_end"), own))
-    else:  # the engine's own terminals, with the region's tags replaced (an empty tag: none)
-        own = tuple(m for m in engine.markers if m not in (engine.start, engine.end))  # type: ignore[attr-defined]
-    attrs["markers"] = tuple(m for m in (table.start, table.end) if m) + own
+        attrs.update(zip(("function", "function_end", "parameter", "parameter_end"), tags(table.tag_prefix)))
+    if table.call_head == "type_name":
+        attrs["_type_first"] = True
+    # the markers: the region's tags (an empty tag: none), then the grammar's other terminals
+    terminals = [attrs.get(name, getattr(engine, name)) for name in engine.terminal_names]  # type: ignore[attr-defined]
+    attrs["markers"] = tuple(m for m in (table.start, table.end, *terminals) if m)
     return type(_class_name(table), (engine,), attrs)
 
 
 def _class_name(table: FamilyTable) -> str:
-    kind = "Reasoning" if table.grammar == "think" else "Tool"
+    kind = "Reasoning" if table.grammar in ("think", "harmony") else "Tool"
     return "".join(p.capitalize() for p in re.split(r"[^A-Za-z0-9]+", table.names[0])) + kind + "Parser"
 
 
 def family_class(table: FamilyTable) -> type[ReasoningParser] | type[ToolParser]:
     """The parser class that runs `table` on its grammar's engine."""
-    return _think(table) if table.grammar == "think" else _tools(table)
+    if table.grammar == "think":
+        return _think(table)
+    return _harmony(table) if table.grammar == "harmony" else _tools(table)

@@ -1,13 +1,72 @@
-"""The families that are tables (`detok.parsing.family_table`), by vLLM's names. Each row says whose
-model writes it and how its format is known; the cases each runs are in tests/parsing/cases/."""
+"""The families, each a table (`detok.parsing.family_table`) run by its grammar's engine, by vLLM's names. Each
+row says whose model writes it and how its format is known; where its cases are is said per tuple."""
 
 from __future__ import annotations
 
 from detok.parsing.family_table import FamilyTable
 
 THINK, END_THINK = "<think>", "</think>"
-DEEPSEEK_CALLS = "<｜tool▁calls▁begin｜>"
+DEEPSEEK_CALLS, DEEPSEEK_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+DEEPSEEK_REQUIRED = (DEEPSEEK_CALLS, "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>")
+KIMI_SECTION, KIMI_SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 
+# The families whose cases are test modules under tests/parsing/ (test_tools_<family>.py,
+# test_reasoning_peers.py, test_harmony.py, ...), which also probe what a case file cannot state:
+# hostile inputs, schema typing, the compiled fast paths.
+CORE_REASONING_TABLES: tuple[FamilyTable, ...] = (
+    # DeepSeek-R1 / V3.1+ thinking (SGLang's deepseek-r1 forces it): R1 often omits <think>, its template
+    # opens it in the prompt, so all before </think> is reasoning; a calls section opened straight from
+    # the thought (a special token nothing else writes) ends it, as a tool-call start in vLLM's grammars
+    FamilyTable("think", ("deepseek_r1", "deepseek-r1"), THINK, END_THINK, "DeepSeek-R1 / V3.1+ thinking",
+                starts_in_reasoning=True, implicit_end=DEEPSEEK_CALLS),
+    # Qwen3 / QwQ (SGLang's qwen3, qwen3-thinking): the template opens <think> in the prompt unless
+    # enable_thinking is false. <tool_call> from the thought ends it once either Qwen call format
+    # follows (Qwen3.5's XML `<function=` for qwen3_coder, Qwen3's JSON `{` for hermes), so a mention
+    # stays reasoning (vLLM's lookahead)
+    FamilyTable("think", ("qwen3", "qwen3-thinking"), THINK, END_THINK, "Qwen3 / QwQ thinking",
+                starts_in_reasoning=True, implicit_end="<tool_call>", confirm=("<function", "{"),
+                confirm_pattern=r"<function[\s=]|\{"),
+    # GLM-4.5 / 4.6 / 4.7 (vLLM's glm45 = glm47, one engine config): GLM-4.7's template opens <think>;
+    # its call `<tool_call>NAME<arg_key>` has nothing to confirm; a <think> in the answer reopens
+    FamilyTable("think", ("glm45", "glm47"), THINK, END_THINK, "GLM-4.5 / 4.6 / 4.7",
+                starts_in_reasoning=True, implicit_end="<tool_call>", reopen=True),
+    # Kimi K2 thinking: on unless the `thinking` kwarg turns it off; its calls section ends reasoning
+    FamilyTable("think", ("kimi_k2",), THINK, END_THINK, "Kimi K2 thinking",
+                starts_in_reasoning=True, implicit_end=KIMI_SECTION),
+    # Mistral (Magistral, Mistral-Small 3.2+/4): control tokens of Tekken v13+ (vLLM requires them as
+    # tokens); [THINK] in the answer reopens (vLLM's Mistral config), [TOOL_CALLS] ends reasoning
+    FamilyTable("think", ("mistral",), "[THINK]", "[/THINK]", "Mistral / Magistral",
+                implicit_end="[TOOL_CALLS]", reopen=True, required_tokens=("[THINK]", "[/THINK]")),
+    # gpt-oss (SGLang's gpt-oss): Harmony's channels say what a message is (`detok.parsing.harmony`)
+    FamilyTable("harmony", ("openai_gptoss", "gpt-oss"), "", "", "OpenAI gpt-oss (Harmony)"),
+)
+
+CORE_TOOL_TABLES: tuple[FamilyTable, ...] = (
+    # Hermes 2/3, Qwen2.5 / Qwen3 and many fine-tunes (SGLang's qwen25, qwen): a JSON call per region
+    FamilyTable("json_region", ("hermes", "qwen25", "qwen"), "<tool_call>", "</tool_call>", "Hermes / Qwen2.5 / Qwen3"),
+    # Qwen3-Coder / Qwen3.5+ XML calls (SGLang: same name); a <function= without the region is a call too
+    FamilyTable("xml_parameters", ("qwen3_coder",), "<tool_call>", "</tool_call>", "Qwen3-Coder / Qwen3.5+ XML"),
+    # GLM-4.5 / 4.6 / 4.7 (vLLM also glm47; SGLang glm45, glm): `<tool_call>NAME\n<arg_key>k</arg_key>
+    # <arg_value>v</arg_value></tool_call>`, every tag a token
+    FamilyTable("key_value_tags", ("glm45", "glm47", "glm"), "<tool_call>", "</tool_call>", "GLM-4.5 / 4.6 / 4.7"),
+    # DeepSeek V3 (SGLang deepseekv3): `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+    # <｜tool▁call▁end｜>` in a calls section
+    FamilyTable("section_calls", ("deepseek_v3", "deepseekv3"), DEEPSEEK_CALLS, DEEPSEEK_CALLS_END, "DeepSeek V3",
+                call_head="type_name", required_tokens=DEEPSEEK_REQUIRED),
+    # DeepSeek V3.1 (SGLang deepseekv31): `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`
+    FamilyTable("section_calls", ("deepseek_v31", "deepseekv31"), DEEPSEEK_CALLS, DEEPSEEK_CALLS_END, "DeepSeek V3.1",
+                required_tokens=DEEPSEEK_REQUIRED),
+    # Kimi K2: the head is the model's call id `functions.NAME:IDX`, kept as the call's id; the singular
+    # section tags are accepted as vLLM does
+    FamilyTable("section_calls", ("kimi_k2",), KIMI_SECTION, KIMI_SECTION_END, "Kimi K2", call_head="native_id",
+                terminals=(("start_alias", "<|tool_call_section_begin|>"), ("end_alias", "<|tool_call_section_end|>"),
+                           ("call_begin", "<|tool_call_begin|>"), ("call_end", "<|tool_call_end|>"),
+                           ("sep", "<|tool_call_argument_begin|>")),
+                required_tokens=(KIMI_SECTION, KIMI_SECTION_END, "<|tool_call_begin|>",
+                                 "<|tool_call_argument_begin|>", "<|tool_call_end|>")),
+)
+
+# The families whose cases are data, tests/parsing/cases/<family>.json.
 REASONING_TABLES: tuple[FamilyTable, ...] = (
     # DeepSeek V3.1 / V3.2 / V4 hybrid: thinking off unless the `thinking` kwarg turns it on (vLLM's
     # deepseek_v3 picks R1's parser or none by it); a calls section from the thought ends it

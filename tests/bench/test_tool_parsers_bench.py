@@ -12,7 +12,7 @@ from bench.tool_parsers import FIXTURES, FORMATS, call_text, pieces_of
 from bench.tool_parsers_peer import ReparseHermes
 from detok.parsing.output import call_id_maker
 from detok.parsing.tools import FAMILIES
-from detok.parsing.tools.hermes import HermesToolParser
+from detok.parsing.tools import HermesToolParser
 
 REPO = Path(__file__).resolve().parents[2]
 

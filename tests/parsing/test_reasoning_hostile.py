@@ -81,7 +81,7 @@ def test_garbage_after_end_is_content_verbatim(cls: type[ThinkParser], as_tokens
 
 
 def test_implicit_end_waits_a_bounded_window() -> None:
-    from detok.parsing.reasoning.qwen3 import Qwen3Parser
+    from detok.parsing.reasoning import Qwen3Parser
 
     tm = frozenset(Qwen3Parser.markers)
     spaces = " " * (IMPLICIT_END_LOOKAHEAD + 10)
@@ -96,7 +96,7 @@ def test_implicit_end_waits_a_bounded_window() -> None:
 def test_text_after_a_confirmed_implicit_end_is_scanned_as_answer() -> None:
     """Markers as text: the confirming text and what follows it in the same piece go through the
     answer's scanner, the same result whether `</think>` arrives with it or after it."""
-    from detok.parsing.reasoning.qwen3 import Qwen3Parser
+    from detok.parsing.reasoning import Qwen3Parser
 
     whole = parse(Qwen3Parser, ["r", "<tool_call>", "\n<function=x></think>tail"], False)
     split = parse(Qwen3Parser, ["r", "<tool_call>", "\n<function=x>", "</think>", "tail"], False)
@@ -107,7 +107,7 @@ def test_one_piece_with_a_hundred_thousand_text_markers() -> None:
     """A replay sends a request's whole output at once: with markers as text, one piece may hold
     very many of them (and many unconfirmed `<tool_call>` mentions). Each is handled once (no rescan
     of the rest per marker, no recursion per mention)."""
-    from detok.parsing.reasoning.qwen3 import Qwen3Parser
+    from detok.parsing.reasoning import Qwen3Parser
 
     n = 100_000
     text = "<think>" + "a<tool_call> b" * n + "</think>" + "c</think><think>" * n

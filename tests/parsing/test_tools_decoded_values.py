@@ -21,11 +21,11 @@ import pytest
 
 from detok.parsing.limits import MAX_ARGUMENT_DEPTH
 from detok.parsing.tools import json_values
-from detok.parsing.tools.glm45 import Glm45ToolParser
-from detok.parsing.tools.hermes import HermesToolParser
-from detok.parsing.tools.kimi_k2 import KimiK2ToolParser
+from detok.parsing.tools import Glm45ToolParser
+from detok.parsing.tools import HermesToolParser
+from detok.parsing.tools import KimiK2ToolParser
 from detok.parsing.tools.mistral import MistralToolParser
-from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
+from detok.parsing.tools import Qwen3CoderToolParser
 from detok.parsing.types import OutputParsing, ToolSpec
 from tests.helpers.tool_parsing import Result, run_all_groupings, tools_of
 from tests.helpers.tool_pieces import added_marker_pieces, marker_ids, token_pieces

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from detok.parsing.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
+from detok.parsing.tools import DeepSeekV3ToolParser, DeepSeekV31ToolParser
 from tests.helpers.tool_pieces import marker_ids, token_pieces
 from tests.helpers.tokenizers_available import deepseek_dir
 from tests.helpers.tool_parsing import run_all_groupings

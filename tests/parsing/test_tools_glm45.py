@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from detok.parsing.tools.glm45 import Glm45ToolParser
+from detok.parsing.tools import Glm45ToolParser
 from tests.helpers.tool_pieces import added_marker_pieces, token_pieces
 from tests.helpers.tool_parsing import run_all_groupings, tools_of
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from detok.parsing.tools.hermes import HermesToolParser
+from detok.parsing.tools import HermesToolParser
 from tests.helpers.tool_pieces import marker_ids, token_pieces
 from tests.helpers.tool_parsing import run_all_groupings
 

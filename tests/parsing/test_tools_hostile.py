@@ -12,8 +12,8 @@ from detok.parsing.output import OutputParser
 from detok.parsing.registry import ParserConfigError, marker_token_ids, tool_parser_class, tool_parsers
 from detok.parsing.tools import FAMILIES
 from detok.parsing.tools.core import MAX_TOOL_CALLS
-from detok.parsing.tools.hermes import HermesToolParser
-from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
+from detok.parsing.tools import HermesToolParser
+from detok.parsing.tools import Qwen3CoderToolParser
 from detok.parsing.types import OutputParsing, Piece
 from tests.helpers.tool_pieces import marker_ids, single_token_id, text_pieces, token_pieces
 from tests.helpers.tool_parsing import assert_valid_arguments, run_all_groupings, run_parser, tools_of

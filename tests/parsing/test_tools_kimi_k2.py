@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from detok.parsing.tools.kimi_k2 import KimiK2ToolParser
+from detok.parsing.tools import KimiK2ToolParser
 from tests.helpers.tool_pieces import added_marker_pieces, token_pieces
 from tests.helpers.tool_parsing import run_all_groupings, tools_of
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
+from detok.parsing.tools import Qwen3CoderToolParser
 from tests.helpers.tool_pieces import marker_ids, token_pieces
 from tests.helpers.tool_parsing import run_all_groupings, tools_of
 

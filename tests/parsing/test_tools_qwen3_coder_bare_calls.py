@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
+from detok.parsing.tools import Qwen3CoderToolParser
 from detok.parsing.types import Piece
 from tests.helpers.tool_parsing import Result, run_all_groupings, run_parser, tools_of
 from tests.helpers.tool_pieces import marker_ids, token_pieces

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
+from detok.parsing.tools import Qwen3CoderToolParser
 from tests.helpers.tool_parsing import run_all_groupings, tools_of
 from tests.helpers.tool_pieces import marker_ids, token_pieces
 

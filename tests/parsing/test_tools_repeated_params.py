@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from detok.parsing.tools.glm45 import Glm45ToolParser
-from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
+from detok.parsing.tools import Glm45ToolParser
+from detok.parsing.tools import Qwen3CoderToolParser
 from tests.helpers.tool_parsing import run_all_groupings, tools_of
 from tests.helpers.tool_pieces import added_marker_pieces, marker_ids, token_pieces
 

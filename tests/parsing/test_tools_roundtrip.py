@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from hypothesis import assume
 
-from detok.parsing.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
-from detok.parsing.tools.glm45 import Glm45ToolParser
-from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
+from detok.parsing.tools import DeepSeekV3ToolParser, DeepSeekV31ToolParser
+from detok.parsing.tools import Glm45ToolParser
+from detok.parsing.tools import Qwen3CoderToolParser
 from detok.parsing.types import ToolSpec
-from detok.parsing.tools.hermes import HermesToolParser
-from detok.parsing.tools.kimi_k2 import KimiK2ToolParser
+from detok.parsing.tools import HermesToolParser
+from detok.parsing.tools import KimiK2ToolParser
 from detok.parsing.tools.llama3_json import Llama3JsonToolParser
 from detok.parsing.tools.mistral import MistralToolParser
 from tests.helpers import parsing_pieces

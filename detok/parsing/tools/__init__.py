@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from detok.parsing.base import ToolParser
 from detok.parsing.family_table import family_class
-from detok.parsing.family_tables import TOOL_TABLES
-from detok.parsing.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
-from detok.parsing.tools.glm45 import Glm45ToolParser
-from detok.parsing.tools.hermes import HermesToolParser
-from detok.parsing.tools.kimi_k2 import KimiK2ToolParser
+from detok.parsing.family_tables import CORE_TOOL_TABLES, TOOL_TABLES
 from detok.parsing.tools.llama3_json import Llama3JsonToolParser
 from detok.parsing.tools.mistral import MistralToolParser
 from detok.parsing.tools.openai_harmony import OpenAIHarmonyToolParser
-from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
 
-FAMILIES: list[type[ToolParser]] = [HermesToolParser, Qwen3CoderToolParser, Llama3JsonToolParser, MistralToolParser,
-    DeepSeekV3ToolParser, DeepSeekV31ToolParser, KimiK2ToolParser, Glm45ToolParser, OpenAIHarmonyToolParser]
-FAMILIES += [family_class(t) for t in TOOL_TABLES]  # type: ignore[misc]
+FAMILIES: list[type[ToolParser]] = [family_class(t) for t in CORE_TOOL_TABLES + TOOL_TABLES]  # type: ignore[misc]
+FAMILIES += [Llama3JsonToolParser, MistralToolParser, OpenAIHarmonyToolParser]
+_BY_NAME = {f.names[0]: f for f in FAMILIES}
+# the classes by the names their users import
+HermesToolParser = _BY_NAME["hermes"]
+Qwen3CoderToolParser = _BY_NAME["qwen3_coder"]
+Glm45ToolParser = _BY_NAME["glm45"]
+DeepSeekV3ToolParser = _BY_NAME["deepseek_v3"]
+DeepSeekV31ToolParser = _BY_NAME["deepseek_v31"]
+KimiK2ToolParser = _BY_NAME["kimi_k2"]

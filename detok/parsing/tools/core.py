@@ -101,6 +101,9 @@ class StreamingToolParser(ToolParser):
 
     # markers looked for in the text even when the tokenizer has them as tokens (e.g. `<function=`)
     text_markers: ClassVar[tuple[str, ...]] = ()
+    # the class attributes holding the grammar's terminals besides `start` and `end` (a family's table
+    # may set each; `detok.parsing.family_table` lists them as the family's markers)
+    terminal_names: ClassVar[tuple[str, ...]] = ()
     # characters dropped between and after calls (when nothing else follows before the next call)
     separators: ClassVar[str] = " \t\n\r"
     # characters that may open a call in content besides the markers (llama3_json's `{`)

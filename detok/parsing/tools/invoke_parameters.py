@@ -11,7 +11,7 @@ DSML writes each tag with `｜DSML｜` after its `<` or `</`, and a parameter's 
 string) or `string="false"` (JSON). Values are typed by the request's schema as qwen3_coder's are (as
 vLLM's DSML engine, a schema type wins over the attribute); a parameter the schema does not type is
 a string, or with `string="false"` its JSON (the text where it is not JSON). The edges are
-qwen3_coder's: its engine runs this grammar with these tags. The differences: a name may be quoted
+xml_parameters': its engine runs this grammar with these tags. The differences: a name may be quoted
 or bare (MiniMax's template quotes it; vLLM's minimax_m2 takes either), and an `invoke` tag outside
 the region is text (vLLM's parsers look for calls only inside it).
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
+from detok.parsing.tools.xml_parameters import XmlParametersToolParser
 
 # a tag's text up to its `>`: a quoted or bare name, then maybe a `string` attribute
 _HEADER = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|([^\s"']+))\s*(?:string\s*=\s*"(true|false)")?\s*""")
@@ -31,8 +31,7 @@ def tags(prefix: str) -> tuple[str, str, str, str]:
     return f"<{prefix}invoke name=", f"</{prefix}invoke>", f"<{prefix}parameter name=", f"</{prefix}parameter>"
 
 
-class InvokeParametersToolParser(Qwen3CoderToolParser):
-    names = ("invoke_parameters",)
+class InvokeParametersToolParser(XmlParametersToolParser):
     function, function_end, parameter, parameter_end = tags("")
     bare_calls = False
 

@@ -51,8 +51,6 @@ def read_calls(text: str) -> list[tuple[str, str]] | None:
 
 
 class PythonicToolParser(StreamingToolParser):
-    names = ("pythonic",)
-    markers: tuple[str, ...] = ()
     start: ClassVar[str] = ""  # the tags around the list (a table sets them: Llama 4's)
     end: ClassVar[str] = ""
     hot_chars = "["

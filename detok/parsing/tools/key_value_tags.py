@@ -1,4 +1,8 @@
-"""`glm45` (vLLM also `glm47`; SGLang: `glm45`, `glm`): GLM-4.5/4.6 XML-ish calls, all tags tokens.
+"""The `key_value_tags` grammar's engine: GLM-4.5 / 4.6 / 4.7's calls (`glm45`), every tag a token.
+
+A grammar kind of its own because the function name is bare text up to a newline (no tag around it)
+and each argument is a key tag pair followed by a value tag pair, typed by the schema or read as JSON
+then a Python literal; the table names the six tags.
 
     <tool_call>NAME
     <arg_key>city</arg_key>
@@ -23,7 +27,7 @@ their streamed text repeats it too): a key already sent is not taken back.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from detok.parsing.limits import MAX_FUNCTION_NAME_CHARS
 from detok.parsing.tools import json_values, schema_values as sv
@@ -57,10 +61,16 @@ def value_json(text: str) -> str:
         return json.dumps(text, ensure_ascii=False)
 
 
-class Glm45ToolParser(StreamingToolParser):
-    names = ("glm45", "glm47", "glm")
+class KeyValueTagsToolParser(StreamingToolParser):
     value_hold = VALUE_VERBATIM
-    markers = (START, END, KEY, KEY_END, VALUE, VALUE_END)
+    # the terminals (a family's table sets them)
+    start: ClassVar[str] = START
+    end: ClassVar[str] = END
+    key: ClassVar[str] = KEY
+    key_end: ClassVar[str] = KEY_END
+    value: ClassVar[str] = VALUE
+    value_end: ClassVar[str] = VALUE_END
+    terminal_names = ("key", "key_end", "value", "value_end")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -74,36 +84,36 @@ class Glm45ToolParser(StreamingToolParser):
     def _on_marker(self, marker: str) -> None:
         st = self._state
         if st == _VALUE:
-            if marker not in (VALUE_END, END):
+            if marker not in (self.value_end, self.end):
                 self._value_text(marker)
                 return
             self._end_value()
             st = self._state = _BODY
-            if marker == VALUE_END:
+            if marker == self.value_end:
                 return
-        if marker == START:
+        if marker == self.start:
             if st != _CONTENT:
                 self._end_call()
             self._text = []
             self._state = _NAME
         elif st == _CONTENT:
             self._content(marker)
-        elif marker == END:
+        elif marker == self.end:
             if st == _NAME:
                 self._begin_call()
             self._end_call()
             self._state = _CONTENT
         elif st == _NAME:
-            if marker == KEY and self._begin_call():
+            if marker == self.key and self._begin_call():
                 self._text = []
                 self._state = _KEY
-        elif marker == KEY and st == _BODY:
+        elif marker == self.key and st == _BODY:
             self._text = []
             self._state = _KEY
-        elif marker == KEY_END and st == _KEY:
+        elif marker == self.key_end and st == _KEY:
             self._key = "".join(self._text).strip()
             self._state = _BODY
-        elif marker == VALUE and st == _BODY and self._key is not None:
+        elif marker == self.value and st == _BODY and self._key is not None:
             self._begin_value(self._key)
             self._key = None
 

@@ -1,6 +1,8 @@
-"""gpt-oss (Harmony): vLLM's `openai_gptoss`, SGLang's `gpt-oss`.
+"""The `harmony` grammar's reasoning engine (gpt-oss: vLLM's `openai_gptoss`, SGLang's `gpt-oss`).
 
-As vLLM's HarmonyParser: `analysis` messages are reasoning; `final` messages and `commentary`
+Harmony is a grammar kind, not a think table: a message's head (`<|start|>ROLE<|channel|>CHANNEL
+to=RECIPIENT<|message|>`) says what its body is, so the state is the channel and recipient read by
+`detok.parsing.harmony.HarmonyReader`, not a start and an end terminal. As vLLM's HarmonyParser: `analysis` messages are reasoning; `final` messages and `commentary`
 without a recipient (preambles) are content; messages of one kind are joined with "\n". A message to a
 function (`functions.NAME`, or a bare NAME of the request's tools: `harmony.called_function`) is a tool
 call on any channel, `analysis` included (vLLM decides by the recipient before the channel): passed on
@@ -21,8 +23,7 @@ _REASONING, _CONTENT, _TOOL, _NONE = range(4)
 _STEADY_REASONING, _STEADY_CONTENT = Steady(KIND_REASONING, ""), Steady(KIND_CONTENT, "")
 
 
-class GptOssParser(ReasoningParser):
-    names = ("openai_gptoss", "gpt-oss")
+class HarmonyReasoningParser(ReasoningParser):
     markers = MARKERS
     required_tokens = ()
 

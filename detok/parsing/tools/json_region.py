@@ -1,7 +1,9 @@
-"""`hermes` (SGLang: `qwen25`, `qwen`): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
+"""The `json_region` grammar's engine: a call is one JSON object `{"name": ..., "arguments": {...}}`
+between the table's `start` and `end` terminals (`hermes`: `<tool_call>`...`</tool_call>`, also
+`qwen3_json`, `granite4`).
 
-Qwen2.5/Qwen3, Hermes 2/3 and many fine-tunes. `<tool_call>` and `</tool_call>` are single tokens in
-Qwen's vocabulary (detected by id); elsewhere they are found in the text. The name is emitted as soon
+The terminals are single tokens in Qwen's vocabulary (detected by id); elsewhere they are found in
+the text. The name is emitted as soon
 as its JSON string closes; the arguments object is streamed as the model's raw text while it arrives
 (a string-valued arguments holding a serialized object is decoded once, as vLLM does).
 
@@ -33,12 +35,10 @@ END = "</tool_call>"
 _CONTENT, _CALL, _TAIL, _GIVEN_UP = range(4)  # _GIVEN_UP: a nameless region past the bound, content
 
 
-class HermesToolParser(StreamingToolParser):
-    names = ("hermes", "qwen25", "qwen")
-    # the region's tags (a family table may set others)
+class JsonRegionToolParser(StreamingToolParser):
+    # the region's terminals (each family's table sets them)
     start: ClassVar[str] = START
     end: ClassVar[str] = END
-    markers = (START, END)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -1,4 +1,5 @@
-"""`qwen3_coder` (SGLang: same name): Qwen3-Coder / Qwen3.5+ XML calls.
+"""The `xml_parameters` grammar's engine: Qwen3-Coder / Qwen3.5+ XML calls (`qwen3_coder`, also
+`qwen3_xml`, `seed_oss`), between the table's `start` and `end` terminals.
 
     <tool_call>
     <function=NAME>
@@ -55,10 +56,9 @@ _CONTENT, _CALL, _FNAME, _BODY, _PNAME, _VALUE, _FEND, _SKIP, _PEND, _AFTER = ra
 _BAD_NAME = set("{}<>\"' \t\n\r")
 
 
-class Qwen3CoderToolParser(StreamingToolParser):
-    names = ("qwen3_coder",)
+class XmlParametersToolParser(StreamingToolParser):
     value_hold = VALUE_NEWLINE
-    # the region's tags (a family table may set others: Seed-OSS's `<seed:tool_call>`)
+    # the region's terminals (each family's table sets them: Seed-OSS's `<seed:tool_call>`)
     start: ClassVar[str] = START
     end: ClassVar[str] = END
     # the call and parameter tags (the invoke_parameters grammar sets MiniMax's and DSML's)
@@ -68,7 +68,7 @@ class Qwen3CoderToolParser(StreamingToolParser):
     parameter_end: ClassVar[str] = PARAM_END
     # a function tag in content opens a call without the region's start tag (vLLM's qwen3_coder fallback)
     bare_calls: ClassVar[bool] = True
-    markers = (START, END, FUNC, FUNC_END, PARAM, PARAM_END)
+    terminal_names = ("function", "function_end", "parameter", "parameter_end")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
