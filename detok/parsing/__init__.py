@@ -6,9 +6,9 @@ of one marker token (detected by id, so a one-token marker is never split). The 
 `TypedDelta`s: reasoning text, content text and tool-call deltas. Joined, the deltas are the same however
 the text was grouped into pieces (property-tested).
 
-Layout: `types` (messages and the piece protocol), `reasoning/` and `tools/` (a module per family
-with a grammar of its own), `family_table` / `family_tables` (families that differ from another only
-in terminals and start state, as data), `limits` (every bound, the request's and the model's),
+Layout: `types` (messages and the piece protocol), `family_table` / `family_tables` (every family a
+table: grammar, terminals, start state, as data), `reasoning/` and `tools/` (the grammars' engines,
+a module per grammar, and the machinery they share), `limits` (every bound, the request's and the model's),
 `malformed` (the log line of a call past them), `registry` (names, aliases, marker checks), `output`
 (reasoning then tools, composed per request).
 """

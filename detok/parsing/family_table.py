@@ -14,6 +14,8 @@ A table names the grammar that runs it:
   what a body is comes from the head's channel and recipient, read field by field, not from a start
   and an end terminal; its terminals are Harmony's fixed tokens (`detok.parsing.harmony`). Engine:
   `detok.parsing.reasoning.harmony_channels.HarmonyReasoningParser`.
+- `harmony_calls`: Harmony's tool calls, a message whose head names a function recipient, its body the
+  arguments. Engine: `detok.parsing.tools.harmony_calls.HarmonyCallsToolParser`.
 - `json_region`: tool calls as one JSON object `{"name": ..., "arguments": {...}}` between `start`
   and `end`. Engine: `detok.parsing.tools.json_region.JsonRegionToolParser`.
 - `xml_parameters`: `start` `<function=NAME>` `<parameter=P>`value`</parameter>` `</function>` `end`,
@@ -33,6 +35,14 @@ A table names the grammar that runs it:
   by tokens with a head before a separator, not by tags around a JSON object. Engines:
   `detok.parsing.tools.section_calls.SectionToolParser`, `NativeIdSectionToolParser` for a native
   call id.
+- `json_objects`: bare JSON call objects `{"name": ..., "parameters"|"arguments": {...}}`, maybe after
+  `start`, separated by `;` or whitespace. Its own kind because no terminal opens a call: any `{` of
+  the content may, so text from each `{` is held until the object shows whether it is a call. Engine:
+  `detok.parsing.tools.json_objects.JsonObjectsToolParser`.
+- `marker_calls`: `start` then either a JSON array of call objects (Mistral tokenizers before v11) or
+  per call NAME `args_tag` ARGUMENTS, maybe with `call_id_tag` ID before `args_tag` (v11 and later).
+  Its own kind because one terminal opens two syntaxes, told apart by the text after it. Engine:
+  `detok.parsing.tools.marker_calls.MarkerCallsToolParser`.
 - `pythonic`: a Python list of calls with literal keyword arguments, the whole output, maybe between
   `start` and `end` (empty: none). Engine: `detok.parsing.tools.pythonic.PythonicToolParser`.
 
@@ -48,8 +58,8 @@ from typing import Literal
 
 from detok.parsing.base import ReasoningParser, ToolParser
 
-Grammar = Literal["think", "harmony", "json_region", "xml_parameters", "invoke_parameters", "pythonic",
-                  "key_value_tags", "section_calls"]
+Grammar = Literal["think", "harmony", "harmony_calls", "json_region", "xml_parameters", "invoke_parameters", "pythonic",
+                  "key_value_tags", "section_calls", "json_objects", "marker_calls"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,17 +99,21 @@ def _think(table: FamilyTable) -> type[ReasoningParser]:
     return type(_class_name(table), (ThinkParser,), attrs)
 
 
-def _harmony(table: FamilyTable) -> type[ReasoningParser]:
+def _harmony(table: FamilyTable) -> type[ReasoningParser] | type[ToolParser]:
     from detok.parsing.reasoning.harmony_channels import HarmonyReasoningParser
+    from detok.parsing.tools.harmony_calls import HarmonyCallsToolParser
 
-    return type(_class_name(table), (HarmonyReasoningParser,), {"names": table.names,
-                                                                  "required_tokens": table.required_tokens})
+    # the terminals are Harmony's own, fixed by the format (`detok.parsing.harmony.MARKERS`)
+    engine = HarmonyReasoningParser if table.grammar == "harmony" else HarmonyCallsToolParser
+    return type(_class_name(table), (engine,), {"names": table.names, "required_tokens": table.required_tokens})
 
 
 def _engine(table: FamilyTable) -> type[ToolParser]:
     from detok.parsing.tools.invoke_parameters import InvokeParametersToolParser
+    from detok.parsing.tools.json_objects import JsonObjectsToolParser
     from detok.parsing.tools.json_region import JsonRegionToolParser
     from detok.parsing.tools.key_value_tags import KeyValueTagsToolParser
+    from detok.parsing.tools.marker_calls import MarkerCallsToolParser
     from detok.parsing.tools.pythonic import PythonicToolParser
     from detok.parsing.tools.section_calls import NativeIdSectionToolParser, SectionToolParser
     from detok.parsing.tools.xml_parameters import XmlParametersToolParser
@@ -108,7 +122,8 @@ def _engine(table: FamilyTable) -> type[ToolParser]:
         return NativeIdSectionToolParser if table.call_head == "native_id" else SectionToolParser
     engines: dict[str, type[ToolParser]] = {"json_region": JsonRegionToolParser, "xml_parameters": XmlParametersToolParser,
                                              "invoke_parameters": InvokeParametersToolParser,
-                                             "pythonic": PythonicToolParser, "key_value_tags": KeyValueTagsToolParser}
+                                             "pythonic": PythonicToolParser, "key_value_tags": KeyValueTagsToolParser,
+                                             "json_objects": JsonObjectsToolParser, "marker_calls": MarkerCallsToolParser}
     return engines[table.grammar]
 
 
@@ -137,4 +152,4 @@ def family_class(table: FamilyTable) -> type[ReasoningParser] | type[ToolParser]
     """The parser class that runs `table` on its grammar's engine."""
     if table.grammar == "think":
         return _think(table)
-    return _harmony(table) if table.grammar == "harmony" else _tools(table)
+    return _harmony(table) if table.grammar in ("harmony", "harmony_calls") else _tools(table)

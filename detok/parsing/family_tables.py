@@ -64,6 +64,13 @@ CORE_TOOL_TABLES: tuple[FamilyTable, ...] = (
                            ("sep", "<|tool_call_argument_begin|>")),
                 required_tokens=(KIMI_SECTION, KIMI_SECTION_END, "<|tool_call_begin|>",
                                  "<|tool_call_argument_begin|>", "<|tool_call_end|>")),
+    # Llama 3.1 / 3.2 / 4 JSON calls (vLLM also llama4_json; SGLang llama3), maybe after <|python_tag|>
+    FamilyTable("json_objects", ("llama3_json", "llama4_json", "llama3"), "<|python_tag|>", "", "Llama 3.x / 4 JSON"),
+    # Mistral (SGLang: same name): [TOOL_CALLS] then a JSON array (tokenizers before v11) or NAME[ARGS]{...}
+    # per call (v11+); as vLLM, a vocabulary without the [TOOL_CALLS] token is a configuration error
+    FamilyTable("marker_calls", ("mistral",), "[TOOL_CALLS]", "", "Mistral", required_tokens=("[TOOL_CALLS]",)),
+    # gpt-oss (vLLM's openai; SGLang gpt-oss): a message to `functions.NAME` (or a bare tool name) is a call
+    FamilyTable("harmony_calls", ("openai", "gpt-oss"), "", "", "OpenAI gpt-oss (Harmony)"),
 )
 
 # The families whose cases are data, tests/parsing/cases/<family>.json.

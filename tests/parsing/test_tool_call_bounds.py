@@ -15,7 +15,7 @@ import pytest
 from detok.parsing import malformed
 from detok.parsing.limits import MAX_ARGUMENT_DEPTH, MAX_HELD_CALL_CHARS, MAX_TOOL_CALLS
 from detok.parsing.tools import HermesToolParser
-from detok.parsing.tools.llama3_json import Llama3JsonToolParser
+from detok.parsing.tools import Llama3JsonToolParser
 from detok.parsing.types import Piece
 from tests.helpers.tool_parsing import run_all_groupings, run_parser, tools_of
 from tests.helpers.tool_pieces import marker_ids, token_pieces

@@ -24,7 +24,7 @@ from detok.parsing.tools import json_values
 from detok.parsing.tools import Glm45ToolParser
 from detok.parsing.tools import HermesToolParser
 from detok.parsing.tools import KimiK2ToolParser
-from detok.parsing.tools.mistral import MistralToolParser
+from detok.parsing.tools import MistralToolParser
 from detok.parsing.tools import Qwen3CoderToolParser
 from detok.parsing.types import OutputParsing, ToolSpec
 from tests.helpers.tool_parsing import Result, run_all_groupings, tools_of
@@ -133,7 +133,7 @@ def test_hermes_name_nested_or_a_huge_number_is_content(qwen3_tok, name: str) ->
 
 
 def test_llama3_json_name_nested_deep_is_content() -> None:
-    from detok.parsing.tools.llama3_json import Llama3JsonToolParser
+    from detok.parsing.tools import Llama3JsonToolParser
     from detok.tokenizer.factory import load_tokenizer
     from tests.helpers.tokenizers_available import llama3_tokenizer_json
 

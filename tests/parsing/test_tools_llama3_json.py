@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from detok.parsing.tools.llama3_json import Llama3JsonToolParser
+from detok.parsing.tools import Llama3JsonToolParser
 from detok.parsing.types import Piece
 from tests.helpers.tokenizers_available import llama3_tokenizer_json
 from tests.helpers.tool_parsing import run_all_groupings, run_parser

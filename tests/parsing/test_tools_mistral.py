@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from detok.parsing.tools.mistral import MistralToolParser
+from detok.parsing.tools import MistralToolParser
 from tests.helpers.tool_pieces import added_marker_pieces
 from tests.helpers.tokenizers_available import mistral_spm, mistral_tekken
 from tests.helpers.tool_parsing import run_all_groupings

@@ -19,8 +19,8 @@ from detok.parsing.tools import Qwen3CoderToolParser
 from detok.parsing.types import ToolSpec
 from detok.parsing.tools import HermesToolParser
 from detok.parsing.tools import KimiK2ToolParser
-from detok.parsing.tools.llama3_json import Llama3JsonToolParser
-from detok.parsing.tools.mistral import MistralToolParser
+from detok.parsing.tools import Llama3JsonToolParser
+from detok.parsing.tools import MistralToolParser
 from tests.helpers import parsing_pieces
 from tests.helpers.tool_pieces import added_marker_pieces
 from tests.helpers.tool_parsing import run_parser

@@ -1,17 +1,16 @@
-"""Tool-call parser families: a module each, or a table (`detok.parsing.family_tables`). `FAMILIES`
-lists them for the registry."""
+"""Tool-call parser families: each a row of `detok.parsing.family_tables`, run by its grammar's engine
+(a module here named by the grammar: `json_region`, `xml_parameters`, `invoke_parameters`,
+`key_value_tags`, `section_calls`, `json_objects`, `marker_calls`, `harmony_calls`, `pythonic`), with
+the shared machinery (`core`, `call_object`, `json_stream`, `json_values`, `schema_values`,
+`value_holds`). `FAMILIES` lists them for the registry."""
 
 from __future__ import annotations
 
 from detok.parsing.base import ToolParser
 from detok.parsing.family_table import family_class
 from detok.parsing.family_tables import CORE_TOOL_TABLES, TOOL_TABLES
-from detok.parsing.tools.llama3_json import Llama3JsonToolParser
-from detok.parsing.tools.mistral import MistralToolParser
-from detok.parsing.tools.openai_harmony import OpenAIHarmonyToolParser
 
 FAMILIES: list[type[ToolParser]] = [family_class(t) for t in CORE_TOOL_TABLES + TOOL_TABLES]  # type: ignore[misc]
-FAMILIES += [Llama3JsonToolParser, MistralToolParser, OpenAIHarmonyToolParser]
 _BY_NAME = {f.names[0]: f for f in FAMILIES}
 # the classes by the names their users import
 HermesToolParser = _BY_NAME["hermes"]
@@ -20,3 +19,5 @@ Glm45ToolParser = _BY_NAME["glm45"]
 DeepSeekV3ToolParser = _BY_NAME["deepseek_v3"]
 DeepSeekV31ToolParser = _BY_NAME["deepseek_v31"]
 KimiK2ToolParser = _BY_NAME["kimi_k2"]
+Llama3JsonToolParser = _BY_NAME["llama3_json"]
+MistralToolParser = _BY_NAME["mistral"]

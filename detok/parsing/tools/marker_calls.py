@@ -1,4 +1,6 @@
-"""`mistral` (SGLang: same name): both `[TOOL_CALLS]` forms, told apart by the text after the marker.
+"""The `marker_calls` grammar's engine (`mistral`): calls after the table's `start` (`[TOOL_CALLS]`),
+in both of Mistral's forms, told apart by the text after the marker. A grammar kind of its own because
+the one start terminal opens either of two syntaxes, chosen by the tokenizer version that wrote it:
 
 - Tokenizers before v11: `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]`, a JSON array of call
   objects (each read by `CallObjectStream`, arguments streamed raw).
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import string
-from typing import Any
+from typing import Any, ClassVar
 
 from detok.parsing.limits import MAX_FUNCTION_NAME_CHARS
 from detok.parsing.tools.call_object import CallObjectStream
@@ -40,11 +42,13 @@ def mistral_id(call_id: str) -> str:
     return "".join(_ALNUM[b % len(_ALNUM)] for b in digest[:9])
 
 
-class MistralToolParser(StreamingToolParser):
-    names = ("mistral",)
-    markers = (TOOL_CALLS, ARGS, CALL_ID)
-    # as vLLM: a Mistral vocabulary without its tool-call token is a configuration error
-    required_tokens = (TOOL_CALLS,)
+class MarkerCallsToolParser(StreamingToolParser):
+    # the terminals (a family's table sets them): the calls' opener, and v11's argument and call-id tags
+    start: ClassVar[str] = TOOL_CALLS
+    end: ClassVar[str] = ""
+    args_tag: ClassVar[str] = ARGS
+    call_id_tag: ClassVar[str] = CALL_ID
+    terminal_names = ("args_tag", "call_id_tag")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -59,15 +63,15 @@ class MistralToolParser(StreamingToolParser):
 
     def _on_marker(self, marker: str) -> None:
         st = self._state
-        if marker == TOOL_CALLS:
+        if marker == self.start:
             self._end_section()
             self._state = _START
             self._name = []
-        elif st == _NAME and marker in (ARGS, CALL_ID):
+        elif st == _NAME and marker in (self.args_tag, self.call_id_tag):
             if not self._begin_call():
                 return
-            self._state = _ARGS if marker == ARGS else _CALL_ID
-        elif st == _CALL_ID and marker == ARGS:
+            self._state = _ARGS if marker == self.args_tag else _CALL_ID
+        elif st == _CALL_ID and marker == self.args_tag:
             self._state = _ARGS
         elif st == _CONTENT or st == _AFTER:
             self._content(marker)

@@ -1,6 +1,7 @@
-"""`llama3_json` (also vLLM's `llama4_json`; SGLang: `llama3`): bare JSON calls,
-`{"name": "f", "parameters": {...}}` (or `"arguments"`), optionally after `<|python_tag|>`, several
-separated by `;` and/or whitespace.
+"""The `json_objects` grammar's engine (`llama3_json`): bare JSON calls, `{"name": "f", "parameters":
+{...}}` (or `"arguments"`), optionally after the table's `start` (Llama 3's `<|python_tag|>`), several
+separated by `;` and/or whitespace. A grammar kind of its own because no terminal opens a call: any
+`{` of the content may, so the engine holds text from each `{` until the object shows it is a call.
 
 There is no opener marker, so every `{` in the content may start a call: the text from it is held
 while it could still be one. It is a call once the object has a string "name" and an "arguments" or
@@ -22,19 +23,17 @@ JSON); the text from the break on is content again.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from detok.parsing.tools.call_object import CallObjectStream
 from detok.parsing.tools.core import StreamingToolParser, TextSink
 from detok.parsing.tools.json_stream import JsonValueStream
 
 
-PYTHON_TAG = "<|python_tag|>"
-
-
-class Llama3JsonToolParser(StreamingToolParser):
-    names = ("llama3_json", "llama4_json", "llama3")
-    markers = (PYTHON_TAG,)
+class JsonObjectsToolParser(StreamingToolParser):
+    # the optional tag before the calls (the table's `start`; any marker of this grammar is that tag)
+    start: ClassVar[str] = "<|python_tag|>"
+    end: ClassVar[str] = ""
     separators = " \t\n\r;"
     hot_chars = "{"
     # vLLM's Llama3JsonToolParser has no adjust_request: the request's skip_special_tokens stands

@@ -1,4 +1,6 @@
-"""gpt-oss tool calls (Harmony): vLLM's `openai` tool-call parser.
+"""The `harmony_calls` grammar's engine: gpt-oss tool calls (Harmony), vLLM's `openai` tool-call parser.
+Harmony's own kind, as its reasoning (`detok.parsing.reasoning.harmony_channels`): a call is a message
+whose head names a function recipient, not a region between two terminals.
 
 A message with a recipient `functions.NAME`, or a bare NAME of the request's tools (gpt-oss drops the
 prefix in long contexts; `harmony.called_function`), is a call of NAME on any channel; its body is the
@@ -28,8 +30,7 @@ _CONTENT, _CALL, _NONE = range(3)
 _STEADY_CONTENT, _STEADY_ARGUMENTS = Steady(KIND_CONTENT, ""), Steady(KIND_ARGUMENTS, "")
 
 
-class OpenAIHarmonyToolParser(ToolParser):
-    names = ("openai", "gpt-oss")
+class HarmonyCallsToolParser(ToolParser):
     markers = MARKERS
 
     def __init__(
