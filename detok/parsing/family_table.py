@@ -1,5 +1,7 @@
-"""Families as tables: a family that differs from another only in its terminals and start state is a
-`FamilyTable` (data), made a parser class by `family_class`, not a module of code.
+"""Families as tables: every family is a `FamilyTable` (data: grammar, terminals, start state), made a
+parser class by `family_class` on its grammar's engine, not a module of code. A new grammar kind (an
+engine) is added only where a format cannot be stated as another grammar's terminals; each kind below
+says why it is one.
 
 A table names the grammar that runs it:
 - `think`: reasoning. States BEFORE (content), REASONING, PENDING (an implicit end awaiting the text
@@ -17,9 +19,9 @@ A table names the grammar that runs it:
 - `harmony_calls`: Harmony's tool calls, a message whose head names a function recipient, its body the
   arguments. Engine: `detok.parsing.tools.harmony_calls.HarmonyCallsToolParser`.
 - `json_region`: tool calls as one JSON object `{"name": ..., "arguments": {...}}` between `start`
-  and `end`. Engine: `detok.parsing.tools.json_region.JsonRegionToolParser`.
+  and `end` (`hermes`, `qwen3_json`, `granite4`). Engine: `detok.parsing.tools.json_region.JsonRegionToolParser`.
 - `xml_parameters`: `start` `<function=NAME>` `<parameter=P>`value`</parameter>` `</function>` `end`,
-  values typed by the request's schema. Engine:
+  values typed by the request's schema (`qwen3_coder`, `qwen3_xml`, `seed_oss`). Engine:
   `detok.parsing.tools.xml_parameters.XmlParametersToolParser`.
 - `invoke_parameters`: `start` `<PREFIXinvoke name="NAME">` `<PREFIXparameter name="P">`value
   `</PREFIXparameter>` `</PREFIXinvoke>` `end` (`tag_prefix` PREFIX: DSML's `｜DSML｜`), values typed by
