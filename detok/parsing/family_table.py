@@ -19,6 +19,14 @@ A table names the grammar that runs it:
   `detok.parsing.tools.invoke_parameters.InvokeParametersToolParser`.
 - `pythonic`: a Python list of calls with literal keyword arguments, the whole output, maybe between
   `start` and `end` (empty: none). Engine: `detok.parsing.tools.pythonic.PythonicToolParser`.
+- `keyed_call`: `start` `call:NAME{key:value,...}` `end`, values in a key:value literal syntax whose
+  strings sit between the `delimiter` terminal (Gemma 4's `<|"|>`), decoded to JSON by
+  `detok.parsing.tools.keyed_values`. Engine: `detok.parsing.tools.keyed_call.KeyedCallToolParser`.
+
+A `think` table may also name a `reasoning_prefix`: text the model writes at the start of its
+reasoning that is not reasoning (Gemma 4's channel name, `thought\n`), dropped; and set
+`thinking_switch` False where `chat_template_kwargs`' thinking switch does not open reasoning in the
+prompt (Gemma 4 writes its own start terminal).
 
 Every terminal is matched by token id where it is one token of the vocabulary (never split) and in
 the text otherwise, so a table keeps the engines' compiled path, any-grouping exactness and replay.
@@ -32,7 +40,7 @@ from typing import Literal
 
 from detok.parsing.base import ReasoningParser, ToolParser
 
-Grammar = Literal["think", "json_region", "xml_parameters", "invoke_parameters", "pythonic"]
+Grammar = Literal["think", "json_region", "xml_parameters", "invoke_parameters", "pythonic", "keyed_call"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +56,11 @@ class FamilyTable:
     reopen: bool = False  # think: a start terminal in the answer opens reasoning again
     required_tokens: tuple[str, ...] = ()  # terminals that must be single tokens of the vocabulary
     tag_prefix: str = ""  # invoke_parameters: after each `<` / `</` of the invoke and parameter tags
+    # think: tool-call starts that replace `implicit_end` when the request's tool parser has one
+    tool_implicit_ends: tuple[str, ...] = ()
+    reasoning_prefix: str = ""  # think: dropped at the start of the (first) reasoning
+    thinking_switch: bool = True  # think: the thinking kwargs say where the output starts
+    delimiter: str = ""  # keyed_call: the terminal around a string value
 
 
 def _think(table: FamilyTable) -> type[ReasoningParser]:
@@ -58,7 +71,13 @@ def _think(table: FamilyTable) -> type[ReasoningParser]:
         "markers": (table.start, table.end) + ((table.implicit_end,) if table.implicit_end else ()),
         "default_starts_in_reasoning": table.starts_in_reasoning, "implicit_end": table.implicit_end,
         "reopen": table.reopen, "required_tokens": table.required_tokens,
+        "tool_implicit_ends": table.tool_implicit_ends, "thinking_switch": table.thinking_switch,
     }
+    if table.reasoning_prefix:
+        from detok.parsing.reasoning.prefix import PrefixDroppingThinkParser
+
+        attrs["reasoning_prefix"] = table.reasoning_prefix
+        return type(_class_name(table), (PrefixDroppingThinkParser,), attrs)
     if table.confirm:
         attrs["implicit_confirm"] = re.compile("|".join(map(re.escape, table.confirm)))
         attrs["implicit_confirm_prefixes"] = table.confirm
@@ -68,16 +87,20 @@ def _think(table: FamilyTable) -> type[ReasoningParser]:
 def _tools(table: FamilyTable) -> type[ToolParser]:
     from detok.parsing.tools.hermes import HermesToolParser
     from detok.parsing.tools.invoke_parameters import InvokeParametersToolParser, tags
+    from detok.parsing.tools.keyed_call import KeyedCallToolParser
     from detok.parsing.tools.pythonic import PythonicToolParser
     from detok.parsing.tools.qwen3_coder import Qwen3CoderToolParser
 
     engines: dict[str, type[ToolParser]] = {"json_region": HermesToolParser, "xml_parameters": Qwen3CoderToolParser,
                                              "invoke_parameters": InvokeParametersToolParser,
-                                             "pythonic": PythonicToolParser}
+                                             "pythonic": PythonicToolParser, "keyed_call": KeyedCallToolParser}
     engine = engines[table.grammar]
     attrs: dict[str, object] = {"names": table.names, "start": table.start, "end": table.end,
                                 "required_tokens": table.required_tokens}
-    if table.grammar == "invoke_parameters":
+    if table.grammar == "keyed_call":
+        attrs["delimiter"] = table.delimiter
+        own = (table.delimiter,)
+    elif table.grammar == "invoke_parameters":
         own: tuple[str, ...] = tags(table.tag_prefix)
         attrs.update(zip(("function", "function_end", "parameter", "parameter_end"), own))
     else:  # the engine's own terminals, with the region's tags replaced (an empty tag: none)

@@ -7,12 +7,15 @@ from detok.parsing.family_table import FamilyTable
 
 THINK, END_THINK = "<think>", "</think>"
 DEEPSEEK_CALLS = "<｜tool▁calls▁begin｜>"
+DSML_V32_CALLS, DSML_V4_CALLS = "<｜DSML｜function_calls>", "<｜DSML｜tool_calls>"
+GEMMA4_CHANNEL, GEMMA4_CHANNEL_END, GEMMA4_CALL = "<|channel>", "<channel|>", "<|tool_call>"
 
 REASONING_TABLES: tuple[FamilyTable, ...] = (
     # DeepSeek V3.1 / V3.2 / V4 hybrid: thinking off unless the `thinking` kwarg turns it on (vLLM's
-    # deepseek_v3 picks R1's parser or none by it); a calls section from the thought ends it
+    # deepseek_v3 picks R1's parser or none by it); a calls section from the thought ends it, or with
+    # a DSML tool parser (V3.2, V4) its DSML region, as vLLM's deepseek_v32 / v4 grammars
     FamilyTable("think", ("deepseek_v3",), THINK, END_THINK, "DeepSeek V3.1+ hybrid thinking",
-                implicit_end=DEEPSEEK_CALLS),
+                implicit_end=DEEPSEEK_CALLS, tool_implicit_ends=(DSML_V32_CALLS, DSML_V4_CALLS)),
     # Seed-OSS: the template opens <seed:think> in the prompt. The model closes its thought before a
     # call and may spell a whole call out while thinking (vLLM's seed_oss cases): no implicit end
     FamilyTable("think", ("seed_oss",), "<seed:think>", "</seed:think>", "ByteDance Seed-OSS",
@@ -27,6 +30,11 @@ REASONING_TABLES: tuple[FamilyTable, ...] = (
     # reasoning); its call block ends reasoning
     FamilyTable("think", ("minimax_m2", "minimax_m3"), THINK, END_THINK, "MiniMax M2 / M3",
                 starts_in_reasoning=True, implicit_end="<minimax:tool_call>"),
+    # Gemma 4: a `<|channel>thought\n`...`<channel|>` block the model opens itself (vLLM's gemma4: the
+    # thinking kwarg does not pre-open it; a prompt ending inside an open channel does); a call
+    # straight from the thought ends it
+    FamilyTable("think", ("gemma4",), GEMMA4_CHANNEL, GEMMA4_CHANNEL_END, "Google Gemma 4",
+                implicit_end=GEMMA4_CALL, reasoning_prefix="thought\n", thinking_switch=False),
 )
 
 TOOL_TABLES: tuple[FamilyTable, ...] = (
@@ -44,11 +52,13 @@ TOOL_TABLES: tuple[FamilyTable, ...] = (
     FamilyTable("invoke_parameters", ("minimax_m2", "minimax_m3"), "<minimax:tool_call>", "</minimax:tool_call>",
                 "MiniMax M2 / M3"),
     # DeepSeek V3.2: DSML, each parameter saying whether its value is a raw string or JSON
-    FamilyTable("invoke_parameters", ("deepseek_v32",), "<｜DSML｜function_calls>", "</｜DSML｜function_calls>",
+    FamilyTable("invoke_parameters", ("deepseek_v32",), DSML_V32_CALLS, "</｜DSML｜function_calls>",
                 "DeepSeek V3.2 DSML", tag_prefix="｜DSML｜"),
     # DeepSeek V4: V3.2's DSML in a <｜DSML｜tool_calls> region (vLLM's deepseek_v4)
-    FamilyTable("invoke_parameters", ("deepseek_v4",), "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>",
+    FamilyTable("invoke_parameters", ("deepseek_v4",), DSML_V4_CALLS, "</｜DSML｜tool_calls>",
                 "DeepSeek V4 DSML", tag_prefix="｜DSML｜"),
     # Granite 4: a JSON object per <tool_call> region
     FamilyTable("json_region", ("granite4",), "<tool_call>", "</tool_call>", "IBM Granite 4"),
+    # Gemma 4: `call:NAME{key:<|"|>text<|"|>,n:1}` per region, strings between its <|"|> token
+    FamilyTable("keyed_call", ("gemma4",), GEMMA4_CALL, "<tool_call|>", "Google Gemma 4", delimiter='<|"|>'),
 )

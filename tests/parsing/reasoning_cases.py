@@ -233,3 +233,15 @@ DEEPSEEK_V3 = [
     Case("thinking_on", "abc</think>xyz", "abc", "xyz", starts=True),
     Case("thinking_on_with_think", "<think>abc</think>xyz", "abc", "xyz", starts=True),
 ]
+GEMMA4 = [
+    # vLLM 0.33 vllm/parser/gemma4.py: a <|channel> block the model opens, its `thought\n` name dropped
+    Case("thought_then_answer", "<|channel>thought\nLet me think.<channel|>The answer is 4.", "Let me think.", "The answer is 4."),
+    Case("no_channel", "The answer is 4.", "", "The answer is 4."),
+    Case("prompt_opened_channel", "plan it<channel|>Answer.", "plan it", "Answer.", starts=True),
+    Case("only_the_name", "<|channel>thought<channel|>Hi", "", "Hi", note="vLLM's streamed result (non-streamed: None too)"),
+    Case("not_the_name", "<|channel>thinking hard<channel|>Hi", "thinking hard", "Hi"),
+    Case("no_end", "<|channel>thought\nstill going", "still going", ""),
+    Case("stray_end_absorbed", "Hi<channel|> there", "", "Hi there"),
+    Case("call_from_thought", "<|channel>thought\nweather?<|tool_call>call:f{}<tool_call|>", "weather?",
+         "<|tool_call>call:f{}<tool_call|>"),
+]

@@ -50,6 +50,7 @@ ONE_CALL = {
     "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">b'
                    '</｜DSML｜parameter>\n<｜DSML｜parameter name="n" string="false">[1, 2.5]</｜DSML｜parameter>\n'
                    "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+    "gemma4": '<|tool_call>call:f{a:<|"|>b<|"|>,n:[1,2.5,true,null]}<tool_call|>',
     # Harmony (gpt-oss): a commentary-channel message addressed to the function
     "openai": "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
               '{"a": "b", "n": [1, 2.5, true, null]}<|call|>',

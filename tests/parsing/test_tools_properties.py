@@ -48,6 +48,8 @@ SNIPPETS = {
     "deepseek_v4": ['<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">v',
                     '</｜DSML｜parameter>\n<｜DSML｜parameter name="n" string="false">7</｜DSML｜parameter>',
                     "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"],
+    "gemma4": ['<|tool_call>call:f{a:<|"|>x, y<|"|>,n:7}<tool_call|>', "<|tool_call>call:g{a:{k:[<|\"|>v",
+               "<|tool_call>:f{}", "}<tool_call|>"],
     "openai": ['<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "x"}<|call|>',
                "<|channel|>final<|message|>done<|end|>", "<|channel|>analysis<|message|>hm<|end|>"],
 }
