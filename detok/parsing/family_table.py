@@ -61,6 +61,12 @@ class FamilyTable:
     reasoning_prefix: str = ""  # think: dropped at the start of the (first) reasoning
     thinking_switch: bool = True  # think: the thinking kwargs say where the output starts
     delimiter: str = ""  # keyed_call: the terminal around a string value
+    # invoke_parameters: the invoke and parameter tags when not `tag_prefix`'s (function, its end,
+    # parameter, its end), and whether their attributes are XTML's (Kimi K3)
+    tags: tuple[str, ...] = ()
+    xtml: bool = False
+    # think, invoke_parameters: terminals that wrap the answer, dropped from the content
+    content_drops: tuple[str, ...] = ()
 
 
 def _think(table: FamilyTable) -> type[ReasoningParser]:
@@ -73,6 +79,11 @@ def _think(table: FamilyTable) -> type[ReasoningParser]:
         "reopen": table.reopen, "required_tokens": table.required_tokens,
         "tool_implicit_ends": table.tool_implicit_ends, "thinking_switch": table.thinking_switch,
     }
+    if table.content_drops:
+        from detok.parsing.reasoning.content_drops import ContentDroppingThinkParser
+
+        attrs["content_drops"] = table.content_drops
+        return type(_class_name(table), (ContentDroppingThinkParser,), attrs)
     if table.reasoning_prefix:
         from detok.parsing.reasoning.prefix import PrefixDroppingThinkParser
 
@@ -101,8 +112,10 @@ def _tools(table: FamilyTable) -> type[ToolParser]:
         attrs["delimiter"] = table.delimiter
         own = (table.delimiter,)
     elif table.grammar == "invoke_parameters":
-        own: tuple[str, ...] = tags(table.tag_prefix)
+        own: tuple[str, ...] = table.tags or tags(table.tag_prefix)
         attrs.update(zip(("function", "function_end", "parameter", "parameter_end"), own))
+        attrs.update(xtml=table.xtml, content_drops=table.content_drops)
+        own += table.content_drops
     else:  # the engine's own terminals, with the region's tags replaced (an empty tag: none)
         own = tuple(m for m in engine.markers if m not in (engine.start, engine.end))  # type: ignore[attr-defined]
     attrs["markers"] = tuple(m for m in (table.start, table.end) if m) + own

@@ -9,6 +9,8 @@ THINK, END_THINK = "<think>", "</think>"
 DEEPSEEK_CALLS = "<｜tool▁calls▁begin｜>"
 DSML_V32_CALLS, DSML_V4_CALLS = "<｜DSML｜function_calls>", "<｜DSML｜tool_calls>"
 GEMMA4_CHANNEL, GEMMA4_CHANNEL_END, GEMMA4_CALL = "<|channel>", "<channel|>", "<|tool_call>"
+# Kimi K3's XTML: elements `<|open|>NAME attrs<|sep|>` ... `<|close|>NAME<|sep|>` of three special tokens
+K3_RESPONSE = ("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>")
 
 REASONING_TABLES: tuple[FamilyTable, ...] = (
     # DeepSeek V3.1 / V3.2 / V4 hybrid: thinking off unless the `thinking` kwarg turns it on (vLLM's
@@ -35,6 +37,10 @@ REASONING_TABLES: tuple[FamilyTable, ...] = (
     # straight from the thought ends it
     FamilyTable("think", ("gemma4",), GEMMA4_CHANNEL, GEMMA4_CHANNEL_END, "Google Gemma 4",
                 implicit_end=GEMMA4_CALL, reasoning_prefix="thought\n", thinking_switch=False),
+    # Kimi K3: a think channel (the generation prefix may open it: the prompt says), then the response
+    # channel whose wrapper is dropped from the content (vLLM's kimi_k3)
+    FamilyTable("think", ("kimi_k3",), "<|open|>think<|sep|>", "<|close|>think<|sep|>", "Moonshot Kimi K3",
+                content_drops=K3_RESPONSE),
 )
 
 TOOL_TABLES: tuple[FamilyTable, ...] = (
@@ -61,4 +67,8 @@ TOOL_TABLES: tuple[FamilyTable, ...] = (
     FamilyTable("json_region", ("granite4",), "<tool_call>", "</tool_call>", "IBM Granite 4"),
     # Gemma 4: `call:NAME{key:<|"|>text<|"|>,n:1}` per region, strings between its <|"|> token
     FamilyTable("keyed_call", ("gemma4",), GEMMA4_CALL, "<tool_call|>", "Google Gemma 4", delimiter='<|"|>'),
+    # Kimi K3: XTML call/argument elements in a tools channel, `type="string"` a raw string, else JSON
+    FamilyTable("invoke_parameters", ("kimi_k3",), "<|open|>tools<|sep|>", "<|close|>tools<|sep|>", "Moonshot Kimi K3",
+                tags=("<|open|>call tool=", "<|close|>call<|sep|>", "<|open|>argument key=", "<|close|>argument<|sep|>"),
+                xtml=True, content_drops=K3_RESPONSE),
 )

@@ -245,3 +245,12 @@ GEMMA4 = [
     Case("call_from_thought", "<|channel>thought\nweather?<|tool_call>call:f{}<tool_call|>", "weather?",
          "<|tool_call>call:f{}<tool_call|>"),
 ]
+KIMI_K3 = [
+    # vLLM kimi_k3_reasoning_parser.py: the XTML think channel; the response channel's wrapper stripped
+    Case("think_then_response", "<|open|>think<|sep|>abc<|close|>think<|sep|><|open|>response<|sep|>xyz<|close|>response<|sep|>",
+         "abc", "xyz"),
+    Case("prefix_consumed", "abc<|close|>think<|sep|>xyz<|close|>message<|sep|>", "abc", "xyz", starts=True),
+    Case("no_think_channel", "<|open|>response<|sep|>xyz<|close|>response<|sep|>", "", "xyz"),
+    Case("thinking_off", "xyz<|close|>message<|sep|>", "", "xyz", starts=False),
+    Case("unclosed", "<|open|>think<|sep|>abc", "abc", ""),
+]

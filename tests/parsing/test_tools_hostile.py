@@ -51,6 +51,9 @@ ONE_CALL = {
                    '</｜DSML｜parameter>\n<｜DSML｜parameter name="n" string="false">[1, 2.5]</｜DSML｜parameter>\n'
                    "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
     "gemma4": '<|tool_call>call:f{a:<|"|>b<|"|>,n:[1,2.5,true,null]}<tool_call|>',
+    "kimi_k3": '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="a" type="string"<|sep|>b'
+               '<|close|>argument<|sep|><|open|>argument key="n" type="array"<|sep|>[1, 2.5]<|close|>argument<|sep|>'
+               "<|close|>call<|sep|><|close|>tools<|sep|>",
     # Harmony (gpt-oss): a commentary-channel message addressed to the function
     "openai": "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
               '{"a": "b", "n": [1, 2.5, true, null]}<|call|>',

@@ -50,6 +50,9 @@ SNIPPETS = {
                     "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"],
     "gemma4": ['<|tool_call>call:f{a:<|"|>x, y<|"|>,n:7}<tool_call|>', "<|tool_call>call:g{a:{k:[<|\"|>v",
                "<|tool_call>:f{}", "}<tool_call|>"],
+    "kimi_k3": ['<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="a" type="string"<|sep|>v',
+                "<|close|>argument<|sep|><|close|>call<|sep|>", '<|open|>argument key="n" type="integer"<|sep|>7',
+                "<|open|>response<|sep|>hi<|close|>response<|sep|>", "<|close|>tools<|sep|><|close|>message<|sep|>"],
     "openai": ['<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "x"}<|call|>',
                "<|channel|>final<|message|>done<|end|>", "<|channel|>analysis<|message|>hm<|end|>"],
 }
