@@ -48,6 +48,7 @@ CONFIGS: list[tuple[str, str, str | None, str | None, str, str]] = [
     ("minimax_m2", "qwen", "minimax_m2", None, "<think>", "</think>"),
     ("deepseek_v3", "deepseek", "deepseek_v3", None, "<think>", "</think>"),
     ("gemma4", "qwen_gemma4", "gemma4", None, "<|channel>thought\n", "<channel|>"),
+    ("step3p5", "qwen", "step3p5", None, "<think>", "</think>"),
     ("kimi_k3", "qwen_k3", "kimi_k3", None, "<|open|>think<|sep|>", "<|close|>think<|sep|><|open|>response<|sep|>"),
     ("openai_gptoss", "harmony", "openai_gptoss", None, "<|channel|>analysis<|message|>", "<|end|><|start|>assistant<|channel|>final<|message|>"),
     ("openai_gptoss+openai", "harmony", "openai_gptoss", "openai", "<|channel|>analysis<|message|>", "<|end|><|start|>assistant<|channel|>final<|message|>"),
@@ -71,6 +72,7 @@ TOOL_CONFIGS = [
     ("granite4 (arguments)", "qwen", None, "granite4", '<tool_call>\n{"name": "f", "arguments": '),
     # (held to the call's end and decoded once: the slow path on every token)
     ("gemma4 (string value)", "qwen_gemma4", None, "gemma4", '<|tool_call>call:f{text:<|"|>'),
+    ("step3p5 (string value)", "qwen", None, "step3p5", "<tool_call>\n<function=f>\n<parameter=text>\n"),
     ("kimi_k3 (string value)", "qwen_k3", None, "kimi_k3",
      '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="text" type="string"<|sep|>'),
     ("hermes (arguments, markers as text)", "gpt2", None, "hermes", '<tool_call>\n{"name": "f", "arguments": '),
@@ -90,6 +92,7 @@ CONTENT_CONFIGS = [
     ("llama4_pythonic (content)", "qwen_llama4", "llama4_pythonic"),
     ("gemma4 (content)", "qwen_gemma4", "gemma4"),
     ("kimi_k3 (content)", "qwen_k3", "kimi_k3"),
+    ("step3p5 (content)", "qwen", "step3p5"),
 ]
 
 

@@ -41,6 +41,10 @@ REASONING_TABLES: tuple[FamilyTable, ...] = (
     # channel whose wrapper is dropped from the content (vLLM's kimi_k3)
     FamilyTable("think", ("kimi_k3",), "<|open|>think<|sep|>", "<|close|>think<|sep|>", "Moonshot Kimi K3",
                 content_drops=K3_RESPONSE),
+    # Step-3.5 / 3.7: the template always prefills `<think>\n` (no switch: enable_thinking ignored, as
+    # vLLM's step3p5); its calls are Qwen3's XML, whose `<tool_call>` ends reasoning once `<function=` follows
+    FamilyTable("think", ("step3p5",), THINK, END_THINK, "StepFun Step-3.5 / 3.7", starts_in_reasoning=True,
+                implicit_end="<tool_call>", confirm=("<function=",), thinking_switch=False),
 )
 
 TOOL_TABLES: tuple[FamilyTable, ...] = (
@@ -71,4 +75,6 @@ TOOL_TABLES: tuple[FamilyTable, ...] = (
     FamilyTable("invoke_parameters", ("kimi_k3",), "<|open|>tools<|sep|>", "<|close|>tools<|sep|>", "Moonshot Kimi K3",
                 tags=("<|open|>call tool=", "<|close|>call<|sep|>", "<|open|>argument key=", "<|close|>argument<|sep|>"),
                 xtml=True, content_drops=K3_RESPONSE),
+    # Step-3.5 / 3.7: Qwen3's XML calls (vLLM's step3p5)
+    FamilyTable("xml_parameters", ("step3p5",), "<tool_call>", "</tool_call>", "StepFun Step-3.5 / 3.7"),
 )

@@ -254,3 +254,11 @@ KIMI_K3 = [
     Case("thinking_off", "xyz<|close|>message<|sep|>", "", "xyz", starts=False),
     Case("unclosed", "<|open|>think<|sep|>abc", "abc", ""),
 ]
+STEP3P5 = [
+    # vLLM step3p5 (qwen3's grammar, thinking always on: the template prefills <think>\n)
+    Case("no_start", "This is a reasoning section</think>This is the rest", "This is a reasoning section", "This is the rest"),
+    Case("with_think", "<think>abc</think>xyz", "abc", "xyz"),
+    Case("truncated", "still thinking", "still thinking", ""),
+    Case("call_from_thought", "plan\n" + TOOL_BODY, "plan\n", TOOL_BODY),
+    Case("tool_call_mentioned", "use <tool_call> later</think>ok", "use <tool_call> later", "ok"),
+]

@@ -36,6 +36,8 @@ ONE_CALL = {
     # the table families (detok.parsing.family_tables)
     "qwen3_xml": "<tool_call>\n<function=f>\n<parameter=a>\nb\n</parameter>\n<parameter=n>\n[1, 2.5]\n</parameter>\n"
                  "</function>\n</tool_call>",
+    "step3p5": "<tool_call>\n<function=f>\n<parameter=a>\nb\n</parameter>\n<parameter=n>\n[1, 2.5]\n</parameter>\n"
+               "</function>\n</tool_call>",
     "seed_oss": "<seed:tool_call>\n<function=f>\n<parameter=a>b</parameter>\n<parameter=n>[1, 2.5]</parameter>\n"
                 "</function>\n</seed:tool_call>",
     "qwen3_json": '<tool_call>{"name": "f", "arguments": {"a": "b", "n": [1, 2.5, true, null]}}</tool_call>',

@@ -35,6 +35,7 @@ SNIPPETS = {
                 "<|tool_call_begin|>0<|tool_call_argument_begin|>"],
     "glm45": ["<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>x y</arg_value>\n", "<arg_key>n</arg_key><arg_value>"],
     "qwen3_xml": ["<tool_call>\n<function=f>\n<parameter=a>\nv\n</parameter>\n", "<parameter=n>\n7\n</parameter>"],
+    "step3p5": ["<tool_call>\n<function=f>\n<parameter=a>\nv\n</parameter>\n", "<parameter=n>\n7\n</parameter>"],
     "seed_oss": ["<seed:tool_call>\n<function=f>\n<parameter=a>v</parameter>\n", "</function>\n</seed:tool_call>"],
     "qwen3_json": ['<tool_call>{"name": "f", "arguments": {"a": "x"}}</tool_call>', '<tool_call>\n{"name": "g", '],
     "pythonic": ["[f(a='x', n=7)]", "[g(), f(a=[1, {'k': None}])", " text"],
