@@ -27,6 +27,9 @@ class ReasoningParser(ABC):
     # False: chat_template_kwargs' thinking switch does not open reasoning in the prompt (the model
     # writes its own start marker), so it does not decide where the output starts
     thinking_switch: ClassVar[bool] = True
+    # True: a request this family parses does not skip special tokens, whatever it asks (its terminals
+    # are text of several special tokens, Kimi K3's XTML, as vLLM's kimi_k3 adjust_request)
+    keeps_special_tokens: ClassVar[bool] = False
     # text right after the start marker that names the block and is not reasoning (Gemma 4's
     # `thought\n`); a prompt that ends with the marker and it has opened reasoning
     reasoning_prefix: ClassVar[str] = ""

@@ -67,6 +67,7 @@ class FamilyTable:
     xtml: bool = False
     # think, invoke_parameters: terminals that wrap the answer, dropped from the content
     content_drops: tuple[str, ...] = ()
+    keeps_special_tokens: bool = False  # think: the family's requests do not skip special tokens
 
 
 def _think(table: FamilyTable) -> type[ReasoningParser]:
@@ -78,6 +79,7 @@ def _think(table: FamilyTable) -> type[ReasoningParser]:
         "default_starts_in_reasoning": table.starts_in_reasoning, "implicit_end": table.implicit_end,
         "reopen": table.reopen, "required_tokens": table.required_tokens,
         "tool_implicit_ends": table.tool_implicit_ends, "thinking_switch": table.thinking_switch,
+        "keeps_special_tokens": table.keeps_special_tokens,
     }
     if table.content_drops:
         from detok.parsing.reasoning.content_drops import ContentDroppingThinkParser

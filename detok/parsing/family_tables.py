@@ -40,7 +40,7 @@ REASONING_TABLES: tuple[FamilyTable, ...] = (
     # Kimi K3: a think channel (the generation prefix may open it: the prompt says), then the response
     # channel whose wrapper is dropped from the content (vLLM's kimi_k3)
     FamilyTable("think", ("kimi_k3",), "<|open|>think<|sep|>", "<|close|>think<|sep|>", "Moonshot Kimi K3",
-                content_drops=K3_RESPONSE),
+                content_drops=K3_RESPONSE, keeps_special_tokens=True),
     # Step-3.5 / 3.7: the template always prefills `<think>\n` (no switch: enable_thinking ignored, as
     # vLLM's step3p5); its calls are Qwen3's XML, whose `<tool_call>` ends reasoning once `<function=` follows
     FamilyTable("think", ("step3p5",), THINK, END_THINK, "StepFun Step-3.5 / 3.7", starts_in_reasoning=True,
