@@ -12,6 +12,9 @@ from detok.parsing.reasoning.think import ThinkParser
 from detok.parsing.types import KIND_CONTENT, Piece, Steady
 
 
+_think_feed = ThinkParser.feed
+
+
 class ContentDroppingThinkParser(ThinkParser):
     content_drops: tuple[str, ...] = ()
 
@@ -22,8 +25,8 @@ class ContentDroppingThinkParser(ThinkParser):
         self._content_steadies: dict[int, Steady] = {}  # id(ThinkParser's steady) -> with the drops' triggers
 
     def feed(self, piece: Piece) -> tuple[str, list[Piece]]:
-        reasoning, content = super().feed(piece)
-        return reasoning, self._drop(content, False)
+        reasoning, content = _think_feed(self, piece)  # (no super() lookup: every piece comes here off the compiled path)
+        return reasoning, (self._drop(content, False) if content else content)
 
     def finish(self) -> tuple[str, list[Piece]]:
         reasoning, content = super().finish()
@@ -42,6 +45,20 @@ class ContentDroppingThinkParser(ThinkParser):
         return found
 
     def _drop(self, content: list[Piece], final: bool) -> list[Piece]:
+        if not final and not self._drops.holding:  # the common case: plain text without a drop's start
+            firsts = self._drop_firsts
+            for piece in content:
+                if piece.marker is not None:
+                    break
+                text = piece.text
+                for c in firsts:
+                    if c in text:
+                        break
+                else:
+                    continue
+                break
+            else:
+                return content
         out: list[Piece] = []
         for piece in content:
             out.extend(p for p in self._drops.feed(piece) if p.marker not in self.content_drops)
