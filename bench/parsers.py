@@ -47,6 +47,9 @@ CONFIGS: list[tuple[str, str, str | None, str | None, str, str]] = [
     ("olmo3", "qwen", "olmo3", None, "<think>", "</think>"),
     ("minimax_m2", "qwen", "minimax_m2", None, "<think>", "</think>"),
     ("deepseek_v3", "deepseek", "deepseek_v3", None, "<think>", "</think>"),
+    ("gemma4", "qwen_gemma4", "gemma4", None, "<|channel>thought\n", "<channel|>"),
+    ("step3p5", "qwen", "step3p5", None, "<think>", "</think>"),
+    ("kimi_k3", "qwen_k3", "kimi_k3", None, "<|open|>think<|sep|>", "<|close|>think<|sep|><|open|>response<|sep|>"),
     ("openai_gptoss", "harmony", "openai_gptoss", None, "<|channel|>analysis<|message|>", "<|end|><|start|>assistant<|channel|>final<|message|>"),
     ("openai_gptoss+openai", "harmony", "openai_gptoss", "openai", "<|channel|>analysis<|message|>", "<|end|><|start|>assistant<|channel|>final<|message|>"),
 ]
@@ -67,6 +70,11 @@ TOOL_CONFIGS = [
     ("seed_oss (string value)", "qwen_seed", None, "seed_oss", "<seed:tool_call>\n<function=f>\n<parameter=text>\n"),
     ("qwen3_json (arguments)", "qwen", None, "qwen3_json", '<tool_call>\n{"name": "f", "arguments": '),
     ("granite4 (arguments)", "qwen", None, "granite4", '<tool_call>\n{"name": "f", "arguments": '),
+    # (held to the call's end and decoded once: the slow path on every token)
+    ("gemma4 (string value)", "qwen_gemma4", None, "gemma4", '<|tool_call>call:f{text:<|"|>'),
+    ("step3p5 (string value)", "qwen", None, "step3p5", "<tool_call>\n<function=f>\n<parameter=text>\n"),
+    ("kimi_k3 (string value)", "qwen_k3", None, "kimi_k3",
+     '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="text" type="string"<|sep|>'),
     ("hermes (arguments, markers as text)", "gpt2", None, "hermes", '<tool_call>\n{"name": "f", "arguments": '),
 ]
 # content of a request with tools, no call in it: (row, vocabulary, tool parser)
@@ -82,6 +90,9 @@ CONTENT_CONFIGS = [
     ("qwen3_json (content)", "qwen", "qwen3_json"),
     ("pythonic (content)", "qwen", "pythonic"),
     ("llama4_pythonic (content)", "qwen_llama4", "llama4_pythonic"),
+    ("gemma4 (content)", "qwen_gemma4", "gemma4"),
+    ("kimi_k3 (content)", "qwen_k3", "kimi_k3"),
+    ("step3p5 (content)", "qwen", "step3p5"),
 ]
 
 

@@ -34,10 +34,13 @@ def starts_in_reasoning(reasoning_parser: str, prompt_text: str, template_kwargs
     family = reasoning_parser_class(reasoning_parser)
     markers = family.markers
     tail = prompt_text.rstrip()
-    if markers and tail.endswith(markers[0]):
+    if markers and (tail.endswith(markers[0]) or (family.reasoning_prefix
+                                                   and tail.endswith(markers[0] + family.reasoning_prefix.rstrip()))):
         return True
     if len(markers) > 1 and tail.endswith(markers[1]):
         return False
+    if not family.thinking_switch:
+        return None
     for key in THINKING_KWARGS:
         value = template_kwargs.get(key)
         if isinstance(value, bool):

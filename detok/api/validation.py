@@ -19,7 +19,7 @@ from detok.api.prompt_truncation import Side, cut_ids, encode_truncated, truncat
 from detok.api.refusals import refuse_unsupported
 from detok.api.sampling_extras import check_ids, sampling_extras
 from detok.api.typed_requests import THINKING_KWARGS, output_parsing
-from detok.parsing.registry import tool_parser_class
+from detok.parsing.registry import reasoning_parser_class, tool_parser_class
 from detok.parsing.types import OutputParsing
 from detok.wire.params import DecodeParams
 from detok.tokenizer.base import Tokenizer
@@ -314,9 +314,11 @@ def chat_job(req: ChatCompletionRequest, tok: Tokenizer, lim: ServingLimits) -> 
     # Tool calls parsed: special tokens are not skipped, whatever the request says (vLLM's tool
     # parsers' adjust_request and SGLang's chat serving do the same, since tool markers are special
     # tokens in many vocabularies); the text around them (a marker mentioned in reasoning) keeps them.
-    # Not for a family whose vLLM parser leaves the request's value (llama3_json)
-    keep_special = (parsing is not None and parsing.tool_parser is not None
-                    and tool_parser_class(parsing.tool_parser).keeps_special_tokens)
+    # Not for a family whose vLLM parser leaves the request's value (llama3_json); a reasoning family
+    # whose terminals are text of special tokens (Kimi K3) keeps them too
+    keep_special = parsing is not None and (
+        (parsing.tool_parser is not None and tool_parser_class(parsing.tool_parser).keeps_special_tokens)
+        or (parsing.reasoning_parser is not None and reasoning_parser_class(parsing.reasoning_parser).keeps_special_tokens))
     return _job(req, ids, max_tokens, None, "messages", tok, lim, logprobs, echo, parsing, max_tokens_param, role,
                 keep_special, {"prompt_text": text if req.return_prompt_text else None, "hide_output_ids": hidden,
                                "chat": True})

@@ -24,6 +24,15 @@ class ReasoningParser(ABC):
     markers: ClassVar[tuple[str, ...]]
     # markers that must be single tokens of the tokenizer (else: error at start naming them)
     required_tokens: ClassVar[tuple[str, ...]] = ()
+    # False: chat_template_kwargs' thinking switch does not open reasoning in the prompt (the model
+    # writes its own start marker), so it does not decide where the output starts
+    thinking_switch: ClassVar[bool] = True
+    # True: a request this family parses does not skip special tokens, whatever it asks (its terminals
+    # are text of several special tokens, Kimi K3's XTML, as vLLM's kimi_k3 adjust_request)
+    keeps_special_tokens: ClassVar[bool] = False
+    # text right after the start marker that names the block and is not reasoning (Gemma 4's
+    # `thought\n`); a prompt that ends with the marker and it has opened reasoning
+    reasoning_prefix: ClassVar[str] = ""
     # Set True by OutputParser when a tool parser reads this parser's content: a family whose tool
     # calls are messages of its own format (Harmony) then passes them on raw instead of leaving them out.
     tools_follow: bool = False
@@ -34,6 +43,10 @@ class ReasoningParser(ABC):
     def __init__(self, *, starts_in_reasoning: bool | None, token_markers: frozenset[str]) -> None:
         """`token_markers`: the markers that are single tokens of this tokenizer (fed as marker
         pieces); the others can only appear as plain text and are matched in the text."""
+
+    def follow_tools(self, tool_markers: frozenset[str]) -> None:
+        """Told by OutputParser the markers of the request's tool parser (a family whose reasoning
+        a tool-call start ends, where the start depends on the tool format, picks its own)."""
 
     @abstractmethod
     def feed(self, piece: Piece) -> tuple[str, list[Piece]]:

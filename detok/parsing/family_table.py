@@ -47,6 +47,14 @@ A table names the grammar that runs it:
   `detok.parsing.tools.marker_calls.MarkerCallsToolParser`.
 - `pythonic`: a Python list of calls with literal keyword arguments, the whole output, maybe between
   `start` and `end` (empty: none). Engine: `detok.parsing.tools.pythonic.PythonicToolParser`.
+- `keyed_call`: `start` `call:NAME{key:value,...}` `end`, values in a key:value literal syntax whose
+  strings sit between the `delimiter` terminal (Gemma 4's `<|"|>`), decoded to JSON by
+  `detok.parsing.tools.keyed_values`. Engine: `detok.parsing.tools.keyed_call.KeyedCallToolParser`.
+
+A `think` table may also name a `reasoning_prefix`: text the model writes at the start of its
+reasoning that is not reasoning (Gemma 4's channel name, `thought\n`), dropped; and set
+`thinking_switch` False where `chat_template_kwargs`' thinking switch does not open reasoning in the
+prompt (Gemma 4 writes its own start terminal).
 
 Every terminal is matched by token id where it is one token of the vocabulary (never split) and in
 the text otherwise, so a table keeps the engines' compiled path, any-grouping exactness and replay.
@@ -61,7 +69,7 @@ from typing import Literal
 from detok.parsing.base import ReasoningParser, ToolParser
 
 Grammar = Literal["think", "harmony", "harmony_calls", "json_region", "xml_parameters", "invoke_parameters", "pythonic",
-                  "key_value_tags", "section_calls", "json_objects", "marker_calls"]
+                  "key_value_tags", "section_calls", "json_objects", "marker_calls", "keyed_call"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +92,18 @@ class FamilyTable:
     # section_calls: what comes before the separator - the name, a type then the name on its own line
     # (the arguments then in a fence), or the model's native call id holding the name
     call_head: Literal["name", "type_name", "native_id"] = "name"
+    # think: tool-call starts that replace `implicit_end` when the request's tool parser has one
+    tool_implicit_ends: tuple[str, ...] = ()
+    reasoning_prefix: str = ""  # think: dropped at the start of the (first) reasoning
+    thinking_switch: bool = True  # think: the thinking kwargs say where the output starts
+    delimiter: str = ""  # keyed_call: the terminal around a string value
+    # invoke_parameters: the invoke and parameter tags when not `tag_prefix`'s (function, its end,
+    # parameter, its end), and whether their attributes are XTML's (Kimi K3)
+    tags: tuple[str, ...] = ()
+    xtml: bool = False
+    # think, invoke_parameters: terminals that wrap the answer, dropped from the content
+    content_drops: tuple[str, ...] = ()
+    keeps_special_tokens: bool = False  # think: the family's requests do not skip special tokens
 
 
 def _think(table: FamilyTable) -> type[ReasoningParser]:
@@ -94,7 +114,19 @@ def _think(table: FamilyTable) -> type[ReasoningParser]:
         "markers": (table.start, table.end) + ((table.implicit_end,) if table.implicit_end else ()),
         "default_starts_in_reasoning": table.starts_in_reasoning, "implicit_end": table.implicit_end,
         "reopen": table.reopen, "required_tokens": table.required_tokens,
+        "tool_implicit_ends": table.tool_implicit_ends, "thinking_switch": table.thinking_switch,
+        "keeps_special_tokens": table.keeps_special_tokens,
     }
+    if table.content_drops:
+        from detok.parsing.reasoning.content_drops import ContentDroppingThinkParser
+
+        attrs["content_drops"] = table.content_drops
+        return type(_class_name(table), (ContentDroppingThinkParser,), attrs)
+    if table.reasoning_prefix:
+        from detok.parsing.reasoning.prefix import PrefixDroppingThinkParser
+
+        attrs["reasoning_prefix"] = table.reasoning_prefix
+        return type(_class_name(table), (PrefixDroppingThinkParser,), attrs)
     if table.confirm:
         attrs["implicit_confirm"] = re.compile(table.confirm_pattern or "|".join(map(re.escape, table.confirm)))
         attrs["implicit_confirm_prefixes"] = table.confirm
@@ -115,6 +147,7 @@ def _engine(table: FamilyTable) -> type[ToolParser]:
     from detok.parsing.tools.json_objects import JsonObjectsToolParser
     from detok.parsing.tools.json_region import JsonRegionToolParser
     from detok.parsing.tools.key_value_tags import KeyValueTagsToolParser
+    from detok.parsing.tools.keyed_call import KeyedCallToolParser
     from detok.parsing.tools.marker_calls import MarkerCallsToolParser
     from detok.parsing.tools.pythonic import PythonicToolParser
     from detok.parsing.tools.section_calls import NativeIdSectionToolParser, SectionToolParser
@@ -125,7 +158,8 @@ def _engine(table: FamilyTable) -> type[ToolParser]:
     engines: dict[str, type[ToolParser]] = {"json_region": JsonRegionToolParser, "xml_parameters": XmlParametersToolParser,
                                              "invoke_parameters": InvokeParametersToolParser,
                                              "pythonic": PythonicToolParser, "key_value_tags": KeyValueTagsToolParser,
-                                             "json_objects": JsonObjectsToolParser, "marker_calls": MarkerCallsToolParser}
+                                             "json_objects": JsonObjectsToolParser, "marker_calls": MarkerCallsToolParser,
+                                             "keyed_call": KeyedCallToolParser}
     return engines[table.grammar]
 
 
@@ -135,13 +169,16 @@ def _tools(table: FamilyTable) -> type[ToolParser]:
     engine = _engine(table)
     attrs: dict[str, object] = {"names": table.names, "start": table.start, "end": table.end,
                                 "required_tokens": table.required_tokens, **dict(table.terminals)}
+    if table.grammar == "keyed_call":
+        attrs["delimiter"] = table.delimiter
     if table.grammar == "invoke_parameters":
-        attrs.update(zip(("function", "function_end", "parameter", "parameter_end"), tags(table.tag_prefix)))
+        attrs.update(zip(("function", "function_end", "parameter", "parameter_end"), table.tags or tags(table.tag_prefix)))
+        attrs.update(xtml=table.xtml, content_drops=table.content_drops)
     if table.call_head == "type_name":
         attrs["_type_first"] = True
     # the markers: the region's tags (an empty tag: none), then the grammar's other terminals
     terminals = [attrs.get(name, getattr(engine, name)) for name in engine.terminal_names]  # type: ignore[attr-defined]
-    attrs["markers"] = tuple(m for m in (table.start, table.end, *terminals) if m)
+    attrs["markers"] = tuple(m for m in (table.start, table.end, *terminals, *table.content_drops) if m)
     return type(_class_name(table), (engine,), attrs)
 
 

@@ -63,6 +63,11 @@ class MarkerSplitter:
         """Text fed now comes out unchanged (no text markers, nothing held)."""
         return not self._markers and not self._held
 
+    @property
+    def holding(self) -> bool:
+        """A tail of the text fed is held back (it could still become a marker)."""
+        return bool(self._held)
+
     def feed(self, piece: Piece) -> list[Piece]:
         if piece.marker is not None:
             out = [Piece(self._held)] if self._held else []

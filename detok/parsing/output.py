@@ -51,6 +51,7 @@ class OutputParser:
             if self._reasoning is not None:
                 self._reasoning.tools_follow = True
                 self._reasoning.tool_names = frozenset(t.name for t in parsing.tools)
+                self._reasoning.follow_tools(frozenset(tfamily.markers))
         self.marker_set = frozenset(self.marker_ids)
 
     @property

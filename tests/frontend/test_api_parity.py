@@ -333,6 +333,16 @@ def test_llama3_json_keeps_the_requests_skip_special_tokens(tok):
     assert not kept.params.skip_special_tokens
 
 
+def test_kimi_k3_reasoning_keeps_special_tokens(tok):
+    # vLLM's kimi_k3 reasoning parser sets skip_special_tokens=False: its think channel's terminals are
+    # text of special tokens (`<|open|>think<|sep|>`), which a skipping decode would leave out
+    k3 = ServingLimits("m", 64, reasoning_parser="kimi_k3")
+    assert not _job(tok, "chat", k3, messages=USER).params.skip_special_tokens
+    assert not _job(tok, "chat", k3, messages=USER, skip_special_tokens=True).params.skip_special_tokens
+    # a family whose terminals are matched by id leaves the request's value
+    assert _job(tok, "chat", ServingLimits("m", 64, reasoning_parser="gemma4"), messages=USER).params.skip_special_tokens
+
+
 def test_chat_logprobs_are_asked_rendered_by_the_workers(tmp_path, tok):
     # a chat request with logprobs asks its workers for the chat items (logprobs_form "chat"); with
     # tokens named by id, for completions and without logprobs, the entries form

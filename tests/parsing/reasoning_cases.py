@@ -233,3 +233,32 @@ DEEPSEEK_V3 = [
     Case("thinking_on", "abc</think>xyz", "abc", "xyz", starts=True),
     Case("thinking_on_with_think", "<think>abc</think>xyz", "abc", "xyz", starts=True),
 ]
+GEMMA4 = [
+    # vLLM 0.33 vllm/parser/gemma4.py: a <|channel> block the model opens, its `thought\n` name dropped
+    Case("thought_then_answer", "<|channel>thought\nLet me think.<channel|>The answer is 4.", "Let me think.", "The answer is 4."),
+    Case("no_channel", "The answer is 4.", "", "The answer is 4."),
+    Case("prompt_opened_channel", "plan it<channel|>Answer.", "plan it", "Answer.", starts=True),
+    Case("only_the_name", "<|channel>thought<channel|>Hi", "", "Hi", note="vLLM's streamed result (non-streamed: None too)"),
+    Case("not_the_name", "<|channel>thinking hard<channel|>Hi", "thinking hard", "Hi"),
+    Case("no_end", "<|channel>thought\nstill going", "still going", ""),
+    Case("stray_end_absorbed", "Hi<channel|> there", "", "Hi there"),
+    Case("call_from_thought", "<|channel>thought\nweather?<|tool_call>call:f{}<tool_call|>", "weather?",
+         "<|tool_call>call:f{}<tool_call|>"),
+]
+KIMI_K3 = [
+    # vLLM kimi_k3_reasoning_parser.py: the XTML think channel; the response channel's wrapper stripped
+    Case("think_then_response", "<|open|>think<|sep|>abc<|close|>think<|sep|><|open|>response<|sep|>xyz<|close|>response<|sep|>",
+         "abc", "xyz"),
+    Case("prefix_consumed", "abc<|close|>think<|sep|>xyz<|close|>message<|sep|>", "abc", "xyz", starts=True),
+    Case("no_think_channel", "<|open|>response<|sep|>xyz<|close|>response<|sep|>", "", "xyz"),
+    Case("thinking_off", "xyz<|close|>message<|sep|>", "", "xyz", starts=False),
+    Case("unclosed", "<|open|>think<|sep|>abc", "abc", ""),
+]
+STEP3P5 = [
+    # vLLM step3p5 (qwen3's grammar, thinking always on: the template prefills <think>\n)
+    Case("no_start", "This is a reasoning section</think>This is the rest", "This is a reasoning section", "This is the rest"),
+    Case("with_think", "<think>abc</think>xyz", "abc", "xyz"),
+    Case("truncated", "still thinking", "still thinking", ""),
+    Case("call_from_thought", "plan\n" + TOOL_BODY, "plan\n", TOOL_BODY),
+    Case("tool_call_mentioned", "use <tool_call> later</think>ok", "use <tool_call> later", "ok"),
+]

@@ -1,6 +1,6 @@
 """The table families (`detok.parsing.family_tables`) on the peers' cases (tests/parsing/cases/*.json,
 each case naming its source), on real vocabularies: Qwen3.6's (`<think>`, `<tool_call>` one token each),
-DeepSeek's (its `｜DSML｜` one token), and Qwen3.6's with Seed-OSS's or Llama 4's markers added. A case
+DeepSeek's (its `｜DSML｜` one token), and Qwen3.6's with Seed-OSS's, Llama 4's, Gemma 4's or Kimi K3's markers added. A case
 may carry its own `tools` (a schema that types its values). Per case: the parsed result equals the case's
 for one id per step, all ids at once and random regroupings (also cutting inside a token's text); in
 the worker, random step sizes, one id per step and all at once agree, with stop strings on the raw
@@ -37,7 +37,7 @@ TOOLS = (ToolSpec("get_weather", {"type": "object", "properties": {"location": {
                                                                    "unit": {"type": "string"}}}),)
 # the vocabulary each family's cases run on
 VOCABULARY = {"seed_oss": voc.qwen_seed, "deepseek_v3": voc.deepseek, "llama4_pythonic": voc.qwen_llama4,
-              "deepseek_v32": voc.deepseek, "deepseek_v4": voc.deepseek}
+              "deepseek_v32": voc.deepseek, "deepseek_v4": voc.deepseek, "gemma4": voc.qwen_gemma4, "kimi_k3": voc.qwen_k3}
 
 
 _RIDS = itertools.count(1)

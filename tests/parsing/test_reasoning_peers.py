@@ -28,6 +28,9 @@ MATRIX: dict[str, tuple[list[rc.Case], list[Callable[[], Tokenizer]]]] = {
     "olmo3": (rc.OLMO3, [voc.qwen, voc.gpt2]),
     "minimax_m2": (rc.MINIMAX_M2, [voc.qwen, voc.gpt2]),
     "deepseek_v3": (rc.DEEPSEEK_V3, [voc.deepseek, voc.gpt2]),
+    "gemma4": (rc.GEMMA4, [voc.qwen_gemma4, voc.gpt2]),
+    "kimi_k3": (rc.KIMI_K3, [voc.qwen_k3, voc.gpt2]),
+    "step3p5": (rc.STEP3P5, [voc.qwen, voc.gpt2]),
 }
 
 

@@ -68,7 +68,18 @@ def test_enable_thinking_false_reads_the_same_output_as_content() -> None:
 @pytest.mark.parametrize("family", sorted(reasoning_parsers()))
 @pytest.mark.parametrize("key", ["enable_thinking", "thinking"])
 def test_the_thinking_switch_is_honoured_for_every_family(family: str, key: str) -> None:
-    """Either kwarg, on or off, decides the start of every family whose prompt does not decide it."""
+    """Either kwarg, on or off, decides the start of every family whose prompt does not decide it
+    (Gemma 4 writes its own `<|channel>`: the switch does not open it, as vLLM's gemma4)."""
+    if not reasoning_parsers()[family].thinking_switch:
+        assert starts_in_reasoning(family, "<|im_start|>assistant\n", {key: True}) is None
+        return
     assert starts_in_reasoning(family, "<|im_start|>assistant\n", {key: True}) is True
     assert starts_in_reasoning(family, "<|im_start|>assistant\n", {key: False}) is False
     assert starts_in_reasoning(family, "<|im_start|>assistant\n", {}) is None  # the family's default
+
+
+def test_a_prompt_ending_inside_gemma4s_channel_starts_in_reasoning() -> None:
+    """vLLM's gemma4 adjust_initial_state_from_prompt: the template's `<|channel>thought\n` opens it."""
+    assert starts_in_reasoning("gemma4", "<|turn>model\n<|channel>thought\n", {}) is True
+    assert starts_in_reasoning("gemma4", "<|turn>model\n<|channel>thought\n<channel|>", {"enable_thinking": True}) is False
+    assert starts_in_reasoning("gemma4", "<|turn>model\n", {"enable_thinking": True}) is None

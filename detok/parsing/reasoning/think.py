@@ -25,7 +25,7 @@ from detok.parsing.holdback import find_all, partial_suffix_len
 from detok.parsing.types import KIND_CONTENT, KIND_REASONING, Piece, Steady
 
 _BEFORE, _REASONING, _PENDING, _AFTER = range(4)
-_TABLES: dict[tuple[type, frozenset[str]], tuple] = {}  # (family, marker tokens) -> ThinkParser._tables
+_TABLES: dict[tuple[type, frozenset[str], str | None], tuple] = {}  # (family, marker tokens, implicit end) -> tables
 
 # How much text after an implicit end marker is awaited for its confirmation (vLLM looks 8 tokens
 # ahead): whitespace beyond this without the confirming text means it was a mention in reasoning.
@@ -38,6 +38,9 @@ class ThinkParser(ReasoningParser):
     end: ClassVar[str] = "</think>"
     # a marker that ends reasoning without the end marker and stays in the content (a tool-call opener)
     implicit_end: ClassVar[str | None] = None
+    # tool-call starts that take `implicit_end`'s place when the request's tool parser opens its calls
+    # with one (DeepSeek V3.2 / V4 write DSML regions where V3.1 wrote its calls section)
+    tool_implicit_ends: ClassVar[tuple[str, ...]] = ()
     # if set, the implicit end counts only when the text after it (leading whitespace skipped) matches
     # this; `implicit_confirm_prefixes` are the texts such a match starts with (to know when to give up)
     implicit_confirm: ClassVar[re.Pattern[str] | None] = None
@@ -51,7 +54,8 @@ class ThinkParser(ReasoningParser):
         sir = self.default_starts_in_reasoning if starts_in_reasoning is None else starts_in_reasoning
         self._state = _REASONING if sir else _BEFORE
         # what depends only on the family and the tokenizer's marker tokens: made once, shared
-        self._live, self._text_markers, self._firsts, self._steadies = self._tables(token_markers)
+        self._token_markers = token_markers
+        self._live, self._text_markers, self._firsts, self._steadies = self._tables(token_markers, self.implicit_end)
         self._held = ""  # a tail of text that may still become a text marker
         self._pending = ""  # text after an unconfirmed implicit end
         self._imp_at: Piece | None = None  # that implicit end's piece (its text: "" if the decoder skipped it)
@@ -59,14 +63,21 @@ class ThinkParser(ReasoningParser):
         self._c: list[Piece] = []
         self._quiet = not self._live[self._state]  # no text can hold a marker now: the fast path
 
+    def follow_tools(self, tool_markers: frozenset[str]) -> None:
+        for marker in self.tool_implicit_ends:
+            if marker in tool_markers:
+                self.implicit_end = marker  # type: ignore[misc]  # (this request's, over the class's)
+                self._live, self._text_markers, self._firsts, self._steadies = self._tables(self._token_markers, marker)
+                self._settle()
+                return
+
     @classmethod
-    def _tables(cls, token_markers: frozenset[str]) -> tuple[dict[int, tuple[str, ...]], tuple[str, ...],
-                                                             dict[int, str], dict[int, Steady]]:
-        key = (cls, token_markers)
+    def _tables(cls, token_markers: frozenset[str], imp: str | None) -> tuple[dict[int, tuple[str, ...]], tuple[str, ...],
+                                                                             dict[int, str], dict[int, Steady]]:
+        key = (cls, token_markers, imp)
         tables = _TABLES.get(key)
         if tables is not None:
             return tables
-        imp = cls.implicit_end
         # the markers matched in text (not single tokens here), per state
         text_start = () if cls.start in token_markers else (cls.start,)
         text_end = () if cls.end in token_markers else (cls.end,)
