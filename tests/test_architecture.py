@@ -208,7 +208,6 @@ def _mixed_classes(classes: list[tuple[str, ast.ClassDef]]) -> list[str]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="StreamTable is still assembled from 5 mixins (issue 43, stage 4)")
 def test_no_class_is_assembled_from_three_detok_classes() -> None:
     assert _mixed_classes(list(_classes())) == []
 
