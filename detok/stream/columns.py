@@ -9,7 +9,7 @@ import numpy as np
 
 UNKNOWN = 0  # slot 0 is never given out: unknown rids map to it, and it never matches a start
 NOT_PLAIN = -2  # `expect` of a slot whose next step must go through its DecodeStream
-MAX_PENDING = 4  # held bytes of an incomplete UTF-8 character: at most 3
+PENDING_WIDTH = 4  # the held-bytes column's width: an incomplete UTF-8 character holds at most 3
 FIRSTS_BYTES = 32  # a slot's stop strings' first characters, UTF-8 (the compiled step's column width)
 
 # the columns a grown table doubles, zero-filled (`expect` is filled with NOT_PLAIN)
@@ -32,7 +32,7 @@ class StreamColumns:
     def __init__(self, capacity: int) -> None:
         self.expect = np.full(capacity, NOT_PLAIN, dtype=np.int64)
         self.expect[UNKNOWN] = -3
-        self.pend = np.zeros((capacity, MAX_PENDING), dtype=np.uint8)
+        self.pend = np.zeros((capacity, PENDING_WIDTH), dtype=np.uint8)
         self.pend_len = np.zeros(capacity, dtype=np.uint8)
         self.tag = np.zeros(capacity, dtype=np.uint32)
         self.eos_stops = np.zeros(capacity, dtype=bool)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detok.stream.columns import MAX_PENDING as _MAX_PENDING
+from detok.stream.columns import PENDING_WIDTH as _MAX_PENDING
 from detok.stream.columns import UNKNOWN as _UNKNOWN
 
 from detok.stream.byte_text import _utf8_decode

@@ -33,7 +33,7 @@ import numpy as np
 from detok.stream.byte_text import ByteTables, ByteTextDecoder, context_held
 from detok.stream.decode_stream import CONTEXT_TOKENS, DecodeStream
 from detok.stream.mode_tables import ModeTables
-from detok.stream.columns import MAX_PENDING as _MAX_PENDING
+from detok.stream.columns import PENDING_WIDTH as _MAX_PENDING
 from detok.stream.columns import NOT_PLAIN as _NOT_PLAIN
 from detok.stream.columns import UNKNOWN as _UNKNOWN
 from detok.stream.columns import StreamColumns

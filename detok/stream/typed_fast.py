@@ -39,7 +39,7 @@ from detok.parsing.tools.value_holds import HOLDS, SPACE
 from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, VALUE_VERBATIM, Steady
 from detok.stream.byte_text import ByteTables
 from detok.stream.mode_tables import ModeSpec, ModeTables
-from detok.stream.columns import MAX_PENDING as _MAX_PENDING
+from detok.stream.columns import PENDING_WIDTH as _MAX_PENDING
 from detok.stream.columns import NOT_PLAIN as _NOT_PLAIN
 
 if TYPE_CHECKING:
