@@ -27,8 +27,8 @@ setup(
         # received batch's text rows written as they are dispatched (DeltaReceiver.direct_rows)
         Extension("detok._native._chunkpush",
                   ["detok/_native/_chunkpush.c", "detok/_native/_directrows.c", "detok/_native/_typedrows.c",
-                   "detok/_native/_streamslots.c"],
-                  depends=["detok/_native/_textpusher.h", "detok/_native/_streamslots.h"], optional=True),
+                   "detok/_native/_streamfields.c"],
+                  depends=["detok/_native/_textpusher.h", "detok/_native/_streamfields.h"], optional=True),
         Extension("detok._native._logprobrows", ["detok/_native/_logprobrows.c"], optional=True),
         # the frontend's latency clock, ticked once per streamed chunk
         Extension("detok._native._latency", ["detok/_native/_latency.c"], optional=True),

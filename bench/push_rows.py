@@ -39,6 +39,7 @@ from bench.logprobs_frontend import frontend_messages, workload_of, workload_par
 from detok import wire
 from detok.streaming.chunks import ChunkRenderer
 from detok.receiver.receiver import DeltaReceiver
+from detok.receiver.request_stream import RequestStream
 
 
 class _Sink:
@@ -68,7 +69,9 @@ async def _feed(messages: list[bytes], rids: list[int], items: bool, direct: boo
     sinks = [_Sink() for _ in rids]
     streams = [rx.open(rid) for rid in rids]
     for stream, sink in zip(streams, sinks):
-        stream.push_to(TextPusher(lambda s: False, sink.flow, sink.cycle, sink.write, None, prefix, suffix, *frame))
+        take = RequestStream.take_items if frame else RequestStream.take_text
+        stream.push_to(TextPusher(lambda s: False, sink.flow, sink.cycle, sink.write, None, prefix, suffix, *frame,
+                                  take=take))
 
     async def consume(stream: Any) -> None:
         async for _ in stream:  # (what the pusher leaves: the finish, held entries)

@@ -1,13 +1,14 @@
 /* A text-only streamed chunk written by the receiving loop in one C call (detok.streaming.chunk_push).
  *
- * TextPusher(fallback, flow, cycle, write, timer_text, prefix, suffix) is the pusher of a one-choice
- * streamed response without logprobs or per-chunk usage: called with the RequestStream whose deltas
- * wait, it does what ChunkPusher's text-only branch does in Python -
- *   the client not there or not reading (flow.write_paused, cycle.disconnected): False;
- *   waiting text and nothing else (`stream.take_text()`, the stream's own rule, gives a str): tick
+ * TextPusher(fallback, flow, cycle, write, timer_text, prefix, suffix, take=...) is the pusher of a
+ * one-choice streamed response without logprobs or per-chunk usage: called with the RequestStream
+ * whose deltas wait, it does what ChunkPusher's text-only branch does in Python -
+ *   the client not there or not reading (uvicorn's flow.write_paused, cycle.disconnected): False;
+ *   waiting text and nothing else (`take(stream)`: RequestStream.take_text, the stream's own rule,
+ *   given at construction, gives a str): tick
  *   the clock (timer_text()), write the framed chunk (write(b"%x\r\n" + prefix + JSON(text) + suffix
  *   + b"\r\n")), True;
- *   anything else (take_text gives None): fallback(stream), the Python pusher, unchanged -
+ *   anything else (take gives None): fallback(stream), the Python pusher, unchanged -
  * without the Python calls, the list and the joins of rendering and framing.
  *
  * JSON(text) is msgspec.json.encode(text): `"` and `\` escaped, controls below 0x20 as \b \t \n \f \r
@@ -16,7 +17,7 @@
  * Python pusher's encoder does.
  *
  * With `mid` and `items_suffix` (chat items mode: a chat response whose logprobs its workers render,
- * detok.worker.chat_entries) it calls `stream.take_items()` instead: (text, items or None), text
+ * detok.worker.chat_entries) `take` is RequestStream.take_items: (text, items or None), text
  * and the rendered entries with nothing else waiting; the chunk is prefix + JSON(text), then, with
  * items, mid + the items joined with commas + items_suffix (`{"content":[...]}` and the chunk's end),
  * without, suffix (`"logprobs":null`) - ChunkPusher's bytes for that delta.
@@ -139,10 +140,11 @@ static PyObject *frame_text(PyObject *self, PyObject *args) {
     return frame(prefix, np, u, n, suffix, ns);
 }
 
-static PyObject *S_write_paused, *S_disconnected, *S_take_text, *S_take_items;
+static PyObject *S_write_paused, *S_disconnected;
 
 static int TextPusher_traverse(TextPusher *t, visitproc visit, void *arg) {
     Py_VISIT(t->fallback);
+    Py_VISIT(t->take);
     Py_VISIT(t->flow);
     Py_VISIT(t->cycle);
     Py_VISIT(t->write);
@@ -153,6 +155,7 @@ static int TextPusher_traverse(TextPusher *t, visitproc visit, void *arg) {
 
 static int TextPusher_clear(TextPusher *t) {
     Py_CLEAR(t->fallback);
+    Py_CLEAR(t->take);
     Py_CLEAR(t->flow);
     Py_CLEAR(t->cycle);
     Py_CLEAR(t->write);
@@ -259,7 +262,7 @@ static PyObject *push(TextPusher *t, PyObject *stream) {
     if (!r) Py_RETURN_FALSE; /* the consumer's: a paused or gone client */
     /* text alone waiting (chat items mode: text and rendered items), the stream's own rule (None:
      * anything else, the Python pusher's) */
-    PyObject *taken = PyObject_CallMethodNoArgs(stream, t->mid != NULL ? S_take_items : S_take_text);
+    PyObject *taken = PyObject_CallOneArg(t->take, stream);
     if (taken == NULL) return NULL;
     if (taken == Py_None) {
         Py_DECREF(taken);
@@ -293,14 +296,19 @@ static PyObject *TextPusher_vectorcall(PyObject *self, PyObject *const *args, si
 
 static PyObject *TextPusher_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"fallback", "flow", "cycle", "write", "timer_text", "prefix", "suffix", "mid", "items_suffix",
-                         "typed", "reasoning", "sent_args", "calls_prefix", "parallel", NULL};
+                         "typed", "reasoning", "sent_args", "calls_prefix", "parallel", "take", NULL};
     PyObject *fallback, *flow, *cycle, *write, *timer_text, *prefix, *suffix, *mid = NULL, *items_suffix = NULL;
+    PyObject *take = NULL;
     PyObject *reasoning = Py_None, *sent_args = Py_None, *calls_prefix = Py_None;
     int typed = 0, parallel = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOSS|SS$pOOOp", kw, &fallback, &flow, &cycle, &write, &timer_text,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOSS|SS$pOOOpO", kw, &fallback, &flow, &cycle, &write, &timer_text,
                                      &prefix, &suffix, &mid, &items_suffix, &typed, &reasoning, &sent_args,
-                                     &calls_prefix, &parallel))
+                                     &calls_prefix, &parallel, &take))
         return NULL;
+    if (take == NULL || !PyCallable_Check(take)) {
+        PyErr_SetString(PyExc_TypeError, "take= is required: the stream's take (take_text, or take_items with mid)");
+        return NULL;
+    }
     if ((reasoning != Py_None && !(typed && PyBytes_CheckExact(reasoning))) || (typed && mid != NULL)) {
         PyErr_SetString(PyExc_TypeError, "reasoning: bytes, for a typed pusher only; a typed pusher has no items mode");
         return NULL;
@@ -325,6 +333,7 @@ static PyObject *TextPusher_new(PyTypeObject *type, PyObject *args, PyObject *kw
     TextPusher *t = (TextPusher *)type->tp_alloc(type, 0);
     if (t == NULL) return NULL;
     t->fallback = Py_NewRef(fallback);
+    t->take = Py_NewRef(take);
     t->flow = Py_NewRef(flow);
     t->cycle = Py_NewRef(cycle);
     t->write = Py_NewRef(write);
@@ -355,7 +364,7 @@ PyTypeObject detok_TextPusherType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "detok._native._chunkpush.TextPusher",
     .tp_basicsize = sizeof(TextPusher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "TextPusher(fallback, flow, cycle, write, timer_text, prefix, suffix[, mid, items_suffix], *, typed=False, "
+    .tp_doc = "TextPusher(fallback, flow, cycle, write, timer_text, prefix, suffix[, mid, items_suffix], *, take, typed=False, "
               "reasoning=None): a text-only chunk pusher, or with mid and items_suffix one of text and the workers' chat "
               "logprobs items; typed: a parsed chat choice's, reasoning the prefix of its reasoning chunks (None: not shown)",
     .tp_new = TextPusher_new,
@@ -367,7 +376,19 @@ PyTypeObject detok_TextPusherType = {
     .tp_getset = TextPusher_getset,
 };
 
+static PyObject *idle_for_push(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyObject_TypeCheck(args[0], &detok_StreamFieldsType)) {
+        PyErr_SetString(PyExc_TypeError, "idle_for_push(fields: StreamFields, typed: bool)");
+        return NULL;
+    }
+    int typed = PyObject_IsTrue(args[1]);
+    if (typed < 0) return NULL;
+    return PyBool_FromLong(detok_fields_idle((StreamFields *)args[0], typed));
+}
+
 static PyMethodDef methods[] = {
+    {"idle_for_push", (PyCFunction)(void (*)(void))idle_for_push, METH_FASTCALL,
+     "idle_for_push(fields, typed) -> bool: push_rows' test of a stream (stream_fields.idle_for_push's twin)"},
     {"frame_text", frame_text, METH_VARARGS, "frame_text(prefix, text, suffix) -> the framed chunk of `text`"},
     {"push_rows", (PyCFunction)(void (*)(void))detok_push_rows, METH_FASTCALL,
      "push_rows(streams, stream_type, rids, texts, offsets, counts, finished, entries, kinds) -> the rows left to the "
@@ -383,12 +404,13 @@ PyMODINIT_FUNC PyInit__chunkpush(void) {
     if (PyType_Ready(&detok_TextPusherType) < 0) return NULL;
     if (!(S_write_paused = PyUnicode_InternFromString("write_paused")) ||
         !(S_disconnected = PyUnicode_InternFromString("disconnected")) ||
-        !(S_take_text = PyUnicode_InternFromString("take_text")) ||
-        !(S_take_items = PyUnicode_InternFromString("take_items")) || detok_directrows_init() < 0)
+        detok_directrows_init() < 0 || detok_streamfields_ready() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "TextPusher", (PyObject *)&detok_TextPusherType) < 0) {
+    if (PyModule_AddObjectRef(m, "TextPusher", (PyObject *)&detok_TextPusherType) < 0
+        || PyModule_AddObjectRef(m, "StreamFields", (PyObject *)&detok_StreamFieldsType) < 0
+        || PyModule_AddObjectRef(m, "TypedFields", (PyObject *)&detok_TypedFieldsType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

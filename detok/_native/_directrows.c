@@ -5,16 +5,17 @@
  *
  * Per row k (rids, texts, offsets: lists of one length; counts: a list of that length, or None;
  * finished: a set of the rids this batch finishes or gives typed rows (what is applied after the
- * rows), or None; entries: the batch's (rid, TokenLogprobs)
- * pairs, split_logprobs's list, or None) whose stream (streams[rids[k]]) is
- * exactly of `stream_type` (RequestStream) and is in the state where the Python path would only
+ * rows), or None; entries: the batch's entry-rows (rid, TokenLogprobs, first, items or None),
+ * split_logprobs's list, or None) whose stream (streams[rids[k]]) is exactly of `stream_type`
+ * (RequestStream: a StreamFields, whose fields are read from its own struct, _streamfields.h) and
+ * is in the state where the Python path would only
  * append the text, queue the stream, and at the end of the loop's turn have its TextPusher take that
  * text alone and write it -
  *   the row not finished by this batch (nor given typed rows), its text at the offset the stream
  *   expects (an empty text: only with the entries of a held token, in chat items mode; an empty row
  *   without entries needs nothing but its token count, kept here);
  *   nothing else waiting in the stream (no text, no logprob entries, no finish, no typed output, not
- *   queued for a push); its consumer waiting (a waiter not done); its pusher a TextPusher whose
+ *   queued for a push: stream_fields.idle_for_push, whose twin is detok_fields_idle); its consumer waiting (a waiter not done); its pusher a TextPusher whose
  *   client is there and reads; a text-only pusher's request without entries in the batch, a chat
  *   items-mode pusher's with one run of rendered items from the token the stream expects -
  * it does the same at once: the token count kept (as the Python loop does), the char offset
@@ -38,67 +39,39 @@
  * whose rows was left (its rows stay in order): returned are their indices in order (None: no row
  * left). A rid with no open stream needs nothing and is not returned. Why: the Python path is
  * six calls per row (feed, wake, queue, push, take, the pusher), a large share of the frontend under
- * load; this is one pass of slot reads. */
+ * load; this is one pass of struct reads. */
 #include "_textpusher.h"
-#include "_streamslots.h"
 
-static PyObject *S_done, *S_set_result, *S_first, *S_items, *S_token_ids;
+/* the consumer's asyncio future's methods (asyncio's API, not detok's) */
+static PyObject *S_done, *S_set_result;
 
 int detok_directrows_init(void) {
     return (S_done = PyUnicode_InternFromString("done")) && (S_set_result = PyUnicode_InternFromString("set_result"))
-        && (S_first = PyUnicode_InternFromString("first")) && (S_items = PyUnicode_InternFromString("items"))
-        && (S_token_ids = PyUnicode_InternFromString("token_ids"))
-        && detok_streamslots_init() == 0 && detok_typedrows_init() == 0
         ? 0 : -1;
 }
 
-/* 1 if stream.<which> is `expected` (an identity test: None, False), 0 if not, -1 on an error */
-static int slot_is(PyObject *stream, StreamSlot which, PyObject *expected) {
-    PyObject *v = detok_stream_get(stream, which);
-    if (v == NULL) return -1;
-    int r = v == expected;
-    Py_DECREF(v);
-    return r;
+int detok_fields_idle(StreamFields *f, int typed) {
+    /* as stream_fields.idle_for_push: nothing waiting in the stream (no text, no entries, no finish,
+     * no typed output unless `typed`) and no push queued */
+    return !f->push_queued && f->finish == Py_None && (typed || f->typed == Py_None) && detok_empty_list(f->chunks)
+        && detok_empty_list(f->logprobs);
 }
 
-/* 1 if `v` (a new reference, or NULL on an error) is an empty list, 0 if not (or not a list), -1 on an error */
-static int empty_list(PyObject *v) {
-    if (v == NULL) return -1;
-    int r = PyList_CheckExact(v) && PyList_GET_SIZE(v) == 0;
-    Py_DECREF(v);
-    return r;
-}
-
-int detok_attr_empty_list(PyObject *obj, PyObject *name) {
-    return empty_list(PyObject_GetAttr(obj, name));
-}
-
-/* the row's stream if it can be written at once (a new reference), Py_None (borrowed) if not, NULL
- * on an error; *waiter: the stream's waiter (a new reference) when the stream is given */
 PyObject *detok_direct_stream(PyObject *stream, PyObject *offset, PyObject **waiter, TextPusher **pusher, int typed) {
+    StreamFields *f = (StreamFields *)stream;
     int r;
-    if ((r = slot_is(stream, SL_PUSH_QUEUED, Py_False)) <= 0 || (r = slot_is(stream, SL_FINISH, Py_None)) <= 0
-        || (!typed && (r = slot_is(stream, SL_TYPED, Py_None)) <= 0) || (r = empty_list(detok_stream_get(stream, SL_CHUNKS))) <= 0
-        || (r = empty_list(detok_stream_get(stream, SL_LOGPROBS))) <= 0)
-        return r < 0 ? NULL : Py_None;
+    if (!detok_fields_idle(f, typed)) return Py_None;
     if (offset != NULL && !typed) { /* (NULL: an empty row, whose offset says nothing; typed: the caller's) */
-        PyObject *received = detok_stream_get(stream, SL_RECEIVED);
-        if (received == NULL) return NULL;
-        r = PyLong_CheckExact(received) ? PyObject_RichCompareBool(received, offset, Py_EQ) : 0;
-        Py_DECREF(received);
+        PyObject *received = f->received;
+        r = received != NULL && PyLong_CheckExact(received) ? PyObject_RichCompareBool(received, offset, Py_EQ) : 0;
         if (r <= 0) return r < 0 ? NULL : Py_None;
     }
-    PyObject *p = detok_stream_get(stream, SL_PUSHER);
-    if (p == NULL) return NULL;
-    if (Py_TYPE(p) != &detok_TextPusherType || (typed && !((TextPusher *)p)->typed)) {
-        Py_DECREF(p);
+    PyObject *p = f->pusher, *w = f->waiter;
+    if (p == NULL || w == NULL || Py_TYPE(p) != &detok_TextPusherType || (typed && !((TextPusher *)p)->typed))
         return Py_None;
-    }
-    PyObject *w = detok_stream_get(stream, SL_WAITER);
-    if (w == NULL) {
-        Py_DECREF(p);
-        return NULL;
-    }
+    Py_INCREF(p);
+    Py_INCREF(w);
+    /* its consumer waits (the future's own done(): asyncio's API) */
     PyObject *done = w == Py_None ? Py_NewRef(Py_True) : PyObject_CallMethodNoArgs(w, S_done);
     r = done == NULL ? -1 : done == Py_False ? 1 : 0;
     Py_XDECREF(done);
@@ -115,12 +88,12 @@ PyObject *detok_direct_stream(PyObject *stream, PyObject *offset, PyObject **wai
 
 /* the stream's token count kept as the Python loop keeps it: raised to n if higher (or unset) */
 int detok_keep_count(PyObject *stream, PyObject *n) {
-    PyObject *have = detok_stream_get(stream, SL_TOKENS);
-    if (have == NULL) return -1;
-    int higher = have == Py_None ? 1 : PyObject_RichCompareBool(n, have, Py_GT);
-    Py_DECREF(have);
+    StreamFields *f = (StreamFields *)stream;
+    PyObject *have = f->tokens;
+    int higher = have == NULL || have == Py_None ? 1 : PyObject_RichCompareBool(n, have, Py_GT);
     if (higher < 0) return -1;
-    return higher ? detok_stream_set(stream, SL_TOKENS, n) : 0;
+    if (higher) Py_XSETREF(f->tokens, Py_NewRef(n));
+    return 0;
 }
 
 /* a write that raised an Exception: the consumer's to raise, as RequestStream._push hands it over */
@@ -132,40 +105,31 @@ int detok_hand_over(PyObject *stream, PyObject *waiter) {
     if (tb != NULL) PyException_SetTraceback(exc, tb);
     Py_XDECREF(type);
     Py_XDECREF(tb);
-    int r = detok_stream_set(stream, SL_PUSHER, Py_None);
-    if (r == 0) r = detok_stream_set(stream, SL_PUSH_ERROR, exc);
-    Py_DECREF(exc);
-    if (r < 0) return -1;
+    StreamFields *f = (StreamFields *)stream;
+    Py_XSETREF(f->pusher, Py_NewRef(Py_None));
+    Py_XSETREF(f->push_error, exc);
     PyObject *ok = PyObject_CallMethodOneArg(waiter, S_set_result, Py_None);
     if (ok == NULL) return -1;
     Py_DECREF(ok);
     return 0;
 }
 
-/* the items of `run` (a TokenLogprobs: a new reference to its non-empty list of rendered items, one
- * per entry) if it starts at the token the stream expects, with *end its end; Py_None (a new
- * reference) if not; NULL on an error */
-static PyObject *run_items(PyObject *stream, PyObject *run, PyObject **end) {
-    PyObject *first = PyObject_GetAttr(run, S_first), *items = NULL, *ids = NULL, *next = NULL;
-    if (first == NULL) return NULL;
-    int r = -1;
-    if ((items = PyObject_GetAttr(run, S_items)) == NULL || (ids = PyObject_GetAttr(run, S_token_ids)) == NULL
-        || (next = detok_stream_get(stream, SL_NEXT_TOKEN)) == NULL)
-        goto done;
-    r = PyList_CheckExact(items) && PyList_CheckExact(ids) && PyList_GET_SIZE(items) > 0
-        && PyList_GET_SIZE(items) == PyList_GET_SIZE(ids) && PyLong_CheckExact(first) ? PyObject_RichCompareBool(first, next, Py_EQ) : 0;
+/* the items of `row` (an entry-row of split_logprobs: (rid, entries, first, items); a new
+ * reference to its non-empty list of rendered items, one per entry) if it starts at the token the
+ * stream expects, with *end its end; Py_None (a new reference) if not; NULL on an error */
+static PyObject *run_items(PyObject *stream, PyObject *row, PyObject **end) {
+    PyObject *first = PyTuple_GET_ITEM(row, 2), *items = PyTuple_GET_ITEM(row, 3);
+    PyObject *next = ((StreamFields *)stream)->next_token;
+    if (next == NULL || !PyList_CheckExact(items) || PyList_GET_SIZE(items) == 0 || !PyLong_CheckExact(first))
+        return Py_NewRef(Py_None); /* (not rendered, or not set: the Python path's) */
+    int r = PyObject_RichCompareBool(first, next, Py_EQ);
     if (r == 1) {
-        PyObject *len = PyLong_FromSsize_t(PyList_GET_SIZE(ids));
+        PyObject *len = PyLong_FromSsize_t(PyList_GET_SIZE(items));
         *end = len == NULL ? NULL : PyNumber_Add(first, len);
         Py_XDECREF(len);
         if (*end == NULL) r = -1;
     }
-done:
-    Py_DECREF(first);
-    Py_XDECREF(ids);
-    Py_XDECREF(next);
-    if (r == 1) return items;
-    Py_XDECREF(items);
+    if (r == 1) return Py_NewRef(items);
     return r < 0 ? NULL : Py_NewRef(Py_None);
 }
 
@@ -191,14 +155,14 @@ static int push_row(PyObject *stream, PyObject *text, PyObject *offset, PyObject
         }
     }
     int r = count != NULL ? detok_keep_count(stream, count) : 0;
-    if (r == 0 && run_end != NULL) r = detok_stream_set(stream, SL_NEXT_TOKEN, run_end);
+    if (r == 0 && run_end != NULL) Py_XSETREF(((StreamFields *)stream)->next_token, Py_NewRef(run_end));
     PyObject *end = NULL;
     if (r == 0 && chars > 0) {
         PyObject *len = PyLong_FromSsize_t(chars);
         end = len == NULL ? NULL : PyNumber_Add(offset, len);
         Py_XDECREF(len);
-        r = end == NULL ? -1 : detok_stream_set(stream, SL_RECEIVED, end);
-        Py_XDECREF(end);
+        if (end == NULL) r = -1;
+        else Py_XSETREF(((StreamFields *)stream)->received, end);
     }
     if (r == 0 && detok_push_chunk(pusher, text, items) < 0) r = detok_hand_over(stream, waiter);
     Py_XDECREF(items);
@@ -215,8 +179,8 @@ static PyObject *runs_by_rid(PyObject *entries) {
     if (runs == NULL) return NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
         PyObject *pair = PyList_GET_ITEM(entries, i);
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            PyErr_SetString(PyExc_TypeError, "push_rows: entries must be (rid, run) pairs");
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 4) {
+            PyErr_SetString(PyExc_TypeError, "push_rows: entries must be (rid, run, first, items) rows");
             goto error;
         }
         PyObject *rid = PyTuple_GET_ITEM(pair, 0);
@@ -253,7 +217,7 @@ static int push_one(Batch *b, Py_ssize_t k, PyObject *stream, PyObject *rid, PyO
     if (index != NULL) { /* (None: several runs, or its one run written with an earlier row: the caller's) */
         PyObject *pair = index == Py_None ? Py_None : PyList_GET_ITEM(b->entries, PyLong_AsSsize_t(index));
         if (!PyTuple_CheckExact(pair)) return 0;
-        run = PyTuple_GET_ITEM(pair, 1);
+        run = pair;
     }
     PyObject *count = b->counts != NULL ? PyList_GET_ITEM(b->counts, k) : NULL;
     PyObject *offset = PyList_GET_ITEM(b->offsets, k);
@@ -287,6 +251,10 @@ PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t na
         || !PyList_CheckExact(b.offsets) || (b.counts != NULL && !PyList_CheckExact(b.counts))
         || (b.finished != NULL && !PyAnySet_CheckExact(b.finished)) || (b.entries != NULL && !PyList_CheckExact(b.entries))) {
         PyErr_SetString(PyExc_TypeError, "push_rows: a dict, a type, three lists, a list or None, a set or None, a list or None");
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)type, &detok_StreamFieldsType)) {
+        PyErr_SetString(PyExc_TypeError, "push_rows: the stream type must derive from StreamFields");
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(rids);

@@ -3,13 +3,15 @@
  *
  * rows(cls, rids, firsts, counts, ids, tokens, logprobs, top_counts, top_ids, top_tokens, top_logprobs)
  *     -> list of (rid, cls(first, ids[a:b], tokens[a:b], logprobs[a:b], top_counts[a:b],
- *                          top_ids[c:d], top_tokens[c:d], top_logprobs[c:d]))
+ *                          top_ids[c:d], top_tokens[c:d], top_logprobs[c:d]), first, None)
+ * (the row's first token index and rendered items beside the entries object: what the frontend's
+ * compiled push reads, given rather than read from the object)
  * All arguments but `cls` are lists; row r holds counts[r] entries, entry e top_counts[e]
  * alternatives. Every range is checked against its list (ValueError).
  *
  * rows(..., items, item_lengths): and the workers' rendered chat items (DeltaLogprobs.items, bytes;
  * item_lengths: uint32 per entry, 0 for an entry not rendered, or empty: none), each rendered
- * row's items as a list of bytes, the ninth argument of cls (None for the others). A row partly
+ * row's items as a list of bytes, the ninth argument of cls and the tuple's fourth (None for the others). A row partly
  * rendered, or lengths that do not fit the items, raise ValueError.
  */
 #define PY_SSIZE_T_CLEAN
@@ -126,9 +128,10 @@ rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *rid = Py_NewRef(PyList_GET_ITEM(rids, r));
         fields[0] = Py_NewRef(PyList_GET_ITEM(firsts, r));
         PyObject *entries = bad ? NULL : PyObject_Vectorcall(cls, fields, fields[8] != NULL ? 9 : 8, NULL);
+        PyObject *pair = entries == NULL ? NULL
+            : PyTuple_Pack(4, rid, entries, fields[0], fields[8] != NULL ? fields[8] : Py_None);
         for (int f = 0; f < 9; f++)
             Py_XDECREF(fields[f]);
-        PyObject *pair = entries == NULL ? NULL : PyTuple_Pack(2, rid, entries);
         Py_DECREF(rid);
         Py_XDECREF(entries);
         if (pair == NULL)
@@ -150,7 +153,7 @@ fail:
 static PyMethodDef methods[] = {
     {"rows", (PyCFunction)(void (*)(void))rows, METH_FASTCALL,
      "rows(cls, rids, firsts, counts, ids, tokens, logprobs, top_counts, top_ids, top_tokens, top_logprobs"
-     "[, items, item_lengths]) -> [(rid, cls(...))]: a batch's logprob entries per entry-row"},
+     "[, items, item_lengths]) -> [(rid, cls(...), first, items or None)]: a batch's logprob entries per entry-row"},
     {NULL, NULL, 0, NULL},
 };
 

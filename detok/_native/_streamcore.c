@@ -14,11 +14,23 @@
 #include "_utf8.h"
 #include <stddef.h>
 
-/* configure_stream's objects: the Delta type, EMPTY_DELTA, and the dict reason -> Delta of a plain
- * end (decode_stream._ENDED); the interned names of the Python paths and decoder fields */
+/* configure_stream's objects: the Delta type, EMPTY_DELTA, the dict reason -> Delta of a plain
+ * end (decode_stream._ENDED), and the Python paths it was given: step_py(stream, ids),
+ * finish_py(stream, reason=..., message=...) and flushed(decoder) (a decoder left as its flush
+ * leaves it) */
 static PyObject *delta_type = NULL, *empty_delta = NULL, *ended = NULL;
-static PyObject *str_step_py = NULL, *str_finish_py = NULL, *str_pending = NULL, *str_fast = NULL, *str_length = NULL;
-static PyObject *empty_bytes = NULL;
+static PyObject *step_py = NULL, *finish_py = NULL, *flushed = NULL;
+static PyObject *str_length = NULL;
+
+/* step_py(c, ids): the Python step (configure_stream not called yet: an error) */
+static PyObject *call_step_py(void *c, PyObject *ids) {
+    if (step_py == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "StreamCore: configure_stream was not called");
+        return NULL;
+    }
+    PyObject *call[2] = {(PyObject *)c, ids};
+    return PyObject_Vectorcall(step_py, call, 2, NULL);
+}
 
 /* ---- StreamCore: DecodeStream's one-id step ------------------------------------------------ */
 /* The base of detok.DecodeStream (decode_stream.py; a Python class of the same fields, in stream_core.py, is the
@@ -228,11 +240,11 @@ static PyObject *StreamCore_step(StreamCore *c, PyObject *arg) {
             PyObject *firsts = c->firsts;
             if (firsts != NULL && firsts != Py_None) { /* stop strings: whole text none of whose chars begins one */
                 if (stop || t == Py_None || c->held_len || !PyUnicode_CheckExact(t) || !PyUnicode_Check(firsts))
-                    return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
+                    return call_step_py(c, orig);
                 Py_ssize_t tn = PyUnicode_GET_LENGTH(t), fn = PyUnicode_GET_LENGTH(firsts);
                 for (Py_ssize_t f = 0; f < fn; f++)
                     if (PyUnicode_FindChar(t, PyUnicode_READ_CHAR(firsts, f), 0, tn, 1) != -1)
-                        return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
+                        return call_step_py(c, orig);
             }
             if (!stop && t != Py_None && c->held_len == 0 && PyUnicode_CheckExact(t)) {
                 c->num_tokens++;
@@ -255,12 +267,19 @@ static PyObject *StreamCore_step(StreamCore *c, PyObject *arg) {
                 return core_step_bytes(c, PySequence_Fast_GET_ITEM(c->pieces, i));
         }
     }
-    return PyObject_CallMethodOneArg((PyObject *)c, str_step_py, orig);
+    return call_step_py(c, orig);
 }
 
 static PyObject *configure_stream(PyObject *self, PyObject *args) {
-    PyObject *dt, *ed, *en;
-    if (!PyArg_ParseTuple(args, "OOO!", &dt, &ed, &PyDict_Type, &en)) return NULL;
+    PyObject *dt, *ed, *en, *sp, *fp, *fl;
+    if (!PyArg_ParseTuple(args, "OOO!OOO", &dt, &ed, &PyDict_Type, &en, &sp, &fp, &fl)) return NULL;
+    if (!PyCallable_Check(sp) || !PyCallable_Check(fp) || !PyCallable_Check(fl)) {
+        PyErr_SetString(PyExc_TypeError, "configure_stream: step_py, finish_py and flushed must be callable");
+        return NULL;
+    }
+    Py_XSETREF(step_py, Py_NewRef(sp));
+    Py_XSETREF(finish_py, Py_NewRef(fp));
+    Py_XSETREF(flushed, Py_NewRef(fl));
     Py_XSETREF(delta_type, Py_NewRef(dt));
     Py_XSETREF(empty_delta, Py_NewRef(ed));
     Py_XSETREF(ended, Py_NewRef(en));
@@ -413,15 +432,23 @@ static PyObject *StreamCore_finish(StreamCore *c, PyObject *const *args, Py_ssiz
         if (delta == NULL && PyErr_Occurred()) return NULL;
         if (delta != NULL) {
             /* the decoder as its flush leaves it (its held bytes lived here) */
-            if (PyObject_SetAttr(c->text, str_pending, empty_bytes) < 0 || PyObject_SetAttr(c->text, str_fast, Py_False) < 0)
+            PyObject *ok = flushed != NULL ? PyObject_CallOneArg(flushed, c->text) : NULL;
+            if (ok == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "StreamCore: configure_stream was not called");
                 return NULL;
+            }
+            Py_DECREF(ok);
             c->finished = 1;
             c->fast = 0;
             return Py_NewRef(delta);
         }
     }
+    if (finish_py == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "StreamCore: configure_stream was not called");
+        return NULL;
+    }
     PyObject *call[3] = {(PyObject *)c, nargs + nkw > 0 ? args[0] : NULL, nargs + nkw > 1 ? args[1] : NULL};
-    return PyObject_VectorcallMethod(str_finish_py, call, nargs + 1, kwnames);
+    return PyObject_Vectorcall(finish_py, call, nargs + 1, kwnames);
 }
 
 static PyMethodDef StreamCore_methods[] = {
@@ -537,7 +564,8 @@ static PyTypeObject StreamMakerType = {
 
 static PyMethodDef methods[] = {
     {"configure_stream", configure_stream, METH_VARARGS,
-     "configure_stream(Delta, EMPTY_DELTA, ended): what StreamCore returns (ended: reason -> Delta of a plain end)."},
+     "configure_stream(Delta, EMPTY_DELTA, ended, step_py, finish_py, flushed): what StreamCore returns (ended: reason -> "
+     "Delta of a plain end) and the Python paths it calls."},
     {"whole_tail", (PyCFunction)(void (*)(void))whole_tail, METH_FASTCALL,
      "whole_tail(texts, context, n, max_context) -> bool: a prompt tail that leaves nothing held."},
     {NULL, NULL, 0, NULL},
@@ -551,10 +579,7 @@ static int intern(PyObject **name, const char *s) {
 
 PyMODINIT_FUNC PyInit__streamcore(void) {
     if (PyType_Ready(&StreamCoreType) < 0 || PyType_Ready(&StreamMakerType) < 0) return NULL;
-    if (intern(&str_step_py, "_step_py") < 0 || intern(&str_finish_py, "_finish_py") < 0 ||
-        intern(&str_pending, "_pending") < 0 || intern(&str_fast, "_fast") < 0 || intern(&str_length, "length") < 0)
-        return NULL;
-    if (empty_bytes == NULL && (empty_bytes = PyBytes_FromStringAndSize(NULL, 0)) == NULL) return NULL;
+    if (intern(&str_length, "length") < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "StreamCore", (PyObject *)&StreamCoreType) < 0 ||

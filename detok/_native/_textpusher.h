@@ -5,9 +5,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_streamfields.h"
+
 typedef struct {
     PyObject_HEAD
-    PyObject *fallback, *flow, *cycle, *write, *timer_text, *prefix, *suffix;
+    /* take: the stream's own take (RequestStream.take_text, or take_items in chat items mode),
+     * called with the stream */
+    PyObject *fallback, *take, *flow, *cycle, *write, *timer_text, *prefix, *suffix;
     PyObject *mid, *items_suffix; /* chat items mode (NULL: text alone) */
     /* a parsed chat choice's pusher (typed: reasoning and content rows written by push_rows; the
      * stream's own pushes go to the fallback): the reasoning chunk's prefix, NULL when not shown */
@@ -36,17 +40,17 @@ int detok_push_arguments(TextPusher *t, Py_ssize_t index, PyObject *text);
 PyObject *detok_push_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 int detok_directrows_init(void);
 
-/* _directrows.c's checks on a stream, shared with _typedrows.c: 1 if stream.name is an empty list,
- * 0 if not, -1 on an error; the stream (a new reference) if its row can be written at once, with
- * its waiter and pusher (new references), Py_None (borrowed) if not, NULL on an error (typed: a
- * parsed request's row, whose offset the caller checked); its token count kept as the Python loop
- * keeps it; a write's Exception handed to its consumer as RequestStream._push hands it over */
-int detok_attr_empty_list(PyObject *stream, PyObject *name);
+/* _directrows.c's checks on a stream (a StreamFields), shared with _typedrows.c: 1 if nothing
+ * waits in it and no push is queued (typed: typed output may wait; stream_fields.idle_for_push),
+ * else 0; the stream (a new reference) if its row can be written at once, with its waiter and
+ * pusher (new references), Py_None (borrowed) if not, NULL on an error (typed: a parsed request's
+ * row, whose offset the caller checked); its token count kept as the Python loop keeps it; a
+ * write's Exception handed to its consumer as RequestStream._push hands it over */
+int detok_fields_idle(StreamFields *f, int typed);
 PyObject *detok_direct_stream(PyObject *stream, PyObject *offset, PyObject **waiter, TextPusher **pusher, int typed);
 int detok_keep_count(PyObject *stream, PyObject *n);
 int detok_hand_over(PyObject *stream, PyObject *waiter);
 /* _typedrows.c: a parsed request's row of kind 1-3 written at once: 1; left: 0; an error: -1 */
 int detok_push_typed_row(PyObject *stream, int kind, PyObject *text, PyObject *offset, PyObject *count);
-int detok_typedrows_init(void);
 
 #endif

@@ -4,18 +4,7 @@
  * batch-level checks (not finished nor given typed rows by the batch, no logprob entries, no row of
  * its left to the Python path before it). */
 #include "_textpusher.h"
-#include "_streamslots.h"
-
-static PyObject *S_reasoning, *S_content, *S_new_reasoning, *S_new_calls, *S_last_call, *S_args;
-
-int detok_typedrows_init(void) {
-    return (S_reasoning = PyUnicode_InternFromString("reasoning"))
-        && (S_content = PyUnicode_InternFromString("content"))
-        && (S_new_reasoning = PyUnicode_InternFromString("new_reasoning"))
-        && (S_new_calls = PyUnicode_InternFromString("new_calls"))
-        && (S_last_call = PyUnicode_InternFromString("last_call")) && (S_args = PyUnicode_InternFromString("args"))
-        ? 0 : -1;
-}
+#include "_streamfields.h"
 
 /* a parsed request's row of one kind (1 reasoning, 2 content, 3 arguments of its last call opened)
  * written at once: 1; left to the caller: 0; an error: -1. As the Python path (TypedState.feed_kind,
@@ -24,17 +13,19 @@ int detok_typedrows_init(void) {
  * the request does not show its reasoning), the call's arguments fragment (none for a call past the
  * first when parallel_tool_calls is false; its sent count kept as TypedChoice keeps it) written. */
 int detok_push_typed_row(PyObject *stream, int kind, PyObject *text, PyObject *offset, PyObject *count) {
-    PyObject *state = detok_stream_get(stream, SL_TYPED);
-    if (state == NULL) return -1;
-    PyObject *have_name = kind == 1 ? S_reasoning : S_content, *have = NULL, *waiter = NULL, *s = Py_None, *end = NULL;
+    PyObject *state_obj = ((StreamFields *)stream)->typed;
+    /* (no state yet: the Python path makes it; a state of another layout: the Python path's) */
+    if (state_obj == NULL || !PyObject_TypeCheck(state_obj, &detok_TypedFieldsType)) return 0;
+    TypedFields *state = (TypedFields *)Py_NewRef(state_obj);
+    PyObject **have_field = kind == 1 ? &state->reasoning : &state->content;
+    PyObject *have = NULL, *waiter = NULL, *s = Py_None, *end = NULL;
     PyObject *args = NULL, *call = NULL; /* kind 3: the state's argument counts, the call's index */
     TextPusher *pusher = NULL;
-    int r = state == Py_None ? 0 : detok_attr_empty_list(state, S_new_reasoning); /* (no state yet: the Python path makes it) */
-    if (r == 1) r = detok_attr_empty_list(state, S_new_calls);
+    int r = detok_empty_list(state->new_reasoning) && detok_empty_list(state->new_calls);
     if (r == 1 && kind == 3) { /* (no call opened yet: the Python path counts the gap) */
-        if ((call = PyObject_GetAttr(state, S_last_call)) == NULL || (args = PyObject_GetAttr(state, S_args)) == NULL) {
-            r = -1;
-        } else if (!PyLong_CheckExact(call) || !PyDict_CheckExact(args) || PyLong_AsSsize_t(call) < 0) {
+        call = Py_XNewRef(state->last_call);
+        args = Py_XNewRef(state->args);
+        if (call == NULL || args == NULL || !PyLong_CheckExact(call) || !PyDict_CheckExact(args) || PyLong_AsSsize_t(call) < 0) {
             r = PyErr_Occurred() ? -1 : 0;
         } else {
             have = PyDict_GetItemWithError(args, call);
@@ -42,8 +33,9 @@ int detok_push_typed_row(PyObject *stream, int kind, PyObject *text, PyObject *o
             else have = have == NULL ? PyLong_FromLong(0) : Py_NewRef(have);
             if (have == NULL) r = -1;
         }
-    } else if (r == 1 && (have = PyObject_GetAttr(state, have_name)) == NULL) {
-        r = -1;
+    } else if (r == 1) {
+        have = Py_XNewRef(*have_field);
+        if (have == NULL) r = 0;
     }
     if (r == 1) r = PyLong_CheckExact(have) ? PyObject_RichCompareBool(have, offset, Py_EQ) : 0;
     if (r == 1) {
@@ -57,8 +49,8 @@ int detok_push_typed_row(PyObject *stream, int kind, PyObject *text, PyObject *o
         PyObject *len = PyLong_FromSsize_t(chars);
         end = len == NULL ? NULL : PyNumber_Add(offset, len);
         Py_XDECREF(len);
-        if (end == NULL || (kind == 3 ? PyDict_SetItem(args, call, end) : PyObject_SetAttr(state, have_name, end)) < 0)
-            r = -1;
+        if (end == NULL || (kind == 3 && PyDict_SetItem(args, call, end) < 0)) r = -1;
+        else if (kind != 3) Py_XSETREF(*have_field, Py_NewRef(end));
     }
     int shown = kind == 2 || (kind == 1 && pusher != NULL && pusher->reasoning != NULL)
         || (kind == 3 && pusher != NULL && (pusher->parallel || index == 0));

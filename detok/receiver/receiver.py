@@ -90,7 +90,7 @@ class DeltaReceiver:
         # Rows written to their connections as they are dispatched, where the stream's pusher can
         # (the HTTP frontend installs `detok._native._chunkpush.push_rows`): called with the open
         # streams, the stream type, the row columns, the token counts (or None), the rids this
-        # batch finishes or gives typed rows (or None), its logprob (rid, run) pairs (or None; a
+        # batch finishes or gives typed rows (or None), its logprob entry-rows (split_logprobs; or None; a
         # run it writes with its row, it sets to None) and its row kinds (or None); returns the
         # indices of the rows it left (None: none), which the dispatch then applies as usual.
         self.direct_rows: DirectRows | None = None

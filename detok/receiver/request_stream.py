@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from detok.parsing.types import ToolCallDelta
+from detok.receiver.stream_fields import StreamFields
 from detok.receiver.token_logprobs import TokenLogprobs
 from detok.receiver.typed import TypedState
 from detok.wire.params import Finish
@@ -81,13 +82,11 @@ class StreamOwner(Protocol):
     _streams: dict[int, RequestStream]  # the open streams by rid (a finished one leaves it)
 
 
-class RequestStream:
-    """Async iterator over one request's deltas; ends after the delta carrying the finish."""
+class RequestStream(StreamFields):  # type: ignore[misc,valid-type]
+    """Async iterator over one request's deltas; ends after the delta carrying the finish. The
+    fields a compiled push reads and writes are its base's (`stream_fields.StreamFields`)."""
 
-    __slots__ = (
-        "_chunks", "_done", "_logprobs", "_next_token", "_push_error", "_push_queued", "_pusher", "_received",
-        "_receiver", "_tokens", "_typed", "_waiter", "calls", "finish", "num_tokens", "rid",
-    )
+    __slots__ = ("_done", "_receiver", "calls", "num_tokens", "rid")
 
     def __init__(self, rid: int, receiver: StreamOwner) -> None:
         self.rid = rid

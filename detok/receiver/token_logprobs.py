@@ -121,9 +121,14 @@ class TokenLogprobs(msgspec.Struct, gc=False):
         return out
 
 
-def split_logprobs(lp: DeltaLogprobs) -> list[tuple[int, TokenLogprobs]]:
-    """(rid, entries) per entry-row of a DeltaBatch's logprobs; ValueError if the columns do not
-    fit together (nothing is returned then)."""
+EntryRow = tuple[int, "TokenLogprobs", int, "list[bytes] | None"]
+
+
+def split_logprobs(lp: DeltaLogprobs) -> list[EntryRow]:
+    """(rid, entries, first, items) per entry-row of a DeltaBatch's logprobs: the entries, and
+    beside them their first token index and rendered chat items (None: not rendered), which the
+    frontend's compiled push (`push_rows`) takes as they are; ValueError if the columns do not fit
+    together (nothing is returned then)."""
     u32 = lambda b: np.frombuffer(b, dtype="<u4").tolist()  # noqa: E731
     f32 = lambda b: np.frombuffer(b, dtype="<f4").tolist()  # noqa: E731
     try:
@@ -155,7 +160,7 @@ def split_logprobs(lp: DeltaLogprobs) -> list[tuple[int, TokenLogprobs]]:
     return out
 
 
-def _attach_items(rows: list[tuple[int, TokenLogprobs]], counts: list[int], items: bytes, item_lengths: bytes,
+def _attach_items(rows: list[EntryRow], counts: list[int], items: bytes, item_lengths: bytes,
                   n: int) -> None:
     """Each rendered entry-row's items (`DeltaLogprobs.items`), cut from the blob; ValueError if
     the lengths do not fit it, or a row is partly rendered."""
@@ -175,14 +180,16 @@ def _attach_items(rows: list[tuple[int, TokenLogprobs]], counts: list[int], item
         raise ValueError("logprob columns: an entry-row partly rendered")
     ends = np.cumsum(lengths).tolist()
     cut = [items[a:b] for a, b in zip([0, *ends[:-1]], ends)]
-    for (_, entries), first, count, has in zip(rows, firsts.tolist(), counts, rendered.tolist()):
+    for k, (row, first, count, has) in enumerate(zip(rows, firsts.tolist(), counts, rendered.tolist())):
         if has:
+            rid, entries, start, _ = row
             entries.items = cut[first : first + count]
+            rows[k] = (rid, entries, start, entries.items)
 
 
 def _rows_py(rids: list[int], firsts: list[int], counts: list[int], ids: list[int], tokens: list[str],
              lps: list[float], tcs: list[int], tids: list[int], top_tokens: list[str],
-             tlps: list[float]) -> list[tuple[int, TokenLogprobs]]:
+             tlps: list[float]) -> list[EntryRow]:
     """The entries cut per entry-row in Python (columns already checked to fit)."""
     top_ends = list(accumulate(tcs, initial=0))
     out = []
@@ -192,6 +199,6 @@ def _rows_py(rids: list[int], firsts: list[int], counts: list[int], ids: list[in
         out.append((rid, TokenLogprobs(
             first, ids[e : e + count], tokens[e : e + count], lps[e : e + count], tcs[e : e + count],
             tids[a:b], top_tokens[a:b], tlps[a:b],
-        )))
+        ), first, None))
         e += count
     return out

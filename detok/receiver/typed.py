@@ -11,15 +11,17 @@ from __future__ import annotations
 import logging
 
 from detok.parsing.types import KIND_CONTENT, KIND_REASONING, ToolCallDelta
+from detok.receiver.stream_fields import TypedFields
 from detok.wire.to_frontends import TypedRow
 
 log = logging.getLogger("detok.receiver")
 
 
-class TypedState:
-    """What one request has received of its typed streams."""
+class TypedState(TypedFields):  # type: ignore[misc,valid-type]
+    """What one request has received of its typed streams (the fields a compiled push reads and
+    writes are its base's, `stream_fields.TypedFields`)."""
 
-    __slots__ = ("args", "content", "gaps", "last_call", "named", "new_calls", "new_reasoning", "reasoning")
+    __slots__ = ("gaps", "named")
 
     def __init__(self) -> None:
         self.new_reasoning: list[str] = []  # received, not taken yet

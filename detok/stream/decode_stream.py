@@ -16,6 +16,7 @@ from detok.stream.stream_core import (
     CONTEXT_TOKENS,
     _has_stop_rules,
     _plain_template,
+    _configure_stream,
     _StreamCore,
     _StreamMaker,
 )
@@ -265,8 +266,7 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
             # `_end` gives, without its flush)
             self.finished = True
             self._fast = False
-            dec = self._text
-            dec._pending, dec._fast = b"", False  # type: ignore[union-attr]  # (as its flush leaves it)
+            _decoder_flushed(self._text)
             delta = _ENDED.get(reason) if message is None and type(reason) is str else None
             return delta if delta is not None else Delta("", Finish(reason, None, message))
         self._to_python()
@@ -298,3 +298,13 @@ class DecodeStream(_StreamCore):  # type: ignore[misc,valid-type]
 
     def _oov_message(self, e: OutOfVocabulary) -> str:
         return f"token id {e.token_id} is outside the vocabulary (size {self._vocab})"
+
+
+def _decoder_flushed(dec: ByteTextDecoder) -> None:
+    """A plain stream's decoder that held nothing, left as its flush leaves it (the compiled end
+    of such a stream calls this too)."""
+    dec._pending, dec._fast = b"", False
+
+
+if _configure_stream is not None:  # the compiled core's results and the Python paths it falls back to
+    _configure_stream(Delta, EMPTY_DELTA, _ENDED, DecodeStream._step_py, DecodeStream._finish_py, _decoder_flushed)

@@ -1,7 +1,7 @@
 """`StreamTable`'s batch entries: `step_packed` (packed wire columns in, the frontend's packed
 columns out; the compiled loop of `_plainstep.c` when it is built, numpy gathers otherwise) and
 `step` (Python sequences, same results), with the compiled loop's call-back for the rows it hands
-back. A mixin: it works on the table's columns and streams."""
+back. A base of `StreamTable` (with `PlainOpening`): it steps the table's columns and streams."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from detok.stream.numpy_step import _UNKNOWN
+from detok.stream.columns import UNKNOWN as _UNKNOWN
 from detok.wire.params import Finish
 from detok.stream.step_results import _NO_RIDS, _NO_ROWS, PackedStep, StepResult
 from detok.wire.packing import join_texts, pack_u32, unpack_rids, unpack_u32
@@ -57,7 +57,7 @@ class CompiledArgs(NamedTuple):
 
 
 class PackedStepping:
-    if TYPE_CHECKING:  # the table's state this mixin reads and writes
+    if TYPE_CHECKING:  # the table's state this base reads and writes
         compiled: bool
         _slot_of: dict[Any, int]
         _tag: np.ndarray
@@ -69,20 +69,12 @@ class PackedStepping:
         _cur_finished: list[tuple[int, Any, Finish]]
         _cur_unknown_rows: array[int]
         _cur_unknown_rids: array[int]
-        _pend: np.ndarray
-        _pend_len: np.ndarray
-        _choff: np.ndarray
-        _ntok: np.ndarray
-        _expect: np.ndarray
-        _eos_stops: np.ndarray
-        _stop_marks: np.ndarray
-        _stop_firsts: np.ndarray
-        _stop_firsts_len: np.ndarray
-        _mode: np.ndarray
+        columns: Any  # (detok.stream.columns.StreamColumns)
+        stops: Any  # (detok.stream.stop_marks.StopMarks)
+        _numpy: Any  # (detok.stream.numpy_step.NumpyStep)
+        _typed_path: Any  # (detok.stream.typed_fast.TypedFastPath)
         _vocab: int
 
-        def _kinds(self, tags: bytes) -> tuple[bytes, bytes]: ...
-        def _step_numpy(self, rids: Any, starts: Any, counts: Any, tokens: Any) -> StepResult: ...
         def _step_one(self, rid: Hashable, slot: int, start: int, ids_a: np.ndarray) -> tuple[str, int, int, Finish | None]: ...
 
     def step_packed(self, rids: bytes, starts: bytes, counts: bytes, tokens: bytes, row_texts: bool = False,
@@ -99,11 +91,11 @@ class PackedStepping:
             rid_a = unpack_rids(rids)
             count_a = unpack_u32(counts) if counts else np.ones(len(rid_a), dtype=np.int64)
             slots = np.fromiter(map(self._slot_of.get, rid_a, repeat(_UNKNOWN)), dtype=np.int64, count=len(rid_a))
-            tags = self._tag[slots].astype("<u4").tobytes()  # read before rows close
+            tags = self.columns.tag[slots].astype("<u4").tobytes()  # read before rows close
             kinds = b""
             if self._typed.fast_slots:
-                tags, kinds = self._kinds(tags)
-            result = self._step_numpy(np.frombuffer(rid_a, dtype=np.uint64), unpack_u32(starts), count_a, unpack_u32(tokens))
+                tags, kinds = self._typed_path.kinds(tags)
+            result = self._numpy.step(np.frombuffer(rid_a, dtype=np.uint64), unpack_u32(starts), count_a, unpack_u32(tokens))
             text, lengths = join_texts(result.texts)
             if not packed_text:
                 text = b""
@@ -135,15 +127,13 @@ class PackedStepping:
         c_args = self._c_args
         if c_args is None or c_args.entries is not self._tables.entries:
             tables = self._tables
-            # (as memoryviews: the step takes a buffer of each per call, cheaper from a
-            # memoryview than from a numpy array)
-            slots = tuple(map(memoryview, (self._pend, self._pend_len, self._choff, self._ntok, self._expect,
-                                           self._eos_stops, self._mode, self._tag)))
+            columns = self.columns
+            slots = columns.step_buffers()
             table_args = (memoryview(tables.entries), memoryview(tables.utf8), self._vocab)
             all_ok = tables.byte_ok.reshape(-1, self._vocab).all(axis=1)  # per mode: every id has a byte entry
-            c_args = self._c_args = CompiledArgs(tables.entries, (*table_args, memoryview(self._stop_marks)), slots,
+            c_args = self._c_args = CompiledArgs(tables.entries, (*table_args, memoryview(self.stops.marks)), slots,
                                                  _PlainOpener(self._rid_map, table_args, slots, all_ok),
-                                                 tuple(map(memoryview, (self._stop_firsts, self._stop_firsts_len))))
+                                                 tuple(map(memoryview, (columns.stop_firsts, columns.stop_firsts_len))))
         return c_args
 
     def _slow_row(self, k: int, rid: int, slot: int, start: int, first: int, count: int) -> tuple[str, int, int]:
@@ -167,4 +157,4 @@ class PackedStepping:
             packed = _packed_columns(rids, starts, counts, tokens)
             if packed is not None:
                 return self.step_packed(*packed, row_texts=True, packed_text=False).unpacked()
-        return self._step_numpy(rids, starts, counts, tokens)
+        return self._numpy.step(rids, starts, counts, tokens)

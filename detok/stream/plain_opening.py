@@ -2,7 +2,7 @@
 set-up and end in one compiled call each (`_plainstep.c`'s
 `PlainOpener`, over the table's own columns): the prompt tail's held bytes, the slot's columns and
 the rid map entry at `open`; the held bytes' text, the counters and the map entry's removal at
-`finish`. A mixin: `open` and `finish` try it first, and do the same in Python where it declines
+`finish`. A base of `StreamTable` (with `PackedStepping`): `open` and `finish` try it first, and do the same in Python where it declines
 (a rid that is not a wire rid, a prompt tail it leaves to Python, the numpy path)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from detok.wire.params import DecodeParams
 
 
 class PlainOpening:
-    if TYPE_CHECKING:  # the table's state this mixin reads and writes
+    if TYPE_CHECKING:  # the table's state this base reads and writes
         compiled: bool
         _c_args: Any
         _tables: Any
@@ -26,22 +26,17 @@ class PlainOpening:
         _eos: frozenset[int]
         _slot_of: dict[Any, int]
         _deferred: dict[Any, tuple[DecodeParams, bool]]
-        _stop_marked: dict[Any, list[int]]
+        stops: Any  # (detok.stream.stop_marks.StopMarks)
+        columns: Any  # (detok.stream.columns.StreamColumns)
         _plain_modes: dict[tuple[bool, bool], tuple[int, ByteTables] | None]
         _strategy: Any
         plan: Any
 
         def _grow(self) -> None: ...
-        def _mark_stops(self, rid: Any, p: DecodeParams, ignore_eos: bool) -> bool: ...
-        def _unmark_stops(self, rid: Any) -> None: ...
-        def _set_firsts(self, slot: int, stops: Any) -> bool: ...
-        def _firsts_of(self, stops: Any) -> bytes | None: ...
-        _v_firsts_len: memoryview
         def _current_args(self) -> Any: ...
         def open(self, rid: Any, context_ids: Sequence[int] = (), params: DecodeParams | None = None,
                  ignore_eos: bool = False, tag: int = 0) -> Any: ...
         def finish(self, rid: Any, reason: str, message: str | None = None) -> tuple[str, int, int, Finish | None]: ...
-        _stop_firsts_len: Any
 
     def _plain_mode_of(self, p: DecodeParams) -> tuple[int, ByteTables] | None:
         """(mode, tables) of the decode mode a plain request of these parameters defers in, or None."""
@@ -64,7 +59,7 @@ class PlainOpening:
         wire rid and a list or tuple prompt tail; False, with nothing changed, where `open` must see to it."""
         if (
             not self.compiled or type(rid) is not int or not 0 <= rid < 2**64 or type(context_ids) not in (list, tuple)
-            or (p.stop and self._firsts_of(p.stop) is None)
+            or (p.stop and self.stops.firsts_of(p.stop) is None)
         ):
             return False
         plain_mode = self._plain_mode_of(p)
@@ -73,15 +68,15 @@ class PlainOpening:
         if not self._free:
             self._grow()
         slot = self._free.pop()
-        eos_stops = self._mark_stops(rid, p, ignore_eos)  # (its stop ids marked: detok.stream.stop_marks)
+        eos_stops = self.stops.mark(rid, p, ignore_eos)  # (its stop ids marked: detok.stream.stop_marks)
         if not self._current_args().opener.open(rid, slot, plain_mode[0], context_ids, CONTEXT_TOKENS, tag, eos_stops):
-            self._unmark_stops(rid)
+            self.stops.unmark(rid)
             self._free.append(slot)
             return False
         self._slot_of[rid] = slot
         self._deferred[rid] = (p, ignore_eos)
         if p.stop:
-            self._set_firsts(slot, p.stop)
+            self.stops.set_firsts(slot, p.stop)
         return True
 
     def _finish_compiled(self, rid: int, slot: int) -> tuple[str, int, int]:
@@ -89,9 +84,9 @@ class PlainOpening:
         tokens; the slot is free again."""
         text, offset, num_tokens = self._current_args().opener.finish(rid, slot)
         del self._slot_of[rid], self._deferred[rid]
-        if self._stop_marked:
-            self._unmark_stops(rid)
-        self._v_firsts_len[slot] = 0
+        if self.stops.by_rid:
+            self.stops.unmark(rid)
+        self.columns.v_firsts_len[slot] = 0
         self._free.append(slot)
         return text, offset, num_tokens
 
@@ -135,8 +130,8 @@ class PlainOpening:
         rids = rids if type(rids) in (list, tuple) else list(rids)
         finish, i = Finish(reason), 0  # type: ignore[arg-type]
         while i < len(rids):
-            i = self._current_args().opener.finish_many(rids, i, out, self._slot_of, self._deferred, self._stop_marked,
-                                                        self._free, self._stop_firsts_len, finish)
+            i = self._current_args().opener.finish_many(rids, i, out, self._slot_of, self._deferred, self.stops.by_rid,
+                                                        self._free, self.columns.stop_firsts_len, finish)
             if i < len(rids):
                 out.append(self.finish(rids[i], reason))
                 i += 1

@@ -4,28 +4,28 @@ marked per id, and the first characters of stop strings, per slot.
 A request that stops on ids (`stop_token_ids`, `visible_stop_token_ids`) need not leave the plain
 path: only a row carrying one of its stop ids must go to its stream, which applies the stop. So
 the table counts, per token id, the live requests that stop on it besides the end-of-sequence ids
-(`_stop_marks`, uint32 per id, read by the compiled and the numpy step), and a row of a slot that
+(`StopMarks.marks`, uint32 per id, read by the compiled and the numpy step), and a row of a slot that
 stops on ids goes to its stream when its id is end-of-sequence or marked. A mark of another
 request's costs that row a slow step, never a wrong text. Marks are taken at `open` and given back
 when the request closes.
 
-A request with stop strings keeps their first characters in its slot (`_stop_firsts`, UTF-8, at
+A request with stop strings keeps their first characters in its slot (`stop_firsts`, UTF-8, at
 most FIRSTS_BYTES): while its matcher is idle (nothing partly matched), a row whose id is whole
 characters with none of them cannot begin a stop string, and is plain; any other row goes to the
-request's stream, whose matcher is then exactly as if it had seen the plain rows' text. A mixin
-over the table's state."""
+request's stream, whose matcher is then exactly as if it had seen the plain rows' text.
+`StopMarks` holds the marks and writes the first characters into the table's columns."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from detok.stream.columns import FIRSTS_BYTES, StreamColumns
 from detok.wire.params import DecodeParams
 
 
-FIRSTS_BYTES = 32  # a slot's stop strings' first characters, UTF-8 (the compiled step's column width)
 # stop lists whose first characters are remembered (then forgotten all at once), each of at most
 # _FIRSTS_CACHED_CHARS chars (a longer one is not kept): at most ~4 MB of keys
 _FIRSTS_CACHE = 1024
@@ -39,15 +39,17 @@ def firsts_bytes(firsts: Iterable[str]) -> bytes | None:
 
 
 class StopMarks:
-    if TYPE_CHECKING:  # the table's state this mixin reads and writes
-        _vocab: int
-        _eos: frozenset[int]
-        _v_firsts: memoryview
-        _v_firsts_len: memoryview
+    """A table's stop-id marks (`marks`, `by_rid`: rid -> the ids it marked) and its slots' stop
+    strings' first characters (in `columns.stop_firsts`)."""
 
-        def _stops_marked(self, stop_ids: frozenset[int]) -> bool: ...
+    def __init__(self, vocab: int, eos: frozenset[int], columns: StreamColumns) -> None:
+        self._vocab, self._eos, self._columns = vocab, eos, columns
+        self._firsts_cache: dict[tuple[str, ...] | frozenset[str], bytes | None] = {}
+        self.marks = np.zeros(vocab, dtype=np.uint32)
+        self._v_marks = memoryview(self.marks)  # (a scalar store through it: tens of ns, not numpy's ~100)
+        self.by_rid: dict[Hashable, list[int]] = {}  # rid -> the ids it marked
 
-    def _firsts_of(self, stops: Sequence[str] | frozenset[str]) -> bytes | None:
+    def firsts_of(self, stops: Sequence[str] | frozenset[str]) -> bytes | None:
         """`firsts_bytes` of a stop list's first characters (or of a set of first characters),
         remembered per list: requests mostly share a few."""
         key = stops if isinstance(stops, (tuple, frozenset)) else tuple(stops)
@@ -60,37 +62,31 @@ class StopMarks:
                 self._firsts_cache[key] = data
         return data
 
-    def _set_firsts(self, slot: int, stops: Sequence[str] | frozenset[str]) -> bool:
+    def set_firsts(self, slot: int, stops: Sequence[str] | frozenset[str]) -> bool:
         """A slot's stop strings' first characters (none: no stop strings); False if they do not
         fit (its rows then all go to its stream)."""
-        data = self._firsts_of(stops) if stops else b""
+        data = self.firsts_of(stops) if stops else b""
         if data is None:
-            self._v_firsts_len[slot] = 0
+            self._columns.v_firsts_len[slot] = 0
             return False
-        self._v_firsts_len[slot] = n = len(data)
+        self._columns.v_firsts_len[slot] = n = len(data)
         if n:
-            self._v_firsts[FIRSTS_BYTES * slot : FIRSTS_BYTES * slot + n] = data
+            self._columns.v_firsts[FIRSTS_BYTES * slot : FIRSTS_BYTES * slot + n] = data
         return True
 
-    def _stop_rules_plain(self, slot: int, stream: Any) -> bool:
+    def rules_plain(self, slot: int, stream: Any) -> bool:
         """Whether a stream's stop rules let its slot's rows be plain now (its stop ids marked or
         end-of-sequence ones; its stop strings' matcher idle, their first characters in the slot)."""
         stop = stream._stop
         if stop is None:
-            self._v_firsts_len[slot] = 0
-            return bool(stream._plain) and self._stops_marked(stream._stop_ids)
-        if not stop.idle or stream._pending_error is not None or not self._set_firsts(slot, stop.firsts):
-            self._v_firsts_len[slot] = 0
+            self._columns.v_firsts_len[slot] = 0
+            return bool(stream._plain) and self.marked(stream._stop_ids)
+        if not stop.idle or stream._pending_error is not None or not self.set_firsts(slot, stop.firsts):
+            self._columns.v_firsts_len[slot] = 0
             return False
-        return self._stops_marked(stream._stop_ids)
+        return self.marked(stream._stop_ids)
 
-    def _init_stop_marks(self) -> None:
-        self._firsts_cache: dict[tuple[str, ...] | frozenset[str], bytes | None] = {}
-        self._stop_marks = np.zeros(self._vocab, dtype=np.uint32)
-        self._v_marks = memoryview(self._stop_marks)  # (a scalar store through it: tens of ns, not numpy's ~100)
-        self._stop_marked: dict[Hashable, list[int]] = {}  # rid -> the ids it marked
-
-    def _mark_stops(self, rid: Hashable, p: DecodeParams, ignore_eos: bool) -> bool:
+    def mark(self, rid: Hashable, p: DecodeParams, ignore_eos: bool) -> bool:
         """Mark a new request's stop ids; whether it stops on any id (its `eos_stops` column)."""
         ids = (*p.stop_token_ids, *p.visible_stop_token_ids) if p.stop_token_ids or p.visible_stop_token_ids else ()
         if not ids:
@@ -102,18 +98,18 @@ class StopMarks:
                 marks[i] += 1
                 extra.append(i)
         if extra:
-            self._stop_marked[rid] = extra
+            self.by_rid[rid] = extra
         return True
 
-    def _unmark_stops(self, rid: Hashable) -> None:
+    def unmark(self, rid: Hashable) -> None:
         marks = self._v_marks
-        for i in self._stop_marked.pop(rid, ()):
+        for i in self.by_rid.pop(rid, ()):
             marks[i] -= 1
 
-    def _stops_marked(self, stop_ids: frozenset[int]) -> bool:
+    def marked(self, stop_ids: frozenset[int]) -> bool:
         """Whether the compiled step sends every row of these stop ids to the stream: each is an
         end-of-sequence id, marked, or outside the vocabulary (never a plain row)."""
         if stop_ids <= self._eos:
             return True
-        marks, vocab = self._stop_marks, self._vocab
+        marks, vocab = self.marks, self._vocab
         return all(i in self._eos or not 0 <= i < vocab or marks[i] for i in stop_ids)

@@ -120,10 +120,9 @@ try:  # the compiled start, one-id step and end (optional extension)
     from detok._native._streamcore import StreamCore as _StreamCore
     from detok._native._streamcore import StreamMaker as _StreamMaker
     from detok._native._streamcore import configure_stream as _configure_stream
-
-    _configure_stream(Delta, EMPTY_DELTA, _ENDED)
 except ImportError:  # pragma: no cover - depends on the build
     _StreamCore = PythonStreamCore  # type: ignore[misc,assignment]
     _StreamMaker = None
+    _configure_stream = None
 
 

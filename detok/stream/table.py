@@ -11,10 +11,14 @@ kind of text in the tag's top bits, which `step_packed` returns as the `kinds` c
 
 `step_packed` is the worker's entry: packed wire columns in, the frontend's packed columns out
 (`PackedStep`), done by the compiled loop in `_plainstep.c` when it is built. `step` takes and
-returns Python sequences (same results); without the extension both run on numpy gathers. Those
-entries are `detok.stream.packed_step`'s, the numpy step `numpy_step`'s, typed output's
-`typed_fast`'s, a plain request's compiled set-up and end `plain_opening`'s: this module opens,
-loads, finishes and closes requests.
+returns Python sequences (same results); without the extension both run on numpy gathers.
+
+The per-slot state is one object, `StreamColumns` (`detok.stream.columns`), which the compiled step
+and the numpy step (`NumpyStep`, `numpy_step`) both take; the stop-id marks and stop strings' first
+characters are a `StopMarks` (`stop_marks`), typed output's slots a `TypedFastPath` (`typed_fast`),
+each composed here. The batch entries are `packed_step`'s and a plain request's compiled set-up and
+end `plain_opening`'s (the table's two bases); this module opens, loads, finishes and closes
+requests.
 """
 
 from __future__ import annotations
@@ -29,7 +33,11 @@ import numpy as np
 from detok.stream.byte_text import ByteTables, ByteTextDecoder, context_held
 from detok.stream.decode_stream import CONTEXT_TOKENS, DecodeStream
 from detok.stream.mode_tables import ModeTables
-from detok.stream.numpy_step import _MAX_PENDING, _NOT_PLAIN, _UNKNOWN, NumpyStepping
+from detok.stream.columns import PENDING_WIDTH as _MAX_PENDING
+from detok.stream.columns import NOT_PLAIN as _NOT_PLAIN
+from detok.stream.columns import UNKNOWN as _UNKNOWN
+from detok.stream.columns import StreamColumns
+from detok.stream.numpy_step import NumpyStep
 from detok.wire.params import EMPTY_DELTA, DecodeParams, Finish
 from detok.stream.step_results import unknown_finish
 from detok.stream.strategy import Strategy, prepare_decoding
@@ -42,12 +50,11 @@ if TYPE_CHECKING:
 
 from detok.stream.packed_step import CompiledArgs, PackedStepping, _RidMap, _compiled_step_packed
 from detok.stream.plain_opening import PlainOpening
-from detok.stream.stop_marks import FIRSTS_BYTES, StopMarks
+from detok.stream.stop_marks import StopMarks
 
 
 utf8_decode = codecs.utf_8_decode  # (text, bytes consumed)
 _DEFAULT_PARAMS = DecodeParams()
-_COLUMNS = ("_pend", "_pend_len", "_tag", "_eos_stops", "_mode", "_ntok", "_choff", "_stop_firsts", "_stop_firsts_len")
 
 
 def _indexable(rid: Hashable) -> bool:
@@ -60,7 +67,7 @@ class DuplicateRequest(KeyError):
     pass
 
 
-class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedFastPath):
+class StreamTable(PlainOpening, PackedStepping):
     """Requests whose parameters and prompt tail leave them plain (no stop strings; a byte-table
     decode mode; a prompt tail in the vocabulary) are opened in the columns only: no DecodeStream
     exists for them until a row of theirs needs one (`_stream_at`: a stop id's row - their stop
@@ -83,20 +90,11 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         # whose plain requests are deferred, or None where they cannot be (window decoding)
         self._plain_modes: dict[tuple[bool, bool], tuple[int, ByteTables] | None] = {}
         self._free: list[int] = list(range(capacity - 1, _UNKNOWN, -1))
-        # Columnar state of the vectorized path; the stream objects hold everything else.
-        self._expect = np.full(capacity, _NOT_PLAIN, dtype=np.int64)  # next start, if the slot is plain
-        self._expect[_UNKNOWN] = -3
-        # Bytes of an incomplete character held for a slot: the columns are the truth (the step
-        # updates them); a stream's own decoder gets them back before it steps (`_load`).
-        self._pend = np.zeros((capacity, _MAX_PENDING), dtype=np.uint8)
-        self._pend_len = np.zeros(capacity, dtype=np.uint8)
-        self._tag = np.zeros(capacity, dtype=np.uint32)  # the caller's tag of each slot's request
-        self._eos_stops = np.zeros(capacity, dtype=bool)  # the stream stops on end-of-sequence ids
-        self._mode = np.zeros(capacity, dtype=np.int64)
-        self._ntok = np.zeros(capacity, dtype=np.int64)
-        self._choff = np.zeros(capacity, dtype=np.int64)
-        self._stop_firsts = np.zeros((capacity, FIRSTS_BYTES), dtype=np.uint8)  # (detok.stream.stop_marks)
-        self._stop_firsts_len = np.zeros(capacity, dtype=np.uint8)
+        # Columnar state of the vectorized path, which the compiled and the numpy step both take;
+        # the stream objects hold everything else. Bytes of an incomplete character held for a
+        # slot: the columns are the truth (the step updates them); a stream's own decoder gets
+        # them back before it steps (`_load`).
+        self.columns = StreamColumns(capacity)
         # Unsigned 64-bit rids (the wire's) are also in a C hash map, for the compiled step's lookups.
         self._rid_map = _RidMap() if _RidMap is not None else None
         self._c_args: CompiledArgs | None = None  # (detok.stream.packed_step)
@@ -104,31 +102,18 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         self._cur_finished: list[tuple[int, Hashable, Finish]] = []
         self._cur_unknown_rows: array[int] = array("q")  # rows of unknown rids in the step in progress
         self._cur_unknown_rids: array[int] = array("Q")
-        self._rows = np.arange(capacity, dtype=np.int64)  # scratch for duplicate detection
-        self._row_of = np.zeros(capacity, dtype=np.int64)
         self._eos = frozenset(tokenizer.eos_token_ids)
         self._eos_mask = np.zeros(self._vocab, dtype=bool)
         for i in self._eos:
             if 0 <= i < self._vocab:
                 self._eos_mask[i] = True
-        self._init_stop_marks()
+        self.stops = StopMarks(self._vocab, self._eos, self.columns)
         self._tables = ModeTables(self._vocab, self._eos_mask)
         self._typed = TypedModes(self._tables)
+        self._typed_path = TypedFastPath(self.columns, self._typed, self._eos, strategy)
         self.typed_fast = True  # False: typed requests always step their own stream (tests, benchmarks)
-        self._views()
-
-    def _views(self) -> None:
-        """memoryviews of the per-slot columns: a scalar store or load through one costs a few
-        tens of ns, through numpy's indexing about a hundred (per request set-up and end)."""
-        self._v_expect = memoryview(self._expect)
-        self._v_ntok = memoryview(self._ntok)
-        self._v_choff = memoryview(self._choff)
-        self._v_pend_len = memoryview(self._pend_len)
-        self._v_tag = memoryview(self._tag)
-        self._v_mode = memoryview(self._mode)
-        self._v_eos_stops = memoryview(self._eos_stops)
-        self._v_firsts_len = memoryview(self._stop_firsts_len)
-        self._v_firsts = memoryview(self._stop_firsts).cast("B")  # (flat: slot k's at FIRSTS_BYTES * k)
+        self._numpy = NumpyStep(self.columns, self._tables, self._slot_of, self._eos, self._eos_mask, self.stops,
+                                self._step_one)
 
     # ---- registration -----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -176,7 +161,7 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         else:
             # (stop ids: marked; stop strings: their first characters; see StopMarks. min_tokens only
             # matters at a stop's row)
-            if not p.stop or self._firsts_of(p.stop) is not None:
+            if not p.stop or self.stops.firsts_of(p.stop) is not None:
                 plain_mode = self._plain_mode_of(p)
                 if plain_mode is not None:
                     held = context_held(plain_mode[1], (context_ids if type(context_ids) is list else list(context_ids))[-CONTEXT_TOKENS:])
@@ -186,27 +171,27 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
             self._grow()
         slot = self._free.pop()
         self._slot_of[rid] = slot
-        self._v_tag[slot] = tag
+        self.columns.v_tag[slot] = tag
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.put(int(rid), slot)  # type: ignore[arg-type]
         if held is None:
             self._streams[rid] = stream
-            self._mark_stops(rid, p, ignore_eos)
+            self.stops.mark(rid, p, ignore_eos)
             dec = stream._text
-            self._v_mode[slot] = self._tables.mode_of(dec._t) if isinstance(dec, ByteTextDecoder) else 0
+            self.columns.v_mode[slot] = self._tables.mode_of(dec._t) if isinstance(dec, ByteTextDecoder) else 0
             self._sync(slot, stream)
-            if parser is not None:
-                self._typed_enter(slot, stream)  # type: ignore[arg-type]
+            if parser is not None and self.typed_fast:
+                self._typed_path.enter(slot, stream)  # type: ignore[arg-type]
             return stream
         # deferred: the columns as `_sync` would set them from the stream
         self._deferred[rid] = (p, ignore_eos)
-        self._v_mode[slot] = plain_mode[0]  # type: ignore[index]
-        self._v_expect[slot] = self._v_ntok[slot] = self._v_choff[slot] = 0
-        self._v_eos_stops[slot] = self._mark_stops(rid, p, ignore_eos)
-        self._set_firsts(slot, p.stop)
-        self._v_pend_len[slot] = len(held)
+        self.columns.v_mode[slot] = plain_mode[0]  # type: ignore[index]
+        self.columns.v_expect[slot] = self.columns.v_ntok[slot] = self.columns.v_choff[slot] = 0
+        self.columns.v_eos_stops[slot] = self.stops.mark(rid, p, ignore_eos)
+        self.stops.set_firsts(slot, p.stop)
+        self.columns.v_pend_len[slot] = len(held)
         if held:
-            self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
+            self.columns.pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
         return None
 
     def _stream_at(self, rid: Hashable, slot: int) -> DecodeStream:
@@ -230,25 +215,20 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         elif not stream.columnar and stream._fast_at is not None:  # type: ignore[attr-defined]
             stream._fast_at = None  # type: ignore[attr-defined]
             self._typed.fast_slots -= 1
-            self._v_tag[slot] &= TAG_MASK
+            self.columns.v_tag[slot] &= TAG_MASK
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.pop(int(rid))  # type: ignore[arg-type]
-        if self._stop_marked:
-            self._unmark_stops(rid)
-        self._v_expect[slot] = _NOT_PLAIN
-        self._v_pend_len[slot] = self._v_firsts_len[slot] = 0
+        if self.stops.by_rid:
+            self.stops.unmark(rid)
+        self.columns.v_expect[slot] = _NOT_PLAIN
+        self.columns.v_pend_len[slot] = self.columns.v_firsts_len[slot] = 0
         self._free.append(slot)
 
     def _grow(self) -> None:
-        old = len(self._expect)
+        old = len(self.columns)
         self._free.extend(range(2 * old - 1, old - 1, -1))
-        for name in _COLUMNS:
-            arr = getattr(self, name)
-            setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
-        self._expect = np.concatenate([self._expect, np.full(old, _NOT_PLAIN, dtype=np.int64)])
-        self._c_args = None
-        self._row_of = np.zeros(2 * old, dtype=np.int64)
-        self._views()
+        self.columns.grow()
+        self._c_args = None  # (over the old buffers)
 
     def _sync(self, slot: int, stream: DecodeStream) -> None:
         """Columnar state from the stream's own, after it stepped on its own."""
@@ -256,37 +236,37 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         plain = (
             stream.columnar
             and not stream.finished
-            and self._stop_rules_plain(slot, stream)  # (its stop ids marked, its stop strings' matcher idle)
+            and self.stops.rules_plain(slot, stream)  # (its stop ids marked, its stop strings' matcher idle)
             and isinstance(dec, ByteTextDecoder)
             and not dec._strip
             and not dec._after_added
         )
-        self._expect[slot] = stream.num_tokens if plain else _NOT_PLAIN
-        self._ntok[slot] = stream.num_tokens
-        self._choff[slot] = stream.char_offset
-        self._eos_stops[slot] = bool(stream._stop_ids)
+        self.columns.expect[slot] = stream.num_tokens if plain else _NOT_PLAIN
+        self.columns.ntok[slot] = stream.num_tokens
+        self.columns.choff[slot] = stream.char_offset
+        self.columns.eos_stops[slot] = bool(stream._stop_ids)
         held = stream.held_bytes
         if len(held) >= _MAX_PENDING:  # never for a valid prefix: the stream keeps them, off the plain path
-            self._expect[slot] = _NOT_PLAIN
+            self.columns.expect[slot] = _NOT_PLAIN
             held = b""
-        self._pend_len[slot] = len(held)
+        self.columns.pend_len[slot] = len(held)
         if held:
-            self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
+            self.columns.pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
 
     def _load(self, slot: int, stream: DecodeStream) -> None:
         """The columns' state into the stream, before it steps on its own (the plain rows advance
         the columns only)."""
         if not stream.columnar:  # typed output: its own counters, unless the compiled path has it
             if stream._fast_at is not None:  # type: ignore[attr-defined]
-                self._typed_leave(slot, stream)  # type: ignore[arg-type]
+                self._typed_path.leave(slot, stream)  # type: ignore[arg-type]
             return
         stream._to_python()
-        stream.num_tokens = int(self._ntok[slot])
-        stream.char_offset = int(self._choff[slot])
+        stream.num_tokens = int(self.columns.ntok[slot])
+        stream.char_offset = int(self.columns.choff[slot])
         dec = stream._text
-        if isinstance(dec, ByteTextDecoder) and self._expect[slot] != _NOT_PLAIN:
-            n = int(self._pend_len[slot])
-            dec._pending = self._pend[slot, :n].tobytes() if n else b""
+        if isinstance(dec, ByteTextDecoder) and self.columns.expect[slot] != _NOT_PLAIN:
+            n = int(self.columns.pend_len[slot])
+            dec._pending = self.columns.pend[slot, :n].tobytes() if n else b""
             dec._fast = not (dec._strip or dec._after_added or n)
         stream._refresh()
 
@@ -309,8 +289,9 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         elif stream.columnar:
             self._sync(slot, stream)
         else:  # typed output: the progress column, and the compiled path again if steady
-            self._ntok[slot] = stream.num_tokens
-            self._typed_enter(slot, stream)  # type: ignore[arg-type]
+            self.columns.ntok[slot] = stream.num_tokens
+            if self.typed_fast:
+                self._typed_path.enter(slot, stream)  # type: ignore[arg-type]
         return delta.text, offset, stream.num_tokens, delta.finish
 
     def finish(self, rid: Hashable, reason: str, message: str | None = None) -> tuple[str, int, int, Finish | None]:
@@ -318,15 +299,15 @@ class StreamTable(PlainOpening, StopMarks, PackedStepping, NumpyStepping, TypedF
         slot = self._slot_of.get(rid)
         if slot is None:
             return "", 0, 0, None
-        if rid in self._deferred and not (self._v_firsts_len[slot] and self._v_pend_len[slot]):
+        if rid in self._deferred and not (self.columns.v_firsts_len[slot] and self.columns.v_pend_len[slot]):
             # no stream: what its `finish` would give, from the columns (held bytes with stop
             # strings: the stream's, whose matcher sees their replacement character)
             if self.compiled and type(rid) is int and 0 <= rid < 2**64:  # (then it is in the rid map)
                 text, offset, num_tokens = self._finish_compiled(rid, slot)
                 return text, offset, num_tokens, Finish(reason, None, message)  # type: ignore[arg-type]
-            n = self._v_pend_len[slot]
-            text = utf8_decode(self._pend[slot, :n].tobytes(), "replace", True)[0] if n else ""
-            offset, num_tokens = self._v_choff[slot], self._v_ntok[slot]
+            n = self.columns.v_pend_len[slot]
+            text = utf8_decode(self.columns.pend[slot, :n].tobytes(), "replace", True)[0] if n else ""
+            offset, num_tokens = self.columns.v_choff[slot], self.columns.v_ntok[slot]
             self.close(rid)
             return text, offset, num_tokens, Finish(reason, None, message)  # type: ignore[arg-type]
         stream = self._stream_at(rid, slot)

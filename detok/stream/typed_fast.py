@@ -39,10 +39,12 @@ from detok.parsing.tools.value_holds import HOLDS, SPACE
 from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, VALUE_VERBATIM, Steady
 from detok.stream.byte_text import ByteTables
 from detok.stream.mode_tables import ModeSpec, ModeTables
-from detok.stream.numpy_step import _MAX_PENDING, _NOT_PLAIN
+from detok.stream.columns import PENDING_WIDTH as _MAX_PENDING
+from detok.stream.columns import NOT_PLAIN as _NOT_PLAIN
 
 if TYPE_CHECKING:
     from detok.stream.typed_stream import TypedStream
+    from detok.stream.columns import StreamColumns
 
 KIND_SHIFT = 30
 TAG_MASK = (1 << KIND_SHIFT) - 1  # the caller's tags stay below this (Frontends' tags do)
@@ -242,24 +244,14 @@ def _value_step(hold: str, text: str, held: str) -> tuple[str, str] | None:
 
 
 class TypedFastPath:
-    """`StreamTable`'s side of the path: a typed stream's slot put on it (`_typed_enter`, after the
-    stream stepped) and taken off (`_typed_leave`, before it steps); the attributes are the table's."""
+    """`StreamTable`'s side of the path: a typed stream's slot put on it (`enter`, after the stream
+    stepped) and taken off (`leave`, before it steps), in the table's columns."""
 
-    typed_fast: bool
-    _typed: TypedModes
-    _eos: frozenset[int]
-    _strategy: Any
-    _pend: np.ndarray
-    _v_mode: memoryview
-    _v_expect: memoryview
-    _v_ntok: memoryview
-    _v_choff: memoryview
-    _v_eos_stops: memoryview
-    _v_pend_len: memoryview
-    _v_tag: memoryview
+    def __init__(self, columns: StreamColumns, typed: TypedModes, eos: frozenset[int], strategy: Any) -> None:
+        self.columns, self._typed, self._eos, self._strategy = columns, typed, eos, strategy
 
-    def _typed_enter(self, slot: int, stream: TypedStream) -> None:
-        state = stream.steady_text() if self.typed_fast else None
+    def enter(self, slot: int, stream: TypedStream) -> None:
+        state = stream.steady_text()
         if state is None or not stream._stop_ids <= self._eos or self._strategy == "window":
             return
         steady, index, offset = state
@@ -270,30 +262,30 @@ class TypedFastPath:
         mode = self._typed.mode(dec._t, steady, stream._parser.marker_set)
         if mode is None:
             return
-        self._v_mode[slot] = mode
-        self._v_expect[slot] = self._v_ntok[slot] = stream.num_tokens
-        self._v_choff[slot] = offset
-        self._v_eos_stops[slot] = bool(stream._stop_ids)
-        self._v_pend_len[slot] = len(held)
+        self.columns.v_mode[slot] = mode
+        self.columns.v_expect[slot] = self.columns.v_ntok[slot] = stream.num_tokens
+        self.columns.v_choff[slot] = offset
+        self.columns.v_eos_stops[slot] = bool(stream._stop_ids)
+        self.columns.v_pend_len[slot] = len(held)
         if held:
-            self._pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
-        self._v_tag[slot] = (self._v_tag[slot] & TAG_MASK) | (steady.kind << KIND_SHIFT)
+            self.columns.pend[slot, : len(held)] = np.frombuffer(held, dtype=np.uint8)
+        self.columns.v_tag[slot] = (self.columns.v_tag[slot] & TAG_MASK) | (steady.kind << KIND_SHIFT)
         stream._fast_at = (steady.kind, index, offset)
         self._typed.fast_slots += 1
 
-    def _typed_leave(self, slot: int, stream: TypedStream) -> None:
-        n = self._v_pend_len[slot]
-        held = self._pend[slot, :n].tobytes() if n else b""
+    def leave(self, slot: int, stream: TypedStream) -> None:
+        n = self.columns.v_pend_len[slot]
+        held = self.columns.pend[slot, :n].tobytes() if n else b""
         offset = stream._fast_at[2]  # type: ignore[index]
-        held_text = self._typed.held_in.get(self._v_mode[slot], "")
-        stream.absorb_fast(self._v_choff[slot] - offset, self._v_ntok[slot], held, held_text)
+        held_text = self._typed.held_in.get(self.columns.v_mode[slot], "")
+        stream.absorb_fast(self.columns.v_choff[slot] - offset, self.columns.v_ntok[slot], held, held_text)
         self._typed.fast_slots -= 1
-        self._v_expect[slot] = _NOT_PLAIN
-        self._v_pend_len[slot] = 0  # (held by the stream now)
-        self._v_choff[slot] = stream.char_offset
-        self._v_tag[slot] &= TAG_MASK
+        self.columns.v_expect[slot] = _NOT_PLAIN
+        self.columns.v_pend_len[slot] = 0  # (held by the stream now)
+        self.columns.v_choff[slot] = stream.char_offset
+        self.columns.v_tag[slot] &= TAG_MASK
 
-    def _kinds(self, tags: bytes) -> tuple[bytes, bytes]:
+    def kinds(self, tags: bytes) -> tuple[bytes, bytes]:
         """(tags without kind bits, kinds: uint8 per row, empty if none) of a step's rows."""
         tag_a = np.frombuffer(tags, dtype="<u4")
         kinds = (tag_a >> KIND_SHIFT).astype(np.uint8)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from detok.receiver.request_stream import RequestStream
 from detok.streaming.chunks import ChunkRenderer
 
 try:  # the text-only chunk in one C call (optional: without it, ChunkPusher does it in Python)
@@ -27,7 +28,11 @@ except ImportError:  # pragma: no cover - a build without its C extensions
 
 if TYPE_CHECKING:
     from detok.streaming.response_view import StreamedChoice, StreamedResponse
-    from detok.receiver.request_stream import RequestDelta, RequestStream
+    from detok.receiver.request_stream import RequestDelta
+
+
+# the compiled pusher's take of a stream's waiting deltas: the stream's own rule, given, not looked up
+_take_text, _take_items = RequestStream.take_text, RequestStream.take_items
 
 
 class ChunkWriter(Protocol):
@@ -104,7 +109,8 @@ def pusher_for(ctx: StreamedResponse, render: ChunkRenderer, choices: Sequence[S
         flow, cycle, write = parts()
         prefix, suffix = render.text_frame(0)
         shown = render.field_prefix(0, typed.field) if typed.include_reasoning else None
-        return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix, typed=True, reasoning=shown,
+        return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix, take=_take_text,
+                           typed=True, reasoning=shown,
                            sent_args=typed.sent_args, calls_prefix=render.field_prefix(0, "tool_calls"),
                            parallel=typed.parallel)
     # chat logprobs as the workers' rendered items (no per-chunk usage, tokens not named by id):
@@ -116,8 +122,9 @@ def pusher_for(ctx: StreamedResponse, render: ChunkRenderer, choices: Sequence[S
     prefix, suffix = render.text_frame(0)
     if items:
         mid, items_suffix = render.items_frame()
-        return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix, mid, items_suffix)
-    return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix)
+        return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix, mid, items_suffix,
+                           take=_take_items)
+    return _TextPusher(pusher, flow, cycle, write, choices[0].timer.text, prefix, suffix, take=_take_text)
 
 
 class pushing:  # noqa: N801 - used as a context manager, named as one

@@ -339,11 +339,11 @@ class WorkerCore:
         """Output tokens the table consumed for a live rid (the table's columns are the truth:
         streams on its vectorised path are not updated token by token)."""
         table = self.table
-        return int(table._ntok[table._slot_of[rid]])  # type: ignore[index]
+        return int(table.columns.ntok[table._slot_of[rid]])  # type: ignore[index]
 
     def _holding(self) -> int:
         """Live requests holding an incomplete UTF-8 sequence after this step."""
-        return int(np.count_nonzero(self.table._pend_len))
+        return int(np.count_nonzero(self.table.columns.pend_len))
 
     def _columns_for(self, reply_to: str) -> FrontendColumns:
         return self._frontends.columns_for(reply_to)

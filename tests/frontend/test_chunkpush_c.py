@@ -93,7 +93,8 @@ def _setup(answer: bool = True) -> tuple[Any, RequestStream, _Conn, _Fallback, C
     render = ChunkRenderer("chat", "chatcmpl-1", 1, "m")
     conn, fallback = _Conn(), _Fallback(answer)
     before, after = render.text_frame(0)
-    pusher = TextPusher(fallback, conn.flow, conn.cycle, conn.write, lambda: conn.log.append("timer"), before, after)
+    pusher = TextPusher(fallback, conn.flow, conn.cycle, conn.write, lambda: conn.log.append("timer"), before, after,
+                        take=RequestStream.take_text)
     return pusher, RequestStream(1, types.SimpleNamespace(gaps=0)), conn, fallback, render  # type: ignore[arg-type]
 
 
@@ -163,7 +164,8 @@ def test_what_a_write_the_clock_or_the_fallback_raises_is_raised(which: str) -> 
 
     conn = _Conn()
     pusher = TextPusher(boom if which == "fallback" else (lambda s: True), conn.flow, conn.cycle,
-                        boom if which == "write" else conn.write, boom if which == "timer" else None, before, after)
+                        boom if which == "write" else conn.write, boom if which == "timer" else None, before, after,
+                        take=RequestStream.take_text)
     stream = RequestStream(1, types.SimpleNamespace(gaps=0))  # type: ignore[arg-type]
     stream._chunks.append("x") if which != "fallback" else stream._chunks.clear()
     with pytest.raises(OSError, match=which):
@@ -172,8 +174,9 @@ def test_what_a_write_the_clock_or_the_fallback_raises_is_raised(which: str) -> 
 
 def test_hostile_construction_and_calls_are_clean_errors() -> None:
     ok = dict(fallback=lambda s: True, flow=object(), cycle=object(), write=lambda b: None, timer_text=None,
-              prefix=b"", suffix=b"")
-    for key, bad in [("fallback", 1), ("write", "w"), ("timer_text", 3), ("prefix", "str"), ("suffix", bytearray())]:
+              prefix=b"", suffix=b"", take=RequestStream.take_text)
+    for key, bad in [("fallback", 1), ("write", "w"), ("timer_text", 3), ("prefix", "str"), ("suffix", bytearray()),
+                     ("take", None), ("take", "take_text")]:
         with pytest.raises(TypeError):
             TextPusher(**{**ok, key: bad})
     pusher = TextPusher(**ok)
@@ -186,7 +189,7 @@ def test_hostile_construction_and_calls_are_clean_errors() -> None:
     with pytest.raises(AttributeError):  # not a stream, and a flow without the attribute
         pusher(object())
     conn = _Conn()
-    on_int = TextPusher(lambda s: "fallback", conn.flow, conn.cycle, conn.write, None, b"", b"")
+    on_int = TextPusher(lambda s: "fallback", conn.flow, conn.cycle, conn.write, None, b"", b"", take=RequestStream.take_text)
     stream = RequestStream(1, types.SimpleNamespace(gaps=0))  # type: ignore[arg-type]
     stream._chunks.append(5)  # type: ignore[arg-type]  # (not a str: refused, nothing written)
     with pytest.raises(TypeError, match="must be a str"):
@@ -282,7 +285,7 @@ def test_pusher_for_gives_a_parsed_chat_choice_a_typed_pusher(case: str) -> None
 
 def test_typed_pushers_refuse_what_they_cannot_write() -> None:
     ok: dict[str, Any] = dict(fallback=lambda s: True, flow=object(), cycle=object(), write=lambda b: None,
-                              timer_text=None, prefix=b"", suffix=b"")
+                              timer_text=None, prefix=b"", suffix=b"", take=RequestStream.take_text)
     TextPusher(**ok, typed=True, reasoning=b"r")
     TextPusher(**ok, typed=True)
     for bad in (dict(reasoning=b"r"), dict(typed=True, reasoning="r"), dict(typed=True, mid=b"", items_suffix=b"")):
@@ -305,7 +308,8 @@ def _items_pair(k: int = 3) -> tuple[Any, Any, RequestStream, RequestStream, _Co
     conn, fallback, direct = _Conn(), _Fallback(), _Direct()
     before, after = render.text_frame(0)
     mid, end = render.items_frame()
-    compiled = TextPusher(fallback, conn.flow, conn.cycle, conn.write, None, before, after, mid, end)
+    compiled = TextPusher(fallback, conn.flow, conn.cycle, conn.write, None, before, after, mid, end,
+                          take=RequestStream.take_items)
     python = ChunkPusher(ctx, render, ChoiceState(0, ctx, None), direct)  # type: ignore[arg-type]
     streams = [RequestStream(i, types.SimpleNamespace(gaps=0, logprob_gaps=0)) for i in (1, 2)]  # type: ignore[arg-type]
     return compiled, python, streams[0], streams[1], conn, direct, fallback
@@ -357,14 +361,14 @@ def test_items_mode_leaves_anything_else_to_the_python_pusher(what: str) -> None
 def test_items_mode_hostile_construction_and_takes() -> None:
     ok = dict(fallback=lambda s: True, flow=types.SimpleNamespace(write_paused=False),
               cycle=types.SimpleNamespace(disconnected=False), write=lambda b: None, timer_text=None,
-              prefix=b"", suffix=b"")
+              prefix=b"", suffix=b"", take=RequestStream.take_items)
     for extra in ({"mid": b"m"}, {"items_suffix": b"e"}, {"mid": "m", "items_suffix": b"e"}):
         with pytest.raises(TypeError):
             TextPusher(**ok, **extra)
-    pusher = TextPusher(**ok, mid=b"m", items_suffix=b"e")
     for bad in ("text", ("t",), ("t", (b"x",)), ("t", [b"x", "y"]), (5, None)):
+        pusher = TextPusher(**{**ok, "take": lambda s, bad=bad: bad}, mid=b"m", items_suffix=b"e")
         with pytest.raises(TypeError):
-            pusher(types.SimpleNamespace(take_items=lambda bad=bad: bad))
+            pusher(object())
 
 
 def test_items_mode_leaks_no_reference() -> None:

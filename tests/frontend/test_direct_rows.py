@@ -100,8 +100,9 @@ class _World:
                 typed = {"typed": True, "reasoning": _RENDER.field_prefix(0, "reasoning") if show_reasoning else None,
                          "sent_args": self.typed.sent_args, "calls_prefix": _RENDER.field_prefix(0, "tool_calls"),
                          "parallel": parallel}
+            take = RequestStream.take_items if frame else RequestStream.take_text
             stream.push_to(TextPusher(lambda s: False, conn.flow, conn.cycle, conn.write,
-                                      lambda rid=rid: self._tick(rid), _PREFIX, _SUFFIX, *frame, **typed))
+                                      lambda rid=rid: self._tick(rid), _PREFIX, _SUFFIX, *frame, take=take, **typed))
         self.tasks = [asyncio.ensure_future(self._consume(rid)) for rid in rids]
 
     def _tick(self, rid: int) -> None:
@@ -224,8 +225,13 @@ def _batch(rows: list[tuple[int, str, int]], finished: list[int], counter: list[
     if typed:
         batch.typed = typed
     if runs:  # (split_logprobs, patched below, gives them as the receiver's entries)
-        batch.logprobs = [(rid, _run(rid, first, count, rendered)) for rid, first, count, rendered in runs]
+        batch.logprobs = [_entry(rid, _run(rid, first, count, rendered)) for rid, first, count, rendered in runs]
     return batch
+
+
+def _entry(rid: int, run: TokenLogprobs) -> tuple[int, TokenLogprobs, int, list[bytes] | None]:
+    """An entry-row as split_logprobs gives it."""
+    return rid, run, run.first, run.items
 
 
 def _run(rid: int, first: int, count: int, rendered: bool) -> TokenLogprobs:
@@ -433,7 +439,7 @@ def test_no_reference_is_leaked_where_a_run_does_not_fit(receivers) -> None:
         rx.discard(1)
         world = _World(rx, [1], direct=True, items=True)
         await asyncio.sleep(0)
-        entries = [(1, _run(1, 5, 1, True))]
+        entries = [_entry(1, _run(1, 5, 1, True))]
         args = (rx._streams, RequestStream, [1], ["x"], [0], None, None, entries, None)
         push_rows(*args)
         nones, runs = sys.getrefcount(None), sys.getrefcount(entries[0][1])
@@ -471,72 +477,38 @@ def test_no_reference_is_leaked_over_many_rows(receivers) -> None:
 
 
 
-_PROBE_READS: list[int] = []
+class _Subclass(RequestStream):
+    """A stream type of RequestStream's fields and one more slot."""
+
+    __slots__ = ("extra",)
 
 
-class _Probed(RequestStream):
-    """A stream type that first has RequestStream's slots, then (the test sets it) a `_received`
-    property over another slot."""
-
-    __slots__ = ("_probe_received",)
-
-
-def _probe_get(stream: _Probed) -> int:
-    _PROBE_READS.append(stream._probe_received)
-    return stream._probe_received
-
-
-def _probe_set(stream: _Probed, value: int) -> None:
-    stream._probe_received = value
-
-
-def test_a_stream_types_attributes_are_read_as_getattr_reads_them(receivers) -> None:
-    # push_rows reads a stream type's plain slots at their offsets, bound per type: a type changed
-    # after binding (an attribute now a property) is bound again and read through it, and an unset
-    # slot raises as getattr does
+def test_push_rows_reads_the_streams_own_fields(receivers) -> None:
+    # push_rows reads a stream's StreamFields (its base's storage), of any type derived from it; a
+    # type not derived from it is refused; a field unset (deleted) leaves the row to the Python path
     async def run() -> None:
         rx = receivers[0]
         rx.discard(4)
         world = _World(rx, [4], direct=True)
-        probed = _Probed(6, rx)
+        sub = _Subclass(6, rx)
         conn = _Conn()
-        probed.push_to(TextPusher(lambda s: False, conn.flow, conn.cycle, conn.write, None, _PREFIX, _SUFFIX))
-        task = asyncio.ensure_future(anext(probed))
+        sub.push_to(TextPusher(lambda s: False, conn.flow, conn.cycle, conn.write, None, _PREFIX, _SUFFIX,
+                               take=RequestStream.take_text))
+        task = asyncio.ensure_future(anext(sub))
         await asyncio.sleep(0)
         plain = world.streams[4]
-        for k in range(2):  # (each call binds its type: alternated)
+        for k in range(2):
             assert push_rows({4: plain}, RequestStream, [4], ["ab"], [2 * k], None, None, None, None) is None
-            assert push_rows({6: probed}, _Probed, [6], ["cd"], [2 * k], [k + 1], None, None, None) is None
-        assert plain._received == 4 and probed._received == 4 and probed._tokens == 2
-        _Probed._received = property(_probe_get, _probe_set)  # type: ignore[assignment]
-        try:
-            probed._probe_received = 4
-            assert push_rows({6: probed}, _Probed, [6], ["e"], [4], None, None, None, None) is None
-            assert _PROBE_READS == [4] and probed._probe_received == 5
-        finally:
-            del _Probed._received
-        assert [_RENDER_TEXT(c) for c in conn.out] == ["cd", "cd", "e"]
-        # changed by a write within a pass: the next row's stream is read through the property already
-        other, out = _Probed(7, rx), []
-
-        def write_then_change(data: bytes) -> None:
-            out.append(data)
-            _Probed._received = property(_probe_get, _probe_set)  # type: ignore[assignment]
-
-        other.push_to(TextPusher(lambda s: False, conn.flow, conn.cycle, write_then_change, None, _PREFIX, _SUFFIX))
-        task2 = asyncio.ensure_future(anext(other))
-        await asyncio.sleep(0)
-        _PROBE_READS.clear()
-        probed._probe_received = 5
-        try:
-            assert push_rows({7: other, 6: probed}, _Probed, [7, 6], ["g", "h"], [0, 5], None, None, None, None) is None
-            assert _PROBE_READS == [5] and probed._probe_received == 6 and len(out) == 1
-        finally:
-            del _Probed._received
-        task2.cancel()
-        del probed._tokens
-        with pytest.raises(AttributeError, match="_tokens"):
-            push_rows({6: probed}, _Probed, [6], ["f"], [4], [3], None, None, None)
+            assert push_rows({6: sub}, _Subclass, [6], ["cd"], [2 * k], [k + 1], None, None, None) is None
+        assert plain._received == 4 and sub._received == 4 and sub._tokens == 2
+        assert [_RENDER_TEXT(c) for c in conn.out] == ["cd", "cd"]
+        with pytest.raises(TypeError, match="StreamFields"):
+            push_rows({6: sub}, dict, [6], ["e"], [4], None, None, None, None)
+        del sub._received
+        assert push_rows({6: sub}, _Subclass, [6], ["e"], [4], None, None, None, None) == [0]
+        with pytest.raises(AttributeError, match="_received"):
+            sub._feed("e", 4)
+        assert [_RENDER_TEXT(c) for c in conn.out] == ["cd", "cd"]
         task.cancel()
         rx.fail_all("end")
         await asyncio.wait_for(asyncio.gather(*world.tasks), 5)

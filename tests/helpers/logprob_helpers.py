@@ -86,7 +86,7 @@ class EntryCollector:
                 if text:
                     self.text[rid] = self.text.get(rid, "") + text
             if batch.logprobs is not None:
-                for rid, run in split_logprobs(batch.logprobs):
+                for rid, run, _, _ in split_logprobs(batch.logprobs):
                     self.runs.append((reply_to, rid, run))
                     got = self.entries.setdefault(rid, {})
                     j = 0

@@ -26,7 +26,7 @@ NATIVE: Final[dict[str, tuple[str, ...]]] = {
     "detok._native._tokenstrings": ("gather",),
     "detok._native._chatentries": ("render",),
     "detok._native._chatlogprobs": ("render",),
-    "detok._native._chunkpush": ("frame_text", "push_rows", "TextPusher"),
+    "detok._native._chunkpush": ("frame_text", "push_rows", "idle_for_push", "TextPusher", "StreamFields", "TypedFields"),
     "detok._native._logprobrows": ("rows",),
     "detok._native._latency": ("Buckets", "Buckets.observe", "Buckets.take", "TokenClock", "TokenClock.text"),
 }

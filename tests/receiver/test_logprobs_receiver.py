@@ -125,8 +125,8 @@ def test_bad_columns_drop_the_message_and_count_it(rx, damage) -> None:
 
 
 def test_split_and_tail_and_concat() -> None:
-    [(rid, run)] = split_logprobs(lp_part([(9, 4, [1, 0xE5, 3])], k=2))
-    assert rid == 9 and (run.first, run.end, len(run)) == (4, 7, 3)
+    [(rid, run, first, _)] = split_logprobs(lp_part([(9, 4, [1, 0xE5, 3])], k=2))
+    assert rid == 9 and (run.first, run.end, len(run)) == (4, 7, 3) and first == 4
     tail = run.tail(6)
     assert tail.token_ids == [3] and tail.top_ids == [1003, 1003] and tail.first == 6
     assert run.tail(2) is run
@@ -172,7 +172,7 @@ def test_compiled_cut_refuses_columns_that_do_not_fit() -> None:
     if tl._rows is None:
         pytest.fail("the compiled cut is not built (detok/_native/_logprobrows.c)")
     ok = ([5], [0], [1], [7], ["x"], [-1.0], [1], [8], ["y"], [-2.0])
-    assert tl._rows(TokenLogprobs, *ok) == [(5, TokenLogprobs(0, [7], ["x"], [-1.0], [1], [8], ["y"], [-2.0]))]
+    assert tl._rows(TokenLogprobs, *ok) == [(5, TokenLogprobs(0, [7], ["x"], [-1.0], [1], [8], ["y"], [-2.0]), 0, None)]
     for i, bad in [(2, [2]), (2, [-1]), (6, [2]), (6, [-1]), (3, [7, 8]), (9, []), (0, (5,))]:
         args = list(ok)
         args[i] = bad

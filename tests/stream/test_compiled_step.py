@@ -143,13 +143,13 @@ def test_row_texts_are_the_blob_cut_per_row_and_a_whole_token_is_its_own_str(bat
     for batch in batches:
         rows = list({rid: pick for rid, pick in batch}.items())  # one row per rid
         ids = [pool[pick % len(pool)] for _, pick in rows]
-        held = {rid: table._pend_len[table._slot_of[rid]] if rid in table._slot_of else 0 for rid, _ in rows}
+        held = {rid: table.columns.pend_len[table._slot_of[rid]] if rid in table._slot_of else 0 for rid, _ in rows}
         out = table.step_packed(pack_rids([r for r, _ in rows]), pack_u32([sent[r] for r, _ in rows]), b"", pack_u32(ids),
                                 row_texts=True)
         assert out.texts == split_text(out.text, out.lengths)
         for (rid, _), i, text in zip(rows, ids, out.texts):
             sent[rid] += 1
-            mode_text = table._tables.texts[table._mode[table._slot_of[rid]] * table._vocab + i] if rid in table._slot_of else None
+            mode_text = table._tables.texts[table.columns.mode[table._slot_of[rid]] * table._vocab + i] if rid in table._slot_of else None
             if mode_text and not held[rid] and text == mode_text:
                 assert text is mode_text
                 shared += 1

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(table_module._compiled_step_packed is None, reas
 TOKENIZERS = ("qwen2", "mistral-spm-v1")
 PARAMS = (DecodeParams(), DecodeParams(skip_special_tokens=False),
           DecodeParams(skip_special_tokens=False, spaces_between_special_tokens=False))
-_COLUMNS = ("_pend_len", "_mode", "_expect", "_ntok", "_choff", "_eos_stops", "_tag")
+_COLUMNS = ("pend_len", "mode", "expect", "ntok", "choff", "eos_stops", "tag")
 _pools: dict[str, list[int]] = {}
 
 
@@ -48,8 +48,8 @@ def _pair(name: str) -> tuple[StreamTable, StreamTable]:
 
 def _state(table: StreamTable, rid: int) -> tuple[object, ...]:
     slot = table._slot_of[rid]
-    n = int(table._pend_len[slot])
-    return (rid in table._deferred, bytes(table._pend[slot, :n]), *(getattr(table, c)[slot].item() for c in _COLUMNS))
+    n = int(table.columns.pend_len[slot])
+    return (rid in table._deferred, bytes(table.columns.pend[slot, :n]), *(getattr(table.columns, c)[slot].item() for c in _COLUMNS))
 
 
 _context = st.one_of(
@@ -98,7 +98,7 @@ def test_a_prompt_tail_ending_in_part_of_a_character_is_held_in_the_columns() ->
     compiled, _ = _pair("qwen2")
     compiled.open(1, [tok.encode("Hi")[0], *byte_ids[:3]], DecodeParams())
     slot = compiled._slot_of[1]
-    assert 1 in compiled._deferred and bytes(compiled._pend[slot, : compiled._pend_len[slot]]) == wave[:3]
+    assert 1 in compiled._deferred and bytes(compiled.columns.pend[slot, : compiled.columns.pend_len[slot]]) == wave[:3]
     out = compiled.step_packed(np.array([1], "<u8").tobytes(), b"\0\0\0\0", b"", np.array(byte_ids[3:], "<u4").tobytes())
     assert out.text.decode() == "👋" and 1 not in compiled._streams
 

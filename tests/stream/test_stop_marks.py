@@ -80,7 +80,7 @@ def test_requests_with_stop_ids_step_as_streams_made_at_open(name: str, requests
         ends = [t.finish(rid, "length") for t in (compiled, numpy_path, eager)]
         assert ends[0] == ends[1] == ends[2]
     for t in (compiled, numpy_path, eager):
-        assert not t._stop_marked and not t._stop_marks.any()  # every mark given back
+        assert not t.stops.by_rid and not t.stops.marks.any()  # every mark given back
 
 
 def test_a_stop_id_ends_its_request_and_only_costs_the_others_a_slow_row() -> None:
@@ -92,7 +92,7 @@ def test_a_stop_id_ends_its_request_and_only_costs_the_others_a_slow_row() -> No
     table = StreamTable(tok)
     table.open(1, [], DecodeParams(stop_token_ids=(dot,)), ignore_eos=True)
     table.open(2, [], DecodeParams(), ignore_eos=True)
-    assert set(table._deferred) == {1, 2} and table._stop_marks[dot] == 1
+    assert set(table._deferred) == {1, 2} and table.stops.marks[dot] == 1
     texts = {1: "", 2: ""}
     finishes = {}
     for k, i in enumerate(ids):
@@ -103,7 +103,7 @@ def test_a_stop_id_ends_its_request_and_only_costs_the_others_a_slow_row() -> No
             if finish is not None:
                 finishes[r] = finish
     assert texts[2] == " end. more" and texts[1] == " end" and finishes == {1: Finish("stop", dot)}
-    assert 1 not in table._stop_marked and table._stop_marks[dot] == 0
+    assert 1 not in table.stops.by_rid and table.stops.marks[dot] == 0
     assert table.finish(2, "length")[3] == Finish("length")
 
 
@@ -111,9 +111,9 @@ def test_stop_ids_outside_the_vocabulary_are_not_marked() -> None:
     tok = stream_roster.get("qwen2")
     table = StreamTable(tok)
     table.open(1, [], DecodeParams(stop_token_ids=(tok.vocab_size + 9, 2**40)))
-    assert 1 in table._deferred and not table._stop_marked and table._eos_stops[table._slot_of[1]]
+    assert 1 in table._deferred and not table.stops.by_rid and table.columns.eos_stops[table._slot_of[1]]
     table.close(1)
-    assert not table._stop_marks.any()
+    assert not table.stops.marks.any()
 
 
 def test_remembered_first_characters_are_bounded() -> None:
@@ -125,7 +125,7 @@ def test_remembered_first_characters_are_bounded() -> None:
     for k in range(stop_marks._FIRSTS_CACHE + 10):
         table.open(k, [], DecodeParams(stop=(f"s{k}",)))
         table.close(k)
-        assert len(table._firsts_cache) <= stop_marks._FIRSTS_CACHE
+        assert len(table.stops._firsts_cache) <= stop_marks._FIRSTS_CACHE
     huge = ("x" * (stop_marks._FIRSTS_CACHED_CHARS + 1),)
     table.open(-1, [], DecodeParams(stop=huge))
-    assert huge not in table._firsts_cache and -1 in table._deferred
+    assert huge not in table.stops._firsts_cache and -1 in table._deferred

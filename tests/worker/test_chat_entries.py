@@ -223,7 +223,7 @@ def test_receiver_cuts_items_and_refuses_what_does_not_fit(compiled: bool, monke
         pytest.fail("the compiled cut is not built (detok/_native/_logprobrows.c)")
     if not compiled:
         monkeypatch.setattr(token_logprobs, "_rows", None)
-    [(rid, run)] = split_logprobs(one_row(2, b'{"a":1}{"b":22}', [7, 8]))
+    [(rid, run, _, _)] = split_logprobs(one_row(2, b'{"a":1}{"b":22}', [7, 8]))
     assert rid == 7 and run.items == [b'{"a":1}', b'{"b":22}']
     with pytest.raises(ValueError, match="do not fit"):
         split_logprobs(one_row(2, b'{"a":1}{"b":22}', [7, 9]))
@@ -235,13 +235,14 @@ def test_receiver_cuts_items_and_refuses_what_does_not_fit(compiled: bool, monke
         split_logprobs(one_row(2, b'{"a":1}', [0, 7]))
     with pytest.raises(ValueError, match="do not fit"):  # lengths with no items at all
         split_logprobs(one_row(2, b"", [7, 8]))
-    [(_, plain)] = split_logprobs(one_row(2, b"", []))
+    [(_, plain, _, _)] = split_logprobs(one_row(2, b"", []))
     assert plain.items is None
     two = DeltaLogprobs(np.array([7, 8], "<u8").tobytes(), np.array([0, 0], "<u4").tobytes(),
                         np.array([1, 2], "<u4").tobytes(), bytes(12), bytes(12), bytes(12), b"", b"", b"",
                         bytes(12), b"", b"{}[]", np.array([0, 2, 2], "<u4").tobytes())
-    [(_, unrendered), (_, rendered)] = split_logprobs(two)  # a batch of both forms
+    [(_, unrendered, _, none), (_, rendered, first, items)] = split_logprobs(two)  # a batch of both forms
     assert unrendered.items is None and rendered.items == [b"{}", b"[]"]
+    assert none is None and first == rendered.first and items is rendered.items  # (what push_rows reads)
 
 
 def test_parts_joined_for_one_frontend_keep_their_items(qwen) -> None:
@@ -259,11 +260,11 @@ def test_parts_joined_for_one_frontend_keep_their_items(qwen) -> None:
                      np.array([chat_k]) if chat_k is not None else None)
 
     joined = join_parts([part(1, None), part(2, 2), part(3, None), part(4, 0)])
-    rows = dict(split_logprobs(joined))
+    rows = {rid: run for rid, run, _, _ in split_logprobs(joined)}
     assert rows[1].items is None and rows[3].items is None and rows[1].tokens[0] == strings.string(100)[0]
     assert rows[1].top_ids == [300, 400] and rows[2].top_ids == []
     for rid, k in ((2, 2), (4, 0)):
-        alone = dict(split_logprobs(part(rid, k)))[rid]
+        alone = {r: run for r, run, _, _ in split_logprobs(part(rid, k))}[rid]
         assert rows[rid].items == alone.items and len(alone.items) == 2  # type: ignore[arg-type]
         assert all(len(msgspec.json.decode(i)["top_logprobs"]) == k for i in alone.items)  # type: ignore[union-attr]
 

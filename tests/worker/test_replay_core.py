@@ -59,7 +59,7 @@ class Receiver:
     def take(self, out: Outputs) -> None:
         for _, batch in out.deltas:
             if batch.logprobs is not None:
-                for rid, run in split_logprobs(batch.logprobs):
+                for rid, run, _, _ in split_logprobs(batch.logprobs):
                     if rid in self.finish:
                         continue
                     got = self.entries.setdefault(rid, {})

@@ -152,8 +152,8 @@ def test_plain_requests_keep_the_compiled_path(tok, core) -> None:  # type: igno
     run_request(core, 1, ids, [1, 1], None)
     run_request(core, 2, ids, [1, 1], TOY)
     table = core.table
-    assert table._expect[table._slot_of[1]] != _NOT_PLAIN
-    assert table._expect[table._slot_of[2]] == _NOT_PLAIN
+    assert table.columns.expect[table._slot_of[1]] != _NOT_PLAIN
+    assert table.columns.expect[table._slot_of[2]] == _NOT_PLAIN
 
 
 # ---- the real families (qwen3 reasoning, hermes tool calls) ----------------------------------------
