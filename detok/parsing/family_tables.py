@@ -1,5 +1,5 @@
 """The families, each a table (`detok.parsing.family_table`) run by its grammar's engine, by vLLM's names. Each
-row says whose model writes it and how its format is known; where its cases are is said per tuple."""
+row says whose model writes it and how its format is known."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ DEEPSEEK_CALLS, DEEPSEEK_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool�
 DEEPSEEK_REQUIRED = (DEEPSEEK_CALLS, "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>")
 KIMI_SECTION, KIMI_SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 
-# The families whose cases are test modules under tests/parsing/ (test_tools_<family>.py,
-# test_reasoning_peers.py, test_harmony.py, ...), which also probe what a case file cannot state:
-# hostile inputs, schema typing, the compiled fast paths.
-CORE_REASONING_TABLES: tuple[FamilyTable, ...] = (
+# Every family's cases are data, tests/parsing/cases/<family>.json, run by tests/parsing/test_family_tables.py
+REASONING_TABLES: tuple[FamilyTable, ...] = (
     # DeepSeek-R1 / V3.1+ thinking (SGLang's deepseek-r1 forces it): R1 often omits <think>, its template
     # opens it in the prompt, so all before </think> is reasoning; a calls section opened straight from
     # the thought (a special token nothing else writes) ends it, as a tool-call start in vLLM's grammars
@@ -39,9 +37,27 @@ CORE_REASONING_TABLES: tuple[FamilyTable, ...] = (
                 implicit_end="[TOOL_CALLS]", reopen=True, required_tokens=("[THINK]", "[/THINK]")),
     # gpt-oss (SGLang's gpt-oss): Harmony's channels say what a message is (`detok.parsing.harmony`)
     FamilyTable("harmony", ("openai_gptoss", "gpt-oss"), "", "", "OpenAI gpt-oss (Harmony)"),
+    # DeepSeek V3.1 / V3.2 / V4 hybrid: thinking off unless the `thinking` kwarg turns it on (vLLM's
+    # deepseek_v3 picks R1's parser or none by it); a calls section from the thought ends it
+    FamilyTable("think", ("deepseek_v3",), THINK, END_THINK, "DeepSeek V3.1+ hybrid thinking",
+                implicit_end=DEEPSEEK_CALLS),
+    # Seed-OSS: the template opens <seed:think> in the prompt. The model closes its thought before a
+    # call and may spell a whole call out while thinking (vLLM's seed_oss cases): no implicit end
+    FamilyTable("think", ("seed_oss",), "<seed:think>", "</seed:think>", "ByteDance Seed-OSS",
+                starts_in_reasoning=True),
+    # Nemotron 3 (Nano, Super): the template ends the prompt with `<think>\n`; its calls are Qwen3-Coder
+    # XML, whose `<tool_call>` ends reasoning once `<function=` follows
+    FamilyTable("think", ("nemotron_v3", "nano_v3"), THINK, END_THINK, "NVIDIA Nemotron 3",
+                starts_in_reasoning=True, implicit_end="<tool_call>", confirm=("<function=",)),
+    # OLMo 3 Think: the generation prompt ends with `<think>`
+    FamilyTable("think", ("olmo3",), THINK, END_THINK, "AllenAI OLMo 3 Think", starts_in_reasoning=True),
+    # MiniMax M2 / M3: the model does not write <think> (vLLM's minimax_m2: all before </think> is
+    # reasoning); its call block ends reasoning
+    FamilyTable("think", ("minimax_m2", "minimax_m3"), THINK, END_THINK, "MiniMax M2 / M3",
+                starts_in_reasoning=True, implicit_end="<minimax:tool_call>"),
 )
 
-CORE_TOOL_TABLES: tuple[FamilyTable, ...] = (
+TOOL_TABLES: tuple[FamilyTable, ...] = (
     # Hermes 2/3, Qwen2.5 / Qwen3 and many fine-tunes (SGLang's qwen25, qwen): a JSON call per region
     FamilyTable("json_region", ("hermes", "qwen25", "qwen"), "<tool_call>", "</tool_call>", "Hermes / Qwen2.5 / Qwen3"),
     # Qwen3-Coder / Qwen3.5+ XML calls (SGLang: same name); a <function= without the region is a call too
@@ -71,31 +87,6 @@ CORE_TOOL_TABLES: tuple[FamilyTable, ...] = (
     FamilyTable("marker_calls", ("mistral",), "[TOOL_CALLS]", "", "Mistral", required_tokens=("[TOOL_CALLS]",)),
     # gpt-oss (vLLM's openai; SGLang gpt-oss): a message to `functions.NAME` (or a bare tool name) is a call
     FamilyTable("harmony_calls", ("openai", "gpt-oss"), "", "", "OpenAI gpt-oss (Harmony)"),
-)
-
-# The families whose cases are data, tests/parsing/cases/<family>.json.
-REASONING_TABLES: tuple[FamilyTable, ...] = (
-    # DeepSeek V3.1 / V3.2 / V4 hybrid: thinking off unless the `thinking` kwarg turns it on (vLLM's
-    # deepseek_v3 picks R1's parser or none by it); a calls section from the thought ends it
-    FamilyTable("think", ("deepseek_v3",), THINK, END_THINK, "DeepSeek V3.1+ hybrid thinking",
-                implicit_end=DEEPSEEK_CALLS),
-    # Seed-OSS: the template opens <seed:think> in the prompt. The model closes its thought before a
-    # call and may spell a whole call out while thinking (vLLM's seed_oss cases): no implicit end
-    FamilyTable("think", ("seed_oss",), "<seed:think>", "</seed:think>", "ByteDance Seed-OSS",
-                starts_in_reasoning=True),
-    # Nemotron 3 (Nano, Super): the template ends the prompt with `<think>\n`; its calls are Qwen3-Coder
-    # XML, whose `<tool_call>` ends reasoning once `<function=` follows
-    FamilyTable("think", ("nemotron_v3", "nano_v3"), THINK, END_THINK, "NVIDIA Nemotron 3",
-                starts_in_reasoning=True, implicit_end="<tool_call>", confirm=("<function=",)),
-    # OLMo 3 Think: the generation prompt ends with `<think>`
-    FamilyTable("think", ("olmo3",), THINK, END_THINK, "AllenAI OLMo 3 Think", starts_in_reasoning=True),
-    # MiniMax M2 / M3: the model does not write <think> (vLLM's minimax_m2: all before </think> is
-    # reasoning); its call block ends reasoning
-    FamilyTable("think", ("minimax_m2", "minimax_m3"), THINK, END_THINK, "MiniMax M2 / M3",
-                starts_in_reasoning=True, implicit_end="<minimax:tool_call>"),
-)
-
-TOOL_TABLES: tuple[FamilyTable, ...] = (
     # Qwen3's XML calls under vLLM's second name (its streaming variant of qwen3_coder)
     FamilyTable("xml_parameters", ("qwen3_xml",), "<tool_call>", "</tool_call>", "Qwen3-Coder / Qwen3.5+ XML"),
     # Seed-OSS: Qwen3-Coder's XML inside <seed:tool_call>
