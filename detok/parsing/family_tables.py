@@ -1,5 +1,5 @@
 """The families, each a table (`detok.parsing.family_table`) run by its grammar's engine, by vLLM's names. Each
-row says whose model writes it and how its format is known; where its cases are is said per tuple."""
+row says whose model writes it and how its format is known."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ GEMMA4_CHANNEL, GEMMA4_CHANNEL_END, GEMMA4_CALL = "<|channel>", "<channel|>", "<
 # Kimi K3's XTML: elements `<|open|>NAME attrs<|sep|>` ... `<|close|>NAME<|sep|>` of three special tokens
 K3_RESPONSE = ("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>")
 
-# The families whose cases are test modules under tests/parsing/ (test_tools_<family>.py,
-# test_reasoning_peers.py, test_harmony.py, ...), which also probe what a case file cannot state:
-# hostile inputs, schema typing, the compiled fast paths.
-CORE_REASONING_TABLES: tuple[FamilyTable, ...] = (
+# Every family's cases are data, tests/parsing/cases/<family>.json, run by tests/parsing/test_family_tables.py
+REASONING_TABLES: tuple[FamilyTable, ...] = (
     # DeepSeek-R1 / V3.1+ thinking (SGLang's deepseek-r1 forces it): R1 often omits <think>, its template
     # opens it in the prompt, so all before </think> is reasoning; a calls section opened straight from
     # the thought (a special token nothing else writes) ends it, as a tool-call start in vLLM's grammars
@@ -43,42 +41,6 @@ CORE_REASONING_TABLES: tuple[FamilyTable, ...] = (
                 implicit_end="[TOOL_CALLS]", reopen=True, required_tokens=("[THINK]", "[/THINK]")),
     # gpt-oss (SGLang's gpt-oss): Harmony's channels say what a message is (`detok.parsing.harmony`)
     FamilyTable("harmony", ("openai_gptoss", "gpt-oss"), "", "", "OpenAI gpt-oss (Harmony)"),
-)
-
-CORE_TOOL_TABLES: tuple[FamilyTable, ...] = (
-    # Hermes 2/3, Qwen2.5 / Qwen3 and many fine-tunes (SGLang's qwen25, qwen): a JSON call per region
-    FamilyTable("json_region", ("hermes", "qwen25", "qwen"), "<tool_call>", "</tool_call>", "Hermes / Qwen2.5 / Qwen3"),
-    # Qwen3-Coder / Qwen3.5+ XML calls (SGLang: same name); a <function= without the region is a call too
-    FamilyTable("xml_parameters", ("qwen3_coder",), "<tool_call>", "</tool_call>", "Qwen3-Coder / Qwen3.5+ XML"),
-    # GLM-4.5 / 4.6 / 4.7 (vLLM also glm47; SGLang glm45, glm): `<tool_call>NAME\n<arg_key>k</arg_key>
-    # <arg_value>v</arg_value></tool_call>`, every tag a token
-    FamilyTable("key_value_tags", ("glm45", "glm47", "glm"), "<tool_call>", "</tool_call>", "GLM-4.5 / 4.6 / 4.7"),
-    # DeepSeek V3 (SGLang deepseekv3): `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
-    # <｜tool▁call▁end｜>` in a calls section
-    FamilyTable("section_calls", ("deepseek_v3", "deepseekv3"), DEEPSEEK_CALLS, DEEPSEEK_CALLS_END, "DeepSeek V3",
-                call_head="type_name", required_tokens=DEEPSEEK_REQUIRED),
-    # DeepSeek V3.1 (SGLang deepseekv31): `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`
-    FamilyTable("section_calls", ("deepseek_v31", "deepseekv31"), DEEPSEEK_CALLS, DEEPSEEK_CALLS_END, "DeepSeek V3.1",
-                required_tokens=DEEPSEEK_REQUIRED),
-    # Kimi K2: the head is the model's call id `functions.NAME:IDX`, kept as the call's id; the singular
-    # section tags are accepted as vLLM does
-    FamilyTable("section_calls", ("kimi_k2",), KIMI_SECTION, KIMI_SECTION_END, "Kimi K2", call_head="native_id",
-                terminals=(("start_alias", "<|tool_call_section_begin|>"), ("end_alias", "<|tool_call_section_end|>"),
-                           ("call_begin", "<|tool_call_begin|>"), ("call_end", "<|tool_call_end|>"),
-                           ("sep", "<|tool_call_argument_begin|>")),
-                required_tokens=(KIMI_SECTION, KIMI_SECTION_END, "<|tool_call_begin|>",
-                                 "<|tool_call_argument_begin|>", "<|tool_call_end|>")),
-    # Llama 3.1 / 3.2 / 4 JSON calls (vLLM also llama4_json; SGLang llama3), maybe after <|python_tag|>
-    FamilyTable("json_objects", ("llama3_json", "llama4_json", "llama3"), "<|python_tag|>", "", "Llama 3.x / 4 JSON"),
-    # Mistral (SGLang: same name): [TOOL_CALLS] then a JSON array (tokenizers before v11) or NAME[ARGS]{...}
-    # per call (v11+); as vLLM, a vocabulary without the [TOOL_CALLS] token is a configuration error
-    FamilyTable("marker_calls", ("mistral",), "[TOOL_CALLS]", "", "Mistral", required_tokens=("[TOOL_CALLS]",)),
-    # gpt-oss (vLLM's openai; SGLang gpt-oss): a message to `functions.NAME` (or a bare tool name) is a call
-    FamilyTable("harmony_calls", ("openai", "gpt-oss"), "", "", "OpenAI gpt-oss (Harmony)"),
-)
-
-# The families whose cases are data, tests/parsing/cases/<family>.json.
-REASONING_TABLES: tuple[FamilyTable, ...] = (
     # DeepSeek V3.1 / V3.2 / V4 hybrid: thinking off unless the `thinking` kwarg turns it on (vLLM's
     # deepseek_v3 picks R1's parser or none by it); a calls section from the thought ends it, or with
     # a DSML tool parser (V3.2, V4) its DSML region, as vLLM's deepseek_v32 / v4 grammars
@@ -114,6 +76,35 @@ REASONING_TABLES: tuple[FamilyTable, ...] = (
 )
 
 TOOL_TABLES: tuple[FamilyTable, ...] = (
+    # Hermes 2/3, Qwen2.5 / Qwen3 and many fine-tunes (SGLang's qwen25, qwen): a JSON call per region
+    FamilyTable("json_region", ("hermes", "qwen25", "qwen"), "<tool_call>", "</tool_call>", "Hermes / Qwen2.5 / Qwen3"),
+    # Qwen3-Coder / Qwen3.5+ XML calls (SGLang: same name); a <function= without the region is a call too
+    FamilyTable("xml_parameters", ("qwen3_coder",), "<tool_call>", "</tool_call>", "Qwen3-Coder / Qwen3.5+ XML"),
+    # GLM-4.5 / 4.6 / 4.7 (vLLM also glm47; SGLang glm45, glm): `<tool_call>NAME\n<arg_key>k</arg_key>
+    # <arg_value>v</arg_value></tool_call>`, every tag a token
+    FamilyTable("key_value_tags", ("glm45", "glm47", "glm"), "<tool_call>", "</tool_call>", "GLM-4.5 / 4.6 / 4.7"),
+    # DeepSeek V3 (SGLang deepseekv3): `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+    # <｜tool▁call▁end｜>` in a calls section
+    FamilyTable("section_calls", ("deepseek_v3", "deepseekv3"), DEEPSEEK_CALLS, DEEPSEEK_CALLS_END, "DeepSeek V3",
+                call_head="type_name", required_tokens=DEEPSEEK_REQUIRED),
+    # DeepSeek V3.1 (SGLang deepseekv31): `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`
+    FamilyTable("section_calls", ("deepseek_v31", "deepseekv31"), DEEPSEEK_CALLS, DEEPSEEK_CALLS_END, "DeepSeek V3.1",
+                required_tokens=DEEPSEEK_REQUIRED),
+    # Kimi K2: the head is the model's call id `functions.NAME:IDX`, kept as the call's id; the singular
+    # section tags are accepted as vLLM does
+    FamilyTable("section_calls", ("kimi_k2",), KIMI_SECTION, KIMI_SECTION_END, "Kimi K2", call_head="native_id",
+                terminals=(("start_alias", "<|tool_call_section_begin|>"), ("end_alias", "<|tool_call_section_end|>"),
+                           ("call_begin", "<|tool_call_begin|>"), ("call_end", "<|tool_call_end|>"),
+                           ("sep", "<|tool_call_argument_begin|>")),
+                required_tokens=(KIMI_SECTION, KIMI_SECTION_END, "<|tool_call_begin|>",
+                                 "<|tool_call_argument_begin|>", "<|tool_call_end|>")),
+    # Llama 3.1 / 3.2 / 4 JSON calls (vLLM also llama4_json; SGLang llama3), maybe after <|python_tag|>
+    FamilyTable("json_objects", ("llama3_json", "llama4_json", "llama3"), "<|python_tag|>", "", "Llama 3.x / 4 JSON"),
+    # Mistral (SGLang: same name): [TOOL_CALLS] then a JSON array (tokenizers before v11) or NAME[ARGS]{...}
+    # per call (v11+); as vLLM, a vocabulary without the [TOOL_CALLS] token is a configuration error
+    FamilyTable("marker_calls", ("mistral",), "[TOOL_CALLS]", "", "Mistral", required_tokens=("[TOOL_CALLS]",)),
+    # gpt-oss (vLLM's openai; SGLang gpt-oss): a message to `functions.NAME` (or a bare tool name) is a call
+    FamilyTable("harmony_calls", ("openai", "gpt-oss"), "", "", "OpenAI gpt-oss (Harmony)"),
     # Qwen3's XML calls under vLLM's second name (its streaming variant of qwen3_coder)
     FamilyTable("xml_parameters", ("qwen3_xml",), "<tool_call>", "</tool_call>", "Qwen3-Coder / Qwen3.5+ XML"),
     # Seed-OSS: Qwen3-Coder's XML inside <seed:tool_call>
@@ -128,10 +119,10 @@ TOOL_TABLES: tuple[FamilyTable, ...] = (
     FamilyTable("invoke_parameters", ("minimax_m2", "minimax_m3"), "<minimax:tool_call>", "</minimax:tool_call>",
                 "MiniMax M2 / M3"),
     # DeepSeek V3.2: DSML, each parameter saying whether its value is a raw string or JSON
-    FamilyTable("invoke_parameters", ("deepseek_v32",), DSML_V32_CALLS, "</｜DSML｜function_calls>",
+    FamilyTable("invoke_parameters", ("deepseek_v32",), "<｜DSML｜function_calls>", "</｜DSML｜function_calls>",
                 "DeepSeek V3.2 DSML", tag_prefix="｜DSML｜"),
     # DeepSeek V4: V3.2's DSML in a <｜DSML｜tool_calls> region (vLLM's deepseek_v4)
-    FamilyTable("invoke_parameters", ("deepseek_v4",), DSML_V4_CALLS, "</｜DSML｜tool_calls>",
+    FamilyTable("invoke_parameters", ("deepseek_v4",), "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>",
                 "DeepSeek V4 DSML", tag_prefix="｜DSML｜"),
     # Granite 4: a JSON object per <tool_call> region
     FamilyTable("json_region", ("granite4",), "<tool_call>", "</tool_call>", "IBM Granite 4"),

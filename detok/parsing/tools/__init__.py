@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from detok.parsing.base import ToolParser
 from detok.parsing.family_table import family_class
-from detok.parsing.family_tables import CORE_TOOL_TABLES, TOOL_TABLES
+from detok.parsing.family_tables import TOOL_TABLES
 
-FAMILIES: list[type[ToolParser]] = [family_class(t) for t in CORE_TOOL_TABLES + TOOL_TABLES]  # type: ignore[misc]
+FAMILIES: list[type[ToolParser]] = [family_class(t) for t in TOOL_TABLES]  # type: ignore[misc]
 _BY_NAME = {f.names[0]: f for f in FAMILIES}
 # the classes by the names their users import
 HermesToolParser = _BY_NAME["hermes"]

@@ -78,6 +78,10 @@ class SectionToolParser(StreamingToolParser):
             self._end_section()
             self._section = [marker]
             self._state = _SECTION
+        elif st == _CONTENT and marker != self.call_begin:
+            # outside a section only its start (or a call's, leniently) opens one: the other
+            # markers are the content as written (as vLLM and SGLang, which parse no section there)
+            self._content(marker)
         elif marker in self.calls_end:
             self._end_call()
             if self._section:
@@ -99,8 +103,6 @@ class SectionToolParser(StreamingToolParser):
                 self._begin_args(_ARGS)
             elif st == _SECTION and self._section:
                 self._section.append(marker)
-        elif st == _CONTENT:
-            self._content(marker)
         elif st == _SECTION and self._section:
             self._section.append(marker)
 
