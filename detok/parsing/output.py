@@ -69,7 +69,9 @@ class OutputParser:
             return None
         both = self._combined.get((id(r), id(t)))  # (the parsers keep their Steady objects)
         if both is None:
-            both = self._combined[(id(r), id(t))] = t._replace(triggers=r.triggers + t.triggers)
+            # each character once, sorted: the worker builds a decode mode per distinct trigger set
+            triggers = "".join(sorted(set(r.triggers + t.triggers)))
+            both = self._combined[(id(r), id(t))] = t._replace(triggers=triggers)
         return both
 
     def resume_held(self, text: str) -> None:

@@ -165,3 +165,17 @@ def test_the_checks_reach_steady_states() -> None:
         reasoning_all += len(pieces)
     assert tool_seen / tool_all >= 0.2 and reasoning_seen / reasoning_all >= 0.2, (
         tool_seen / tool_all, reasoning_seen / reasoning_all)
+
+
+def test_pythonic_content_has_no_bracket_trigger() -> None:
+    """Once the output did not start with a list, `[` opens nothing: in content the compiled path
+    keeps it (the steady state's triggers are only the text tags' first characters)."""
+    for family in (f for f in TOOL_FAMILIES if f.names[0] in ("pythonic", "llama4_pythonic")):
+        parser = family(tools=TOOLS, token_markers=frozenset(), call_id=lambda i: f"call_{i}")
+        assert parser.steady() is None  # at the output's start a `[` opens the list
+        assert parser.feed(Piece("See ")) == ("See ", [])
+        steady = parser.steady()
+        assert steady is not None and steady.kind == KIND_CONTENT and "[" not in steady.triggers
+        assert parser.feed(Piece("[1] and [f(x=1)]")) == ("[1] and [f(x=1)]", [])
+        assert parser.steady() == steady
+        assert parser.finish() == ("", [])

@@ -52,6 +52,11 @@ class MarkerSplitter:
         # characters that may start a marker or an opener (`hot`: the family's own, e.g. `{`)
         self.hot = "".join(sorted(set(self._firsts + hot)))
 
+    @property
+    def firsts(self) -> str:
+        """The text markers' first characters (`hot` without the family's own characters)."""
+        return self._firsts
+
     def quiet(self, text: str) -> bool:
         """Nothing held and no character of `text` could start a marker or opener: plain text."""
         if self._held:

@@ -19,6 +19,7 @@ from detok.parsing.limits import MAX_HELD_CALL_CHARS
 from detok.parsing.malformed import log_malformed
 from detok.parsing.tools import json_values
 from detok.parsing.tools.core import StreamingToolParser
+from detok.parsing.types import KIND_CONTENT, Steady
 
 _CONTENT, _LEAD, _HELD = range(3)  # _LEAD: only whitespace so far, at the output's start
 
@@ -62,6 +63,9 @@ class PythonicToolParser(StreamingToolParser):
         self._state = _LEAD
         self._held: list[str] = []
         self._held_chars = 0
+        # steady only in content (`_CONTENT`), where `[` opens nothing (a list opens only the
+        # output): its triggers are the text tags' first characters, so the compiled path keeps `[`
+        self._steady_content = Steady(KIND_CONTENT, self._splitter.firsts)
 
     def _on_marker(self, marker: str) -> None:
         if marker == self.start and self._state == _LEAD:
