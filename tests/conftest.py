@@ -76,8 +76,9 @@ threadpoolctl.threadpool_limits(1, user_api="blas")
 def _cap_examples(item: pytest.Item) -> None:
     """The ci profile's bound on a test's own max_examples (hypothesis keeps a test's settings on
     the function `@settings` decorated; `@given` reads them there at each call): CI_EXAMPLE_CAP,
-    or the test's `ci_examples(n)` mark where each example is costly (a long text encoded, a
-    table built per example); its own count stays its deep run's."""
+    or the test's `ci_examples(n)` mark: fewer where each example is costly (a long text encoded, a
+    table built per example), more where examples are cheap and rare inputs matter (a UTF-8
+    decoder's invalid sequences); its own count stays its deep run's."""
     test = getattr(item, "obj", None)
     own = getattr(test, "_hypothesis_internal_use_settings", None)
     mark = item.get_closest_marker("ci_examples")

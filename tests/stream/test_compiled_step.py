@@ -87,6 +87,7 @@ def test_compiled_and_numpy_paths_agree_row_for_row(batches: list[list[tuple[int
 _TRICKY_BYTES = [0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEF, 0xF0, 0xF1, 0xF4, 0xF5, 0xFF]
 
 
+@pytest.mark.ci_examples(3000)  # cheap: its whole count in make test too
 @settings(max_examples=3000, deadline=None)
 @given(data=st.lists(st.one_of(st.sampled_from(_TRICKY_BYTES), st.integers(0, 255)), max_size=12).map(bytes))
 def test_compiled_utf8_decoder_is_cpythons_incremental_replace_decoder(data: bytes) -> None:
