@@ -23,6 +23,7 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+import threadpoolctl
 from hypothesis import settings
 
 SLOW = os.environ.get("DETOK_SLOW") == "1"
@@ -62,14 +63,28 @@ os.environ.pop("HF_HUB_CACHE", None)  # follows HF_HOME
 os.environ["TMPDIR"] = str(_TMP)
 tempfile.tempdir = str(_TMP)  # gettempdir() may already be cached
 
+# ---- one BLAS thread per test process ------------------------------------------------------------
+# `make test` runs two test processes on two cores, and the reference engine's tests run the model
+# in the test process: OpenBLAS's spinning threads lose several times their speed when the other
+# core is taken (reference_engine/launch.py gives the engine process one thread for the same
+# reason). numpy is loaded before this file (pytest-randomly imports it), so the pool is resized
+# now; the variable reaches the processes the tests start.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+threadpoolctl.threadpool_limits(1, user_api="blas")
+
 
 def _cap_examples(item: pytest.Item) -> None:
     """The ci profile's bound on a test's own max_examples (hypothesis keeps a test's settings on
-    the function `@settings` decorated; `@given` reads them there at each call)."""
+    the function `@settings` decorated; `@given` reads them there at each call): CI_EXAMPLE_CAP,
+    or the test's `ci_examples(n)` mark: fewer where each example is costly (a long text encoded, a
+    table built per example), more where examples are cheap and rare inputs matter (a UTF-8
+    decoder's invalid sequences); its own count stays its deep run's."""
     test = getattr(item, "obj", None)
     own = getattr(test, "_hypothesis_internal_use_settings", None)
-    if own is not None and own.max_examples > CI_EXAMPLE_CAP:
-        test._hypothesis_internal_use_settings = settings(own, max_examples=CI_EXAMPLE_CAP)  # type: ignore[union-attr]
+    mark = item.get_closest_marker("ci_examples")
+    cap = mark.args[0] if mark is not None else CI_EXAMPLE_CAP
+    if own is not None and own.max_examples > cap:
+        test._hypothesis_internal_use_settings = settings(own, max_examples=cap)  # type: ignore[union-attr]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

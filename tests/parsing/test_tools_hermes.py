@@ -88,3 +88,15 @@ def test_invalid_json_before_name_is_content(qwen3_tok) -> None:  # type: ignore
                                token_markers=frozenset(markers.values()))
     assert result.calls == []
     assert result.content == text
+
+
+@pytest.mark.parametrize("tokenizer", ["qwen3_tok", "plain_tok"])
+def test_a_stray_end_marker_is_content(tokenizer: str, request: pytest.FixtureRequest) -> None:
+    """`</tool_call>` with no call open is the model's text, where it stands (no peer case has one
+    before a call; the parser keeps it rather than drop it)."""
+    tok = request.getfixturevalue(tokenizer)
+    text = 'So </tool_call> then <tool_call>{"name": "f", "arguments": {}}</tool_call></tool_call> end'
+    markers = marker_ids(HermesToolParser, tok)
+    result = run_all_groupings(HermesToolParser, token_pieces(tok, text, markers), token_markers=frozenset(markers.values()))
+    assert result.content == "So </tool_call> then </tool_call> end"
+    assert [(c.name, c.args()) for c in result.calls] == [("f", {})]

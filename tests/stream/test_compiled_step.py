@@ -45,6 +45,7 @@ def _tables_with_requests(tok: object, n: int, params: list[DecodeParams]) -> li
     return tables
 
 
+@pytest.mark.ci_examples(15)
 @settings(max_examples=40, deadline=None)
 @given(batches=st.lists(st.lists(_row, min_size=0, max_size=24), min_size=1, max_size=12))
 def test_compiled_and_numpy_paths_agree_row_for_row(batches: list[list[tuple[int, int, list[int]]]]) -> None:
@@ -86,6 +87,7 @@ def test_compiled_and_numpy_paths_agree_row_for_row(batches: list[list[tuple[int
 _TRICKY_BYTES = [0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEF, 0xF0, 0xF1, 0xF4, 0xF5, 0xFF]
 
 
+@pytest.mark.ci_examples(3000)  # cheap: its whole count in make test too
 @settings(max_examples=3000, deadline=None)
 @given(data=st.lists(st.one_of(st.sampled_from(_TRICKY_BYTES), st.integers(0, 255)), max_size=12).map(bytes))
 def test_compiled_utf8_decoder_is_cpythons_incremental_replace_decoder(data: bytes) -> None:
@@ -125,6 +127,7 @@ def test_group_rows_compiled_and_numpy_agree_and_keep_row_order(rows: list[tuple
         assert packing.unpack_u32(offsets).tolist() == [o for _, _, _, o in mine]
 
 
+@pytest.mark.ci_examples(15)
 @settings(max_examples=40, deadline=None)
 @given(batches=st.lists(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 60)), max_size=12), min_size=1, max_size=8))
 def test_row_texts_are_the_blob_cut_per_row_and_a_whole_token_is_its_own_str(batches: list[list[tuple[int, int]]]) -> None:
@@ -156,6 +159,7 @@ def test_row_texts_are_the_blob_cut_per_row_and_a_whole_token_is_its_own_str(bat
     assume(shared > 0)
 
 
+@pytest.mark.ci_examples(12)
 @settings(max_examples=30, deadline=None)
 @given(batches=st.lists(st.lists(st.tuples(st.integers(0, 13), st.integers(0, 10_000)), min_size=32, max_size=90),
                         min_size=1, max_size=4))
@@ -184,6 +188,7 @@ def test_batches_of_one_id_per_row_agree_where_the_step_prefetches(batches: list
         assert tables[0].finish(rid, "length") == tables[1].finish(rid, "length")
 
 
+@pytest.mark.ci_examples(12)
 @settings(max_examples=40, deadline=None)
 @given(batches=st.lists(st.lists(st.tuples(st.integers(0, 13), st.integers(0, 10_000), st.integers(1, 3)), max_size=60),
                         min_size=1, max_size=6),

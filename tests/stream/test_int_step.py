@@ -236,6 +236,7 @@ def _batches(rows: Sequence[tuple[int, int, list[int]]], sent: dict[int, int], p
     return np.array(rids, dtype=np.uint64), starts, counts, np.array(tokens, dtype=np.int64)
 
 
+@pytest.mark.ci_examples(12)
 @pytest.mark.parametrize("name", TOKENIZERS)
 @settings(max_examples=30, deadline=None)
 @given(

@@ -58,6 +58,7 @@ _context = st.one_of(
 )
 
 
+@pytest.mark.ci_examples(20)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(TOKENIZERS),

@@ -50,6 +50,7 @@ def _params(pool: list[int], stop: list[int], visible: list[int], min_tokens: in
         stop=tuple(strings))
 
 
+@pytest.mark.ci_examples(15)
 @pytest.mark.parametrize("name", ["qwen2", "mistral-spm-v1"])
 @settings(max_examples=40, deadline=None)
 @given(requests=st.lists(_request, min_size=1, max_size=6),

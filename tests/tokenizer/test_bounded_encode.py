@@ -66,6 +66,7 @@ def test_a_huge_prompt_is_refused_after_counting_a_bounded_part(name: str) -> No
     assert counting.chars < len(text) // 4
 
 
+@pytest.mark.ci_examples(12)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(["hf-qwen2", "gguf-llama-spm", "spm-bpe"]),

@@ -132,6 +132,7 @@ def test_one_id_per_step_is_mostly_on_the_compiled_path_and_exact(tok, case) -> 
     assert kinds / rows >= 0.35, (kinds, rows)
 
 
+@pytest.mark.ci_examples(10)
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(groups=st.lists(st.integers(1, 6), max_size=80), skip=st.booleans())
 def test_any_grouping_gives_the_slow_paths_result(tok, case, groups, skip) -> None:  # type: ignore[no-untyped-def]
@@ -351,6 +352,7 @@ CHAIN_PREFIXES = {
 
 
 @pytest.mark.parametrize("family", sorted(CHAIN_PREFIXES))
+@pytest.mark.ci_examples(20)
 @settings(max_examples=EXAMPLES * 2, deadline=None)
 @given(pairs=st.lists(st.tuples(st.sampled_from(MOVERS), st.sampled_from(FOLLOWERS)), min_size=3, max_size=15),
        mixed=st.lists(st.sampled_from(CHAIN_PIECES), max_size=20), groups=st.lists(st.integers(1, 3), max_size=40))

@@ -163,6 +163,7 @@ HERMES_TEXT = ('<think>Let me think: 北京 🫨 is far.</think>Answer: <tool_ca
                '"arguments": {}}\n</tool_call>')
 
 
+@pytest.mark.ci_examples(10)
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(groups=st.lists(st.integers(1, 9), max_size=60),
        stop=st.sampled_from([(), ("far",), ("Paris",), ("<tool",), ("call>",), ("k>Ans",), ('"b"',)]),
