@@ -79,4 +79,5 @@ def test_a_frontend_keeps_its_start_up_heap_out_of_collections():
             "print(before, gc.get_freeze_count(), gc.get_threshold() == FRONTEND_GC_THRESHOLD)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     before, after, thresholds = out.split()
-    assert int(before) == 0 and int(after) > 10_000 and thresholds == "True"
+    # (3.12 starts with a few hundred objects already in the permanent generation; 3.11 and 3.13 with none)
+    assert int(after) - int(before) > 10_000 and thresholds == "True"
