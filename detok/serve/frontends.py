@@ -30,6 +30,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Final
 
+from detok.serve.child_exit import has_exited, wait_for_exit
 from detok.serve.frontend_process import FrontendSpec, frontend_main
 
 log = logging.getLogger("detok.serve")
@@ -123,8 +124,9 @@ class FrontendSupervisor:
         while not self._stopping.wait(_POLL_S):
             for slot in self._slots:
                 process = slot.process
-                if process is None or process.exitcode is None or self._stopping.is_set():
+                if process is None or not has_exited(process) or self._stopping.is_set():
                     continue
+                process.join(1.0)  # (the sentinel fires as it exits, a moment before it can be reaped)
                 self._restart(slot, process)
 
     def _restart(self, slot: _Slot, dead: BaseProcess) -> None:
@@ -168,7 +170,7 @@ class FrontendSupervisor:
     # ---- state ----------------------------------------------------------------------------------
     def status(self) -> list[dict[str, object]]:
         with self._lock:
-            return [{"index": s.index, "state": s.state if s.process is None or s.process.exitcode is None
+            return [{"index": s.index, "state": s.state if s.process is None or not has_exited(s.process)
                      else "restarting", "pid": s.process.pid if s.process else None, "generation": s.generation,
                      "restarts": s.restarts} for s in self._slots]
 
@@ -177,7 +179,7 @@ class FrontendSupervisor:
 
     def pids(self) -> list[int]:
         return [s.process.pid for s in self._slots if s.process is not None and s.process.pid is not None
-                and s.process.exitcode is None]
+                and not has_exited(s.process)]
 
     # ---- stop -----------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -186,21 +188,19 @@ class FrontendSupervisor:
             self._stopping.set()
         if self._watcher is not None:
             self._watcher.join(5.0)
-        live = [s.process for s in self._slots if s.process is not None and s.process.exitcode is None]
+        live = [s.process for s in self._slots if s.process is not None and not has_exited(s.process)]
         for process in live:
             if process.pid is not None:
                 try:
                     os.kill(process.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        deadline = time.monotonic() + self._drain_s + _STOP_MARGIN_S
+        # (by the sentinels: the health board asks for the frontends' state meanwhile, see child_exit)
+        for process in wait_for_exit(live, time.monotonic() + self._drain_s + _STOP_MARGIN_S):
+            log.warning("frontend pid %s did not stop in time; killing it", process.pid)
+            process.kill()
         for process in live:
-            process.join(max(0.0, deadline - time.monotonic()))
-        for process in live:
-            if process.exitcode is None:
-                log.warning("frontend pid %s did not stop in time; killing it", process.pid)
-                process.kill()
-                process.join(2.0)
+            process.join(2.0)
         for slot in self._slots:
             if slot.ready is not None:
                 slot.ready.close()

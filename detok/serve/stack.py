@@ -33,6 +33,7 @@ import msgspec
 
 from detok.pool.pool import DetokPool
 from detok.pool.supervisor import STALL_TIMEOUT_S
+from detok.serve.child_exit import has_exited, wait_for_exit
 from detok.tokenizer.base import Tokenizer
 from detok.wire.security import CurveKeys
 from scheduler_stub.process import PoolEndpoints, StubConfig, StubFailed, StubLoaded, StubReady, StubStatus, child_main
@@ -275,7 +276,7 @@ class Stack:
     def pids(self) -> list[int]:
         """Every child process of the stack (workers, spare, stub)."""
         pids = self.pool.all_pids() if self.pool is not None else []
-        if self._stub is not None and self._stub.pid and self._stub.exitcode is None:
+        if self._stub is not None and self._stub.pid and not has_exited(self._stub):
             pids.append(self._stub.pid)
         return pids
 
@@ -288,14 +289,14 @@ class Stack:
         """health()["scheduler"] alone."""
         stub = self._stub
         with self._lock:
-            return self._stub_state == "up" and stub is not None and stub.exitcode is None
+            return self._stub_state == "up" and stub is not None and not has_exited(stub)
 
     def health_detail(self) -> dict[str, object]:
         """Per-part state for /health (JSON-able)."""
         stub = self._stub
         with self._lock:
             state = self._stub_state
-            if state == "up" and (stub is None or stub.exitcode is not None):
+            if state == "up" and (stub is None or has_exited(stub)):
                 state = "restarting"  # died a moment ago; the watcher is about to notice
             scheduler = {"state": state, "pid": stub.pid if stub is not None else None,
                          "generation": self.scheduler_generation, "restarts": self.stub_restarts}
@@ -330,12 +331,12 @@ class Stack:
         if self._stub_conn is not None:
             self._stub_conn.close()  # the stub's parent-pipe watch stops its loop too
         if self._stub is not None:
-            if self._stub.exitcode is None:
+            # (by its sentinel: the health board may be asking for its state meanwhile, see child_exit)
+            if not has_exited(self._stub):
                 self._stub.terminate()
-                self._stub.join(_STUB_STOP_TIMEOUT_S)
-            if self._stub.exitcode is None:
+            if wait_for_exit([self._stub], time.monotonic() + _STUB_STOP_TIMEOUT_S):
                 log.warning("the scheduler stub did not stop within %g s; killing it", _STUB_STOP_TIMEOUT_S)
                 self._stub.kill()
-                self._stub.join(1.0)
+            self._stub.join(1.0)
         if self.pool is not None:
             self.pool.close()
