@@ -21,12 +21,14 @@ from hypothesis import strategies as st
 
 from detok.parsing.reasoning import FAMILIES as REASONING_FAMILIES
 from detok.parsing.output import OutputParser
+from detok.parsing.registry import tool_parser_class
 from detok.parsing.tools import FAMILIES as TOOL_FAMILIES
 from detok.receiver.typed import TypedState
 from detok.wire.params import DecodeParams
 from detok.wire.to_workers import DetokBatch, EndRequest
 from detok.worker.core import WorkerCore
 from tests.helpers.parsing_pieces import regroup, run_pieces, single_token, token_pieces
+from tests.helpers.tool_pieces import marker_ids
 from tests.helpers.typed_helpers import assemble, run_request
 from tests.parsing import peer_cases
 from tests.parsing.peer_cases import PeerCase, vocabulary
@@ -68,6 +70,15 @@ def test_every_family_has_cases() -> None:
     named = {c.reasoning_parser for c in CASES} | {c.tool_parser for c in CASES}
     assert {f.names[0] for f in REASONING_FAMILIES + TOOL_FAMILIES} <= named
     assert len({c.name for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(("name", "vocab", "markers"), [
+    ("deepseek_v31", "deepseek", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+                                  "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"}),
+    ("mistral", "mistral", {"[TOOL_CALLS]"}),  # a control token of Tekken
+])
+def test_required_markers_are_tokens_of_the_familys_vocabulary(name: str, vocab: str, markers: set[str]) -> None:
+    assert set(marker_ids(tool_parser_class(name), vocabulary(vocab)).values()) == markers
 
 
 @pytest.mark.parametrize(("case", "vocab"), ON_VOCABULARIES, ids=[f"{c.name}-{v}" for c, v in ON_VOCABULARIES])

@@ -17,7 +17,6 @@ from detok.parsing.tools import Qwen3CoderToolParser
 from detok.parsing.types import OutputParsing, Piece
 from tests.helpers.tool_pieces import marker_ids, single_token_id, text_pieces, token_pieces
 from tests.helpers.tool_parsing import assert_valid_arguments, run_all_groupings, run_parser, tools_of
-from tests.parsing import peer_cases
 
 # one call per family, as text with its markers
 ONE_CALL = {
@@ -167,15 +166,6 @@ def test_names_and_aliases_resolve() -> None:
 def test_deepseek_on_a_vocabulary_without_its_tokens_is_an_error(qwen3_tok) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ParserConfigError, match="deepseek_v3"):
         marker_token_ids(tool_parser_class("deepseek_v3"), single_token_id(qwen3_tok))
-
-
-@pytest.mark.parametrize(("name", "vocab", "markers"), [
-    ("deepseek_v31", "deepseek", {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
-                                  "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"}),
-    ("mistral", "mistral", {"[TOOL_CALLS]"}),  # a control token of Tekken
-])
-def test_required_markers_are_tokens_of_the_familys_vocabulary(name: str, vocab: str, markers: set[str]) -> None:
-    assert set(marker_ids(tool_parser_class(name), peer_cases.vocabulary(vocab)).values()) == markers
 
 
 def test_output_parser_end_to_end_on_qwen3(qwen3_tok) -> None:  # type: ignore[no-untyped-def]
