@@ -1,6 +1,8 @@
-"""gpt-oss Harmony: the peers' cases through OutputParser (reasoning `openai_gptoss` and tools `openai`,
-each alone and both), on cl100k with Harmony's special tokens added (markers by id) and on GPT-2 (markers
-as plain text); any grouping gives the same result; hostile headers and bodies."""
+"""gpt-oss Harmony: the peers' cases (tests/parsing/cases/openai.json and openai_gptoss.json, run as
+written by test_family_tables.py) in the parser configurations their files do not name - reasoning
+`openai_gptoss` and tools `openai` each alone and both - on cl100k with Harmony's special tokens added
+(markers by id) and on GPT-2 (markers as plain text); any grouping gives the same result; hostile
+headers and bodies."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from detok.parsing.output import OutputParser
 from detok.parsing.types import OutputParsing, Piece, ToolCallDelta
 from detok.tokenizer.base import Tokenizer
 from tests.helpers.parsing_pieces import regroup, run_pieces, single_token, token_pieces
-from tests.parsing import harmony_cases as hc
+from tests.parsing import peer_cases
 from tests.parsing import vocabularies as voc
 
 EXAMPLES = int(os.environ.get("DETOK_EXAMPLES", "60"))
@@ -56,38 +58,39 @@ def same_args(got: str, want: str) -> bool:
         return got == want
 
 
-def run(case: hc.HCase, tok: Tokenizer, config: str, cut: Callable[..., list[Piece]]) -> tuple[str, str, list[ToolCallDelta]]:
+def run(output: str, tok: Tokenizer, config: str, cut: Callable[..., list[Piece]]) -> tuple[str, str, list[ToolCallDelta]]:
     rp, tp = CONFIGS[config]
     op = OutputParser(OutputParsing(reasoning_parser=rp, tool_parser=tp, call_id_seed="seed"), single_token(tok))
-    ids = tok.encode(case.output)
-    assert tok.decode(ids, skip_special_tokens=False) == case.output
+    ids = tok.encode(output)
+    assert tok.decode(ids, skip_special_tokens=False) == output
     return parse(op, cut(tok, ids, op.marker_ids))
 
 
-@pytest.mark.parametrize("case", hc.CASES, ids=[c.id for c in hc.CASES])
-@pytest.mark.parametrize("vocab", [voc.harmony, voc.gpt2], ids=["harmony_tokens", "gpt2_text"])
-@pytest.mark.parametrize("cut", [token_pieces, run_pieces], ids=["per_token", "per_run"])
-@pytest.mark.parametrize("config", list(CONFIGS))
-def test_harmony_case(case: hc.HCase, vocab: Callable[[], Tokenizer], cut: Callable[..., list[Piece]], config: str) -> None:
-    reasoning, content, deltas = run(case, vocab(), config, cut)
-    calls = assemble(deltas)
-    if config != "tools":
-        assert reasoning == case.reasoning
-    else:
-        assert reasoning == ""  # no reasoning parser: analysis is left out, as vLLM's tool parser does
-    assert content == case.content
-    if config == "reasoning":
-        assert calls == []  # without a tool parser the calls are left out of the content (vLLM)
-        return
-    assert [n for n, _ in calls] == [n for n, _ in case.calls]
-    for (_, got), (_, want) in zip(calls, case.calls):
-        assert same_args(got, want), (got, want)
+# (case, vocabulary, a configuration its file does not name: that one runs in test_family_tables.py)
+HARMONY = peer_cases.of("openai", "openai_gptoss")
+OTHER_CONFIGS = [(case, vocab, config) for case in HARMONY for vocab in case.vocabularies for config in CONFIGS
+                 if CONFIGS[config] != (case.reasoning_parser, case.tool_parser)]
+
+
+@pytest.mark.parametrize(("case", "vocab", "config"), OTHER_CONFIGS, ids=[f"{c.name}-{v}-{k}" for c, v, k in OTHER_CONFIGS])
+def test_harmony_case_in_every_configuration(case: peer_cases.PeerCase, vocab: str, config: str) -> None:
+    """Without a tool parser the calls are left out of the content; without a reasoning parser the
+    analysis is left out (vLLM). A case whose file names no tool parser has no call."""
+    for cut in (token_pieces, run_pieces):
+        reasoning, content, deltas = run(case.output, peer_cases.vocabulary(vocab), config, cut)
+        calls = assemble(deltas)
+        assert reasoning == ("" if config == "tools" else case.reasoning)
+        assert content == case.content
+        want = [] if config == "reasoning" else list(case.calls)
+        assert [n for n, _ in calls] == [n for n, _ in want]
+        for (_, got), (_, value) in zip(calls, want):
+            assert same_args(got, value if isinstance(value, str) else json.dumps(value)), (got, value)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(data=st.data())
 def test_any_grouping_same_result(data: st.DataObject) -> None:
-    case = data.draw(st.sampled_from(hc.CASES), label="case")
+    case = data.draw(st.sampled_from(HARMONY), label="case").output
     tok = data.draw(st.sampled_from([voc.harmony, voc.gpt2]), label="vocabulary")()
     config = data.draw(st.sampled_from(list(CONFIGS)), label="config")
     rng = random.Random(data.draw(st.integers(0, 2**32), label="seed"))
@@ -162,8 +165,7 @@ def test_any_harmony_soup_any_grouping(data: st.DataObject) -> None:
     token, all at once, and random regroupings give the same reasoning, content and calls."""
     tok = data.draw(st.sampled_from([voc.harmony, voc.gpt2]), label="vocabulary")()
     config = data.draw(st.sampled_from(list(CONFIGS)), label="config")
-    text = "".join(data.draw(st.lists(st.sampled_from(SOUP), max_size=30), label="fragments"))
-    case = hc.HCase("soup", text, "", "")
+    case = text = "".join(data.draw(st.lists(st.sampled_from(SOUP), max_size=30), label="fragments"))
     rng = random.Random(data.draw(st.integers(0, 2**32), label="seed"))
     whole = run(case, tok, config, run_pieces)
     want = (whole[0], whole[1], assemble(whole[2]))

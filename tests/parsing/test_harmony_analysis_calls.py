@@ -23,7 +23,6 @@ from detok.parsing.output import OutputParser
 from detok.parsing.types import OutputParsing, Piece, ToolSpec
 from detok.tokenizer.base import Tokenizer
 from tests.helpers.parsing_pieces import regroup, run_pieces, single_token, token_pieces
-from tests.parsing import harmony_cases as hc
 from tests.parsing import vocabularies as voc
 from tests.parsing.test_harmony import CONFIGS, assemble, parse, run
 
@@ -54,7 +53,7 @@ CUTS: dict[str, Callable[..., list[Piece]]] = {
 @pytest.mark.parametrize("config", ["both", "tools"])
 def test_analysis_channel_call_is_a_call(output: str, content: str, vocab: Callable[[], Tokenizer], cut: str,
                                          config: str) -> None:
-    reasoning, got_content, deltas = run(hc.HCase("analysis_call", output, "", ""), vocab(), config, CUTS[cut])
+    reasoning, got_content, deltas = run(output, vocab(), config, CUTS[cut])
     calls = assemble(deltas)
     assert [n for n, _ in calls] == ["get_weather"]
     assert json.loads(calls[0][1]) == json.loads(TOKYO)
@@ -70,7 +69,7 @@ def test_a_function_call_without_a_tool_parser_is_left_out_on_any_channel(vocab:
     """Current vLLM (HarmonyParser: a function recipient makes a TOOL segment before the channel is
     looked at, and with no tool parser it is dropped): the analysis call's arguments are neither
     reasoning nor content; the analysis text before it stays reasoning."""
-    reasoning, content, deltas = run(hc.HCase("analysis_call", OUTPUT_THEN_FINAL, "", ""), vocab(), "reasoning",
+    reasoning, content, deltas = run(OUTPUT_THEN_FINAL, vocab(), "reasoning",
                                      CUTS[cut])
     assert (reasoning, content, assemble(deltas)) == ("Need the weather.", "Checking.", [])
 
@@ -79,7 +78,7 @@ def test_analysis_to_a_builtin_tool_stays_reasoning() -> None:
     """Only `functions.` recipients are calls of the request's tools: an analysis message to `python`
     stays reasoning (vLLM: analysis without a function recipient is reasoning)."""
     output = "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>analysis to=python code<|message|>print(1)<|call|>"
-    reasoning, content, deltas = run(hc.HCase("builtin", output, "", ""), voc.harmony(), "both", token_pieces)
+    reasoning, content, deltas = run(output, voc.harmony(), "both", token_pieces)
     assert (reasoning, content, assemble(deltas)) == ("a\nprint(1)", "", [])
 
 

@@ -11,10 +11,12 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from detok.parsing.reasoning import FAMILIES
+from detok.parsing.reasoning.think import ThinkParser
 from detok.parsing.registry import reasoning_parser_class
 from detok.parsing.types import Piece
 from tests.helpers.parsing_pieces import feed_all, marker_ids, regroup, run_pieces, token_pieces
-from tests.parsing.test_reasoning_peers import MATRIX
+from tests.parsing import peer_cases
 
 EXAMPLES = int(os.environ.get("DETOK_EXAMPLES", "60"))
 
@@ -30,14 +32,16 @@ def fragments(family: str) -> list[str]:
     return out
 
 
-CASES = [(family, vocab) for family, (_, vocabs) in MATRIX.items() for vocab in vocabs]
+# the marker families (Harmony's in test_harmony.py) on the vocabularies their peer cases run on
+THINK = sorted(f.names[0] for f in FAMILIES if issubclass(f, ThinkParser))
+CASES = sorted({(c.reasoning_parser, v) for c in peer_cases.load() if c.reasoning_parser in THINK for v in c.vocabularies})
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_grouping_same_result(data: st.DataObject) -> None:
     family, vocab = data.draw(st.sampled_from(CASES), label="family, vocabulary")
-    tok = vocab()
+    tok = peer_cases.vocabulary(vocab)
     text = "".join(data.draw(st.lists(st.sampled_from(fragments(family)), max_size=40), label="fragments"))
     starts = data.draw(st.sampled_from([None, True, False]), label="starts_in_reasoning")
     cls = reasoning_parser_class(family)
@@ -68,7 +72,7 @@ def test_any_grouping_same_result(data: st.DataObject) -> None:
 @given(text=st.text(alphabet="<>/think_cal[]|= \nabc", max_size=80), seed=st.integers(0, 2**32))
 def test_char_soup_groupings(text: str, seed: int) -> None:
     """Text made only of marker characters, split anywhere: the text-marker scanner's holdback."""
-    for family in MATRIX:
+    for family in THINK:
         cls = reasoning_parser_class(family)
         for starts in (True, False):
             pieces = [Piece(text)] if text else []

