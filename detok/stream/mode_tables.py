@@ -134,10 +134,10 @@ class ModeTables:
         if m is None:
             m = self.index[index_key] = len(self.index)
             # each mode spans exactly `vocab` ids (mode m's id t is at m * vocab + t)
-            block = mode_block(tables, self.vocab)
-            entries = block.entries.copy()
-            entries["flags"] |= (self.eos * _T_EOS).astype(np.uint8)
+            block = mode_block(tables, self.eos)
+            entries = block.entries
             if self.utf8:  # (the block's spilled bytes go after those already here)
+                entries = entries.copy()
                 entries["off"][block.spilled] += len(self.utf8)
             self.utf8 += block.utf8
             if len(self.utf8) >= 2**32:
@@ -158,18 +158,20 @@ class ModeTables:
 
     def block_of(self, tables: ByteTables) -> ModeBlock:
         """The records of a decode mode's tables over this vocabulary (as `mode_of` adds them)."""
-        return mode_block(tables, self.vocab)
+        return mode_block(tables, self.eos)
 
 
 class ModeBlock:
-    """One decode mode's records over a vocabulary of `vocab` ids, as `ModeTables` concatenates
-    them (the EOS flags and the spilled bytes' offsets set there). Derived from immutable tables
-    with a pass over every id in Python, so made once per tables and kept with them (`mode_block`):
-    every StreamTable of a tokenizer (a worker's spares, a process's several tables) shares it.
-    Its arrays are read-only."""
+    """One decode mode's records over a vocabulary (`eos`: a bool per id), as `ModeTables`
+    concatenates them (the spilled bytes' offsets are the block's own: shifted there after the
+    first mode). Derived from immutable tables with a pass over every id in Python, so made once
+    per tables and kept with them (`mode_block`): every StreamTable of a tokenizer (a worker's
+    spares, a process's several tables) shares it, and a table's first mode is its arrays as they
+    are. Its arrays are read-only."""
 
-    def __init__(self, tables: ByteTables, vocab: int) -> None:
-        n = self.vocab = vocab
+    def __init__(self, tables: ByteTables, eos: np.ndarray) -> None:
+        n = self.vocab = len(eos)
+        self.eos = eos.copy()
         # tuples, not lists: untracked by the cycle collector (see ByteTables)
         self.texts: tuple[str | None, ...] = (tuple(tables.texts) + (None,) * n)[:n]
         self.pieces: tuple[bytes, ...] = (tuple(tables.pieces) + (b"",) * n)[:n]
@@ -185,7 +187,7 @@ class ModeBlock:
         whole = self.whole & (self.lengths < 2**16)
         fits = nbytes < 2**16  # else: never on the compiled plain path
         entries = self.entries = np.zeros(n, dtype=TOKEN_ENTRY)
-        entries["flags"] = (whole & fits) * _T_WHOLE + (byte_ok & fits) * _T_BYTE_OK
+        entries["flags"] = (whole & fits) * _T_WHOLE + (byte_ok & fits) * _T_BYTE_OK + self.eos * _T_EOS
         entries["nbytes"] = np.where(fits, nbytes, 0)
         entries["nchars"] = np.where(whole, self.lengths, 0)
         entries["inline"] = [b if len(b) <= _INLINE else b"" for b in pieces]
@@ -193,16 +195,17 @@ class ModeBlock:
         spill_len = nbytes[spilled]
         entries["off"][spilled] = np.cumsum(spill_len) - spill_len
         self.utf8 = b"".join([pieces[i] for i in spilled.tolist()])
-        for array in (self.whole, self.lengths, self.byte_ok, self.shift, self.entries, self.spilled):
+        for array in (self.eos, self.whole, self.lengths, self.byte_ok, self.shift, self.entries, self.spilled):
             array.flags.writeable = False
 
 
 _BLOCKS: weakref.WeakKeyDictionary[ByteTables, ModeBlock] = weakref.WeakKeyDictionary()
 
 
-def mode_block(tables: ByteTables, vocab: int) -> ModeBlock:
-    """The tables' records over `vocab` ids, made at the first ask and kept as long as the tables."""
+def mode_block(tables: ByteTables, eos: np.ndarray) -> ModeBlock:
+    """The tables' records over the vocabulary of `eos` (a bool per id: an end-of-sequence id),
+    made at the first ask and kept as long as the tables (one tokenizer's tables: one vocabulary)."""
     block = _BLOCKS.get(tables)
-    if block is None or block.vocab != vocab:
-        block = _BLOCKS[tables] = ModeBlock(tables, vocab)
+    if block is None or not np.array_equal(block.eos, eos):
+        block = _BLOCKS[tables] = ModeBlock(tables, eos)
     return block
