@@ -29,7 +29,7 @@ class ByteTables:
     text): added-token id -> raw content. An added token right after another added token is emitted
     as that content (vLLM's rule); those ids never take the precomputed path."""
 
-    __slots__ = ("pieces", "texts", "deltas", "special", "strip_leading_space", "raw_added", "vocab_size")
+    __slots__ = ("pieces", "texts", "deltas", "special", "strip_leading_space", "raw_added", "vocab_size", "__weakref__")
 
     def __init__(self, decoding: ByteDecoding, skip_special: bool, raw_added: Mapping[int, str] | None = None) -> None:
         special = decoding.special_ids

@@ -4,6 +4,7 @@ compiled step reads (and the arrays its numpy fallback gathers from)."""
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import numpy as np
 
@@ -133,37 +134,78 @@ class ModeTables:
         if m is None:
             m = self.index[index_key] = len(self.index)
             # each mode spans exactly `vocab` ids (mode m's id t is at m * vocab + t)
-            n = self.vocab
-            texts = (tuple(tables.texts) + (None,) * n)[:n]
-            pieces = (tuple(tables.pieces) + (b"",) * n)[:n]
-            self.texts = self.texts + texts
-            self.pieces.append(pieces)
-            self.whole = np.concatenate([self.whole, np.array([t is not None for t in texts], dtype=bool)])
-            lengths = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
-            self.lengths = np.concatenate([self.lengths, lengths])
-            byte_ok = np.ones(len(texts), dtype=bool)
-            byte_ok[len(tables.pieces) :] = False  # its stream reports them as out of the vocabulary
-            if tables.raw_added:
-                byte_ok[[i for i in tables.raw_added if 0 <= i < len(texts)]] = False
-            self.restricted = self.restricted or not byte_ok.all()
-            self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
-            self.shift = np.concatenate([self.shift, np.zeros(n, dtype=np.int8)])
-            self._add_entries(pieces, texts, lengths, byte_ok)
+            block = mode_block(tables, self.eos)
+            entries = block.entries
+            if self.utf8:  # (the block's spilled bytes go after those already here)
+                entries = entries.copy()
+                entries["off"][block.spilled] += len(self.utf8)
+            self.utf8 += block.utf8
+            if len(self.utf8) >= 2**32:
+                raise ValueError("token bytes too long for the compiled step")
+            self.texts = self.texts + block.texts
+            self.pieces.append(block.pieces)
+            self.restricted = self.restricted or not block.byte_ok.all()
+            if not m:  # the first mode: the block's arrays as they are (read-only, shared)
+                self.whole, self.lengths, self.byte_ok, self.shift = block.whole, block.lengths, block.byte_ok, block.shift
+                self.entries = entries
+            else:
+                self.whole = np.concatenate([self.whole, block.whole])
+                self.lengths = np.concatenate([self.lengths, block.lengths])
+                self.byte_ok = np.concatenate([self.byte_ok, block.byte_ok])
+                self.shift = np.concatenate([self.shift, block.shift])
+                self.entries = np.concatenate([self.entries, entries])
         return m
 
-    def _add_entries(self, pieces: Sequence[bytes], texts: Sequence[str | None], lengths: np.ndarray, byte_ok: np.ndarray) -> None:
-        nbytes = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-        whole = np.array([t is not None for t in texts], dtype=bool) & (lengths < 2**16)
+    def block_of(self, tables: ByteTables) -> ModeBlock:
+        """The records of a decode mode's tables over this vocabulary (as `mode_of` adds them)."""
+        return mode_block(tables, self.eos)
+
+
+class ModeBlock:
+    """One decode mode's records over a vocabulary (`eos`: a bool per id), as `ModeTables`
+    concatenates them (the spilled bytes' offsets are the block's own: shifted there after the
+    first mode). Derived from immutable tables with a pass over every id in Python, so made once
+    per tables and kept with them (`mode_block`): every StreamTable of a tokenizer (a worker's
+    spares, a process's several tables) shares it, and a table's first mode is its arrays as they
+    are. Its arrays are read-only."""
+
+    def __init__(self, tables: ByteTables, eos: np.ndarray) -> None:
+        n = self.vocab = len(eos)
+        self.eos = eos.copy()
+        # tuples, not lists: untracked by the cycle collector (see ByteTables)
+        self.texts: tuple[str | None, ...] = (tuple(tables.texts) + (None,) * n)[:n]
+        self.pieces: tuple[bytes, ...] = (tuple(tables.pieces) + (b"",) * n)[:n]
+        texts, pieces = self.texts, self.pieces
+        self.whole = np.array([t is not None for t in texts], dtype=bool)
+        self.lengths = np.array([len(t) if t is not None else 0 for t in texts], dtype=np.int64)
+        byte_ok = self.byte_ok = np.ones(n, dtype=bool)
+        byte_ok[len(tables.pieces) :] = False  # its stream reports them as out of the vocabulary
+        if tables.raw_added:
+            byte_ok[[i for i in tables.raw_added if 0 <= i < n]] = False
+        self.shift = np.zeros(n, dtype=np.int8)
+        nbytes = np.fromiter(map(len, pieces), dtype=np.int64, count=n)
+        whole = self.whole & (self.lengths < 2**16)
         fits = nbytes < 2**16  # else: never on the compiled plain path
-        entries = np.zeros(len(pieces), dtype=TOKEN_ENTRY)
+        entries = self.entries = np.zeros(n, dtype=TOKEN_ENTRY)
         entries["flags"] = (whole & fits) * _T_WHOLE + (byte_ok & fits) * _T_BYTE_OK + self.eos * _T_EOS
         entries["nbytes"] = np.where(fits, nbytes, 0)
-        entries["nchars"] = np.where(whole, lengths, 0)
+        entries["nchars"] = np.where(whole, self.lengths, 0)
         entries["inline"] = [b if len(b) <= _INLINE else b"" for b in pieces]
-        spilled = np.flatnonzero(fits & (nbytes > _INLINE))
+        spilled = self.spilled = np.flatnonzero(fits & (nbytes > _INLINE))
         spill_len = nbytes[spilled]
-        entries["off"][spilled] = len(self.utf8) + np.cumsum(spill_len) - spill_len
-        self.utf8 += b"".join([pieces[i] for i in spilled.tolist()])
-        if len(self.utf8) >= 2**32:
-            raise ValueError("token bytes too long for the compiled step")
-        self.entries = np.concatenate([self.entries, entries])
+        entries["off"][spilled] = np.cumsum(spill_len) - spill_len
+        self.utf8 = b"".join([pieces[i] for i in spilled.tolist()])
+        for array in (self.eos, self.whole, self.lengths, self.byte_ok, self.shift, self.entries, self.spilled):
+            array.flags.writeable = False
+
+
+_BLOCKS: weakref.WeakKeyDictionary[ByteTables, ModeBlock] = weakref.WeakKeyDictionary()
+
+
+def mode_block(tables: ByteTables, eos: np.ndarray) -> ModeBlock:
+    """The tables' records over the vocabulary of `eos` (a bool per id: an end-of-sequence id),
+    made at the first ask and kept as long as the tables (one tokenizer's tables: one vocabulary)."""
+    block = _BLOCKS.get(tables)
+    if block is None or not np.array_equal(block.eos, eos):
+        block = _BLOCKS[tables] = ModeBlock(tables, eos)
+    return block

@@ -52,7 +52,8 @@ def _build_tables(tokenizer: Tokenizer, decoding: ByteDecoding, kind: str) -> By
 class DecodePlan:
     """How streams of one tokenizer decode: the strategy and its per-mode tables."""
 
-    def __init__(self, tokenizer: Tokenizer, strategy: Strategy, decoding: ByteDecoding | None, reason: str) -> None:
+    def __init__(self, tokenizer: Tokenizer, strategy: Strategy, decoding: ByteDecoding | None, reason: str,
+                 tables: dict[str, ByteTables] | None = None) -> None:
         self.tokenizer = tokenizer
         self.strategy: Strategy = strategy
         self.reason = reason
@@ -60,7 +61,7 @@ class DecodePlan:
         self.eos_ids = frozenset(tokenizer.eos_token_ids)  # computed once, not per request
         self.vocab_size = tokenizer.vocab_size
         self._kinds: dict[tuple[bool, bool], str | None] = {}
-        self._tables: dict[str, ByteTables] = {}
+        self._tables: dict[str, ByteTables] = dict(tables or {})  # kind -> its tables (the verified ones)
         self._ready: dict[tuple[bool, bool], ByteTables] = {}  # decode mode -> its tables, once built
         # (decode mode, ignore_eos) -> what a plain stream starts from (DecodeStream's; None: no table)
         self.plain_templates: dict[tuple[bool, bool, bool], tuple[object, ...] | None] = {}
@@ -120,10 +121,11 @@ def _choose(tokenizer: Tokenizer, strategy: Strategy | None) -> DecodePlan:
     if decoding is None:
         problem: str | None = "the decoder is not a per-token byte map"
     else:
-        problem = verify_byte_decoding(tokenizer, decoding)
+        problem, tables = _verify(tokenizer, decoding)
     if problem is None:
         log.info("byte-table decoding verified for %s in %.2fs", tokenizer.source, time.perf_counter() - t0)
-        return DecodePlan(tokenizer, "bytes", decoding, "byte map verified against decode()")
+        # the tables the check built are the plan's: a large vocabulary's take a pass over every id
+        return DecodePlan(tokenizer, "bytes", decoding, "byte map verified against decode()", tables)
     if strategy == "bytes":
         raise ValueError(f"byte-table decoding is not exact for {tokenizer.source}: {problem}")
     log.info("window-diff decoding for %s: %s", tokenizer.source, problem)
@@ -150,18 +152,27 @@ def verify_byte_decoding(tokenizer: Tokenizer, decoding: ByteDecoding, samples: 
     Sequences whose bytes are not valid UTF-8 are left out: there the project's rule (one U+FFFD
     per maximal invalid subpart) deliberately differs from some decoders (Hugging Face ByteFallback).
     """
+    return _verify(tokenizer, decoding, samples, seed)[0]
+
+
+def _verify(tokenizer: Tokenizer, decoding: ByteDecoding, samples: int = 300,
+            seed: int = 0) -> tuple[str | None, dict[str, ByteTables]]:
+    """`verify_byte_decoding`'s answer, and the tables it built (kind -> tables)."""
+    built: dict[str, ByteTables] = {}
     n = tokenizer.vocab_size
     if len(decoding.pieces) != n:
-        return f"byte map has {len(decoding.pieces)} entries for a vocabulary of {n}"
+        return f"byte map has {len(decoding.pieces)} entries for a vocabulary of {n}", built
     special = decoding.special_ids
     if special != tokenizer.special_ids:
-        return "byte map's special ids differ from the tokenizer's"
+        return "byte map's special ids differ from the tokenizer's", built
     pieces = decoding.pieces
     modes = {}
     for skip, spaces in _MODES:
         kind = _table_kind(tokenizer, decoding, skip, spaces)
         if kind is not None:
-            modes[skip, spaces] = _build_tables(tokenizer, decoding, kind)
+            if kind not in built:  # (modes that give the same text share one table)
+                built[kind] = _build_tables(tokenizer, decoding, kind)
+            modes[skip, spaces] = built[kind]
     # Every id alone (specials kept), and every special skipped.
     decode_one = tokenizer._decode_ids
     strip = decoding.strip_leading_space
@@ -174,10 +185,10 @@ def verify_byte_decoding(tokenizer: Tokenizer, decoding: ByteDecoding, samples: 
             got = got[1:]
         want = decode_one([i], False)
         if want != got:
-            return f"id {i}: decode gives {want!r}, byte map gives {got!r}"
+            return f"id {i}: decode gives {want!r}, byte map gives {got!r}", built
     for i in special:
         if tokenizer.decode([i], skip_special_tokens=True) != "":
-            return f"special id {i} is not removed by skip_special_tokens"
+            return f"special id {i} is not removed by skip_special_tokens", built
     # Sequences: real text in many scripts, and random ids mixed with specials, in every mode.
     rng = random.Random(seed)
     sequences = [tokenizer.encode(_SAMPLE_TEXT)]
@@ -199,5 +210,5 @@ def verify_byte_decoding(tokenizer: Tokenizer, decoding: ByteDecoding, samples: 
             want = tokenizer.decode(seq, skip_special_tokens=skip, spaces_between_special_tokens=spaces)
             got = _byte_model_decode(tables, seq)
             if want != got:
-                return f"ids {seq} (skip={skip}, spaces={spaces}): decode gives {want!r}, byte map gives {got!r}"
-    return None
+                return f"ids {seq} (skip={skip}, spaces={spaces}): decode gives {want!r}, byte map gives {got!r}", built
+    return None, built

@@ -30,6 +30,7 @@ call opened) and clears them from the tags, so the rows leave as text rows with 
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from detok.parsing.tools.schema_values import json_string_body
 from detok.parsing.tools.value_holds import HOLDS, SPACE
 from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, VALUE_VERBATIM, Steady
 from detok.stream.byte_text import ByteTables
-from detok.stream.mode_tables import ModeSpec, ModeTables
+from detok.stream.mode_tables import ModeBlock, ModeSpec, ModeTables
 from detok.stream.columns import PENDING_WIDTH as _MAX_PENDING
 from detok.stream.columns import NOT_PLAIN as _NOT_PLAIN
 
@@ -74,7 +75,7 @@ class TypedModes:
                 return None
             chars = self._chars.get(id(byte_tables))
             if chars is None:
-                chars = self._chars[id(byte_tables)] = _VocabChars(self._tables, byte_tables)
+                chars = self._chars[id(byte_tables)] = _VocabChars.of(self._tables, byte_tables)
             if steady.value or (steady.json_string and "\\" not in steady.triggers):
                 # a chain of modes: after a JSON string's backslash passed on, or after the
                 # whitespace a string value holds back
@@ -97,21 +98,32 @@ class _VocabChars:
     with the id it belongs to: which ids hold a character is then one `isin`."""
 
     def __init__(self, tables: ModeTables, byte_tables: ByteTables) -> None:
-        base = tables.mode_of(byte_tables)
-        n = self.vocab = tables.vocab
-        span = slice(base * n, (base + 1) * n)
-        self.whole = tables.whole[span]
-        texts = tables.texts[span]
+        block = tables.block_of(byte_tables)  # (the base mode's records: its span of `tables`)
+        self.vocab = block.vocab
+        self.whole = block.whole
+        texts = block.texts
         joined = "".join(itertools.compress(texts, self.whole))
         self.codes = np.frombuffer(joined.encode("utf-32-le"), dtype="<u4")
-        self.lengths = tables.lengths[span]
+        self.lengths = block.lengths
         lengths = self.lengths[self.whole]
         self.owner = np.repeat(np.flatnonzero(self.whole), lengths)
         # each non-empty whole id's first char in `codes`, and its length
         self.starts = (np.cumsum(lengths) - lengths)[lengths > 0]
         self.lengths_nonempty = lengths[lengths > 0]
-        self.pieces = tables.pieces[base]
+        self.pieces = block.pieces
         self.texts = texts
+        for array in (self.owner, self.starts, self.lengths_nonempty):
+            array.flags.writeable = False
+
+    @classmethod
+    def of(cls, tables: ModeTables, byte_tables: ByteTables) -> _VocabChars:
+        """The tables' characters, made once per mode block (derived from it alone, read-only):
+        shared by every StreamTable of the tokenizer."""
+        block = tables.block_of(byte_tables)
+        chars = _CHARS.get(block)
+        if chars is None:
+            chars = _CHARS[block] = cls(tables, byte_tables)
+        return chars
 
     def ids_with(self, codes: list[int]) -> np.ndarray:
         return np.unique(self.owner[np.isin(self.codes, codes)])
@@ -225,6 +237,8 @@ class _VocabChars:
             slow[hit] = True
         return slow
 
+
+_CHARS: weakref.WeakKeyDictionary[ModeBlock, _VocabChars] = weakref.WeakKeyDictionary()
 
 # what a family's string value may hold at its end while on the compiled path, by `Steady.value`
 _HELD = {VALUE_NEWLINE: ("", "\n"), VALUE_VERBATIM: ("",)}

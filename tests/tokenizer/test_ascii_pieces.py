@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import pickle
+from collections.abc import Callable, Iterator
 
 import pytest
 import tokenizers
@@ -114,17 +116,62 @@ def test_the_known_patterns_translate() -> None:
     assert pattern.findall("ab 12345  c") == ["ab", "123", "45", " ", " c"]
 
 
-def _with_pre_tokenizer(name: str, edit: object) -> tokenizers.Tokenizer:
-    spec = json.loads(_hf(name).to_str())
-    edit(spec)  # type: ignore[operator]
-    return tokenizers.Tokenizer.from_str(json.dumps(spec))
+@pytest.fixture
+def edited() -> Iterator[Callable[[object], tokenizers.Tokenizer]]:
+    """`edited(edit)`: Qwen2's tokenizer with `edit` applied to the JSON of its pre-tokenizer and
+    normalizer (the parts of tokenizer.json that decide the split), set on one tokenizer of this
+    module's (restored after the test): a whole tokenizer.json round trip per case costs seconds."""
+    tok = _EDITED.get("qwen2")
+    if tok is None:
+        tok = _EDITED["qwen2"] = tokenizers.Tokenizer.from_file(str(_PATHS["qwen2"]()))
+    original, normalizer = tok.pre_tokenizer, tok.normalizer
+
+    def apply(edit: object) -> tokenizers.Tokenizer:
+        spec = {"pre_tokenizer": json.loads(original.__getstate__()), "normalizer": None}
+        edit(spec)  # type: ignore[operator]
+        tok.pre_tokenizer = _component(original, spec["pre_tokenizer"])
+        if spec["normalizer"] is not None:
+            tok.normalizer = _component(tokenizers.normalizers.NFC(), spec["normalizer"])
+        return tok
+
+    yield apply
+    tok.pre_tokenizer, tok.normalizer = original, normalizer
+    tok.no_truncation()
 
 
-def test_text_between_the_matches_is_split_as_tokenizers_splits_it() -> None:
+_EDITED: dict[str, tokenizers.Tokenizer] = {}
+
+
+def _component(like: object, spec: dict) -> object:  # type: ignore[type-arg]
+    """A tokenizers component from its JSON (as in tokenizer.json): a copy of `like` given that state."""
+    new = pickle.loads(pickle.dumps(like))
+    new.__setstate__(json.dumps(spec).encode())
+    assert json.loads(new.__getstate__()) == spec, spec  # (the whole edit took)
+    return new
+
+
+def test_an_edited_component_is_the_tokenizer_json_one(edited) -> None:  # type: ignore[no-untyped-def]
+    """`edited` gives the tokenizer that tokenizer.json with the same edit makes."""
+    def edit(spec: dict) -> None:  # type: ignore[type-arg]
+        spec["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": r"\p{L}+|\p{N}{1,2}|'s"}
+        spec["normalizer"] = {"type": "NFC"}
+
+    spec = json.loads(_hf("qwen2").to_str())
+    edit(spec)
+    whole = tokenizers.Tokenizer.from_str(json.dumps(spec))
+    part = edited(edit)
+    assert part.get_vocab_size() == whole.get_vocab_size()  # (the model: the same file's)
+    for name in ("pre_tokenizer", "normalizer", "decoder", "post_processor"):
+        assert getattr(part, name).__getstate__() == getattr(whole, name).__getstate__(), name
+    for text in ["ab, cd!  12345 ", "it's 7 o'clock", "Cafe\u0301 a\n\nb"]:
+        assert part.encode(text).ids == whole.encode(text).ids
+
+
+def test_text_between_the_matches_is_split_as_tokenizers_splits_it(edited) -> None:  # type: ignore[no-untyped-def]
     def edit(spec: dict) -> None:  # type: ignore[type-arg]
         spec["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": r"\p{L}+|\p{N}{1,2}|'s"}
 
-    tok = _with_pre_tokenizer("qwen2", edit)
+    tok = edited(edit)
     fast = AsciiPieces.of(tok)
     assert fast is not None
     for text in ["ab, cd!  12345 ", "  x", "it's 7 o'clock", "", "...", "a\n\nb"]:
@@ -133,7 +180,7 @@ def test_text_between_the_matches_is_split_as_tokenizers_splits_it() -> None:
 
 @pytest.mark.parametrize("change", ["prefix space", "byte-level regex", "removed behaviour", "inverted", "normalizer",
                                     "truncation", "three parts", "string pattern", "empty-matching pattern"])
-def test_a_tokenizer_outside_the_rule_gets_none_or_stays_exact(change: str) -> None:
+def test_a_tokenizer_outside_the_rule_gets_none_or_stays_exact(change: str, edited) -> None:  # type: ignore[no-untyped-def]
     def edit(spec: dict) -> None:  # type: ignore[type-arg]
         split, level = spec["pre_tokenizer"]["pretokenizers"]
         if change == "prefix space":
@@ -153,7 +200,7 @@ def test_a_tokenizer_outside_the_rule_gets_none_or_stays_exact(change: str) -> N
         elif change == "empty-matching pattern":
             split["pattern"] = {"Regex": r"\p{L}*"}
 
-    tok = _with_pre_tokenizer("qwen2", edit)
+    tok = edited(edit)
     if change == "truncation":
         tok.enable_truncation(8)
     fast = AsciiPieces.of(tok)

@@ -1,19 +1,19 @@
 """Tokenizers the worker's logprob tests share: Qwen2's (byte-level BPE) and a SentencePiece GGUF
-with byte-fallback pieces."""
+with byte-fallback pieces (the stream roster's: one load and decode plan per test process)."""
 
 from __future__ import annotations
 
 import pytest
 
 import detok
-from tests.helpers.tokenizers_available import gguf_fixture, hf_qwen2_dir
+import tests.helpers.stream_roster as stream_roster
 
 
 @pytest.fixture(scope="session")
 def qwen() -> detok.Tokenizer:
-    return detok.load_tokenizer(hf_qwen2_dir())
+    return stream_roster.get("qwen2")
 
 
 @pytest.fixture(scope="session")
 def spm() -> detok.Tokenizer:
-    return detok.load_tokenizer(str(gguf_fixture("llama-spm")))
+    return stream_roster.get("gguf-llama-spm")

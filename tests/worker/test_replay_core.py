@@ -24,7 +24,7 @@ from detok.worker.core import Outputs, WorkerCore
 from scheduler_stub.logprobs import token_logprobs
 from tests.helpers.fake_workers import FakeWorkers
 from tests.helpers.pool_helpers import reference
-from tests.helpers.tokenizers_available import hf_qwen2_dir
+import tests.helpers.stream_roster as stream_roster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -34,7 +34,7 @@ TEXT = "Hello, world! 北京欢迎你 🫨👍🏽 def f(x):\n    return x ** 2\
 
 @pytest.fixture(scope="module")
 def tok() -> detok.Tokenizer:
-    return detok.load_tokenizer(hf_qwen2_dir())
+    return stream_roster.get("qwen2")  # (shared by the process's tests: one load and decode plan)
 
 
 @dataclass

@@ -11,15 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from detok import load_tokenizer
 from detok.parsing.types import OutputParsing, ToolSpec
 from detok.wire.params import DecodeParams, Finish
 from detok.stream.table import _NOT_PLAIN
 from detok.wire.to_workers import EndRequest
 from detok.worker.core import WorkerCore
-from tests.helpers.tokenizers_available import qwen3_6_tiktoken
 from tests.helpers.toy_parsers import toy_parsers  # noqa: F401 - the fixture
 from tests.helpers.typed_helpers import assemble, run_request
+from tests.parsing import vocabularies
 
 EXAMPLES = int(os.environ.get("DETOK_EXAMPLES", "25"))
 TOY = OutputParsing("toy_think", "toy_tools")
@@ -29,7 +28,7 @@ TEXT = ('<think>Let me think: 北京 🫨 is far.</think>Answer: <tool_call>{"na
 
 @pytest.fixture(scope="module")
 def tok():  # type: ignore[no-untyped-def]
-    return load_tokenizer(str(qwen3_6_tiktoken()))
+    return vocabularies.qwen()  # (the process's one Qwen3.6 tokenizer: one load and decode plan)
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from detok.wire.to_workers import DetokBatch, EndRequest, FailRequests, Registra
 from detok.stream import DecodeStream
 from detok.wire.params import DecodeParams
 from detok.worker.core import MalformedBatch, Outputs, WorkerCore
-from tests.helpers.tokenizers_available import corpus_text, hf_qwen2_dir
+import tests.helpers.stream_roster as stream_roster
+from tests.helpers.tokenizers_available import corpus_text
 
 FE = "ipc:///tmp/detok-test/fe0"
 FE2 = "ipc:///tmp/detok-test/fe1"
@@ -22,7 +23,7 @@ MIXED = "Hello, world! 北京欢迎你 🫨👍🏽 def f(x):\n    return x ** 2
 
 @pytest.fixture(scope="module")
 def tok() -> detok.Tokenizer:
-    return detok.load_tokenizer(hf_qwen2_dir())
+    return stream_roster.get("qwen2")  # (shared by the process's tests: one load and decode plan)
 
 
 def batch(

@@ -15,7 +15,7 @@ from detok.wire.params import DecodeParams, Finish
 from detok.wire.to_workers import EndRequest, Registration
 from detok.worker.core import WorkerCore
 from tests.helpers.reuse_driver import expected
-from tests.helpers.tokenizers_available import hf_qwen2_dir
+import tests.helpers.stream_roster as stream_roster
 from tests.worker.test_worker_core import FE, MIXED, Collector, batch
 
 EOS = 151643
@@ -25,7 +25,7 @@ FAILED = "the scheduler failed it"
 
 @pytest.fixture(scope="module")
 def tok() -> detok.Tokenizer:
-    return detok.load_tokenizer(hf_qwen2_dir())
+    return stream_roster.get("qwen2")  # (shared by the process's tests: one load and decode plan)
 
 
 @pytest.fixture(scope="module")
