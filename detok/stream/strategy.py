@@ -52,7 +52,8 @@ def _build_tables(tokenizer: Tokenizer, decoding: ByteDecoding, kind: str) -> By
 class DecodePlan:
     """How streams of one tokenizer decode: the strategy and its per-mode tables."""
 
-    def __init__(self, tokenizer: Tokenizer, strategy: Strategy, decoding: ByteDecoding | None, reason: str) -> None:
+    def __init__(self, tokenizer: Tokenizer, strategy: Strategy, decoding: ByteDecoding | None, reason: str,
+                 tables: dict[str, ByteTables] | None = None) -> None:
         self.tokenizer = tokenizer
         self.strategy: Strategy = strategy
         self.reason = reason
@@ -60,7 +61,7 @@ class DecodePlan:
         self.eos_ids = frozenset(tokenizer.eos_token_ids)  # computed once, not per request
         self.vocab_size = tokenizer.vocab_size
         self._kinds: dict[tuple[bool, bool], str | None] = {}
-        self._tables: dict[str, ByteTables] = {}
+        self._tables: dict[str, ByteTables] = dict(tables or {})  # kind -> tables (those verification built)
         self._ready: dict[tuple[bool, bool], ByteTables] = {}  # decode mode -> its tables, once built
         # (decode mode, ignore_eos) -> what a plain stream starts from (DecodeStream's; None: no table)
         self.plain_templates: dict[tuple[bool, bool, bool], tuple[object, ...] | None] = {}
@@ -117,13 +118,14 @@ def _choose(tokenizer: Tokenizer, strategy: Strategy | None) -> DecodePlan:
         return DecodePlan(tokenizer, "window", None, "requested")
     t0 = time.perf_counter()
     decoding = tokenizer.byte_decoding()
+    built: dict[str, ByteTables] = {}  # the tables verified, kept for the plan's streams
     if decoding is None:
         problem: str | None = "the decoder is not a per-token byte map"
     else:
-        problem = verify_byte_decoding(tokenizer, decoding)
+        problem = verify_byte_decoding(tokenizer, decoding, built=built)
     if problem is None:
         log.info("byte-table decoding verified for %s in %.2fs", tokenizer.source, time.perf_counter() - t0)
-        return DecodePlan(tokenizer, "bytes", decoding, "byte map verified against decode()")
+        return DecodePlan(tokenizer, "bytes", decoding, "byte map verified against decode()", built)
     if strategy == "bytes":
         raise ValueError(f"byte-table decoding is not exact for {tokenizer.source}: {problem}")
     log.info("window-diff decoding for %s: %s", tokenizer.source, problem)
@@ -144,8 +146,10 @@ def _valid_utf8(data: bytes) -> bool:
     return True
 
 
-def verify_byte_decoding(tokenizer: Tokenizer, decoding: ByteDecoding, samples: int = 300, seed: int = 0) -> str | None:
+def verify_byte_decoding(tokenizer: Tokenizer, decoding: ByteDecoding, samples: int = 300, seed: int = 0,
+                         built: dict[str, ByteTables] | None = None) -> str | None:
     """None when the byte map reproduces decode(), else a description of the first difference.
+    `built` receives the byte tables checked, by kind (modes that share a kind share its tables).
 
     Sequences whose bytes are not valid UTF-8 are left out: there the project's rule (one U+FFFD
     per maximal invalid subpart) deliberately differs from some decoders (Hugging Face ByteFallback).
@@ -157,11 +161,14 @@ def verify_byte_decoding(tokenizer: Tokenizer, decoding: ByteDecoding, samples: 
     if special != tokenizer.special_ids:
         return "byte map's special ids differ from the tokenizer's"
     pieces = decoding.pieces
+    built = {} if built is None else built
     modes = {}
     for skip, spaces in _MODES:
         kind = _table_kind(tokenizer, decoding, skip, spaces)
         if kind is not None:
-            modes[skip, spaces] = _build_tables(tokenizer, decoding, kind)
+            if kind not in built:
+                built[kind] = _build_tables(tokenizer, decoding, kind)
+            modes[skip, spaces] = built[kind]
     # Every id alone (specials kept), and every special skipped.
     decode_one = tokenizer._decode_ids
     strip = decoding.strip_leading_space
