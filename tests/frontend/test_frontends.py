@@ -96,7 +96,7 @@ def _wait(condition, what: str) -> None:
     wait_until(condition, _DEADLINE_S, 0.05, what)
 
 
-def test_requests_spread_over_frontends_stream_concurrently_and_equal_non_streamed():
+def test_requests_spread_over_frontends_stream_concurrently_equal_non_streamed_and_are_counted():
     server = LiveServer(*_SERVE, "--step-ms", "5")
     try:
         streams = _open_on_every_frontend(server, max_tokens=60)  # every one open before any is read on
@@ -109,6 +109,10 @@ def test_requests_spread_over_frontends_stream_concurrently_and_equal_non_stream
             assert s.text() == whole.json()["choices"][0]["text"]  # whichever frontend served either
         health = server.get("/health").json()
         assert health["status"] == "ok" and health["frontends"] is True
+        # one scrape counts every frontend's requests: the streams (on both) and the non-streamed ones
+        text = server.get("/metrics").text
+        finished = re.search(r'^detok_frontend_requests_finished_total\{reason="length"\} (\S+)$', text, re.M)
+        assert finished is not None and float(finished.group(1)) == 2 * len(streams), text[-2000:]
         assert server.stop(signal.SIGINT, whole_group=True) == 0, server.output
         assert not server.leftovers(), server.output
     finally:
@@ -260,19 +264,6 @@ def _fds(pid: int) -> list[str]:
 def _temp_dirs() -> int:
     """detok's directories in this test run's temp dir (the stack's ipc, metrics, pool)."""
     return sum(1 for _ in Path(tempfile.gettempdir()).glob("detok-*"))
-
-
-def test_one_metrics_scrape_counts_every_frontends_requests():
-    server = LiveServer(*_SERVE, "--step-ms", "2")
-    try:
-        streams = _open_on_every_frontend(server, max_tokens=5, per_frontend=3)
-        for s in streams:
-            assert s.read_all()[-1] == "[DONE]"
-        text = server.get("/metrics").text
-        finished = re.search(r'^detok_frontend_requests_finished_total\{reason="length"\} (\S+)$', text, re.M)
-        assert finished is not None and float(finished.group(1)) == len(streams), text[-2000:]
-    finally:
-        server.kill_group()
 
 
 def test_ctrl_c_with_streams_open_on_every_frontend_ends_each_with_done_and_leaves_nothing():

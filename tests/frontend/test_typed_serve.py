@@ -218,7 +218,7 @@ def test_bad_parser_options_fail_the_start_naming_them(args, named) -> None:  # 
 
 
 def test_reasoning_content_field() -> None:
-    live = _start("--reasoning-field", "reasoning_content")
+    live = _start("--reasoning-field", "reasoning_content", "--workers", "1")  # a frontend option: one worker does
     try:
         client = openai.OpenAI(base_url=live.base_url + "/v1", api_key="none", timeout=60, max_retries=0)
         r = _ask(client)

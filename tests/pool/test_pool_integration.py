@@ -1,7 +1,7 @@
 """The pool end to end with real processes and sockets: scheduler client -> workers -> receiver.
 
-One pool (2 workers + a spare, qwen2 fixture) serves every test of this module; each test uses its
-own rids and its own receiver. Every wait has a timeout.
+One pool (2 workers, qwen2 fixture; no spare: no test here kills a worker) serves every test of
+this module; each test uses its own rids and its own receiver. Every wait has a timeout.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def tok() -> detok.Tokenizer:
 
 @pytest.fixture(scope="module")
 def pool():
-    with DetokPool(hf_qwen2_dir(), workers=2, idle_timeout_s=60) as pool:
+    with DetokPool(hf_qwen2_dir(), workers=2, spare=False, idle_timeout_s=60) as pool:
         yield pool
 
 
