@@ -249,6 +249,10 @@ class TypedFastPath:
 
     def __init__(self, columns: StreamColumns, typed: TypedModes, eos: frozenset[int], strategy: Any) -> None:
         self.columns, self._typed, self._eos, self._strategy = columns, typed, eos, strategy
+        # per slot: the raw bytes kept for a slot in a held steady state (`Steady.held`), else None;
+        # the compiled step appends a plain row's bytes to its slot's and sends the row empty
+        self.held: list[bytearray | None] = []
+        self.held_slots = 0  # slots in a held state now (the step is given `held` only then)
 
     def enter(self, slot: int, stream: TypedStream) -> None:
         state = stream.steady_text()
@@ -262,6 +266,9 @@ class TypedFastPath:
         mode = self._typed.mode(dec._t, steady, stream._parser.marker_set)
         if mode is None:
             return
+        if steady.held:
+            self._enter_held(slot, stream, mode, held)
+            return
         self.columns.v_mode[slot] = mode
         self.columns.v_expect[slot] = self.columns.v_ntok[slot] = stream.num_tokens
         self.columns.v_choff[slot] = offset
@@ -273,7 +280,31 @@ class TypedFastPath:
         stream._fast_at = (steady.kind, index, offset)
         self._typed.fast_slots += 1
 
+    def _enter_held(self, slot: int, stream: TypedStream, mode: int, held: bytes) -> None:
+        """The slot's rows in `mode` go out empty, their bytes kept in `held[slot]` (after the
+        bytes of an incomplete character the stream held), for the stream at `leave`."""
+        if slot >= len(self.held):
+            self.held.extend([None] * (len(self.columns) - len(self.held)))
+        self.held[slot] = bytearray(held)
+        self.held_slots += 1
+        self.columns.v_mode[slot] = mode
+        self.columns.v_expect[slot] = self.columns.v_ntok[slot] = stream.num_tokens
+        self.columns.v_choff[slot] = stream.char_offset
+        self.columns.v_eos_stops[slot] = bool(stream._stop_ids)
+        self.columns.v_pend_len[slot] = 0
+        self.columns.v_tag[slot] &= TAG_MASK
+        stream._fast_at = (0, -1, 0)
+        self._typed.fast_slots += 1
+
     def leave(self, slot: int, stream: TypedStream) -> None:
+        if self.held_slots and slot < len(self.held) and self.held[slot] is not None:
+            data = bytes(self.held[slot])  # type: ignore[arg-type]
+            self.drop(slot)
+            self._typed.fast_slots -= 1
+            self.columns.v_expect[slot] = _NOT_PLAIN
+            stream.absorb_held(data, self.columns.v_ntok[slot])
+            self.columns.v_choff[slot] = stream.char_offset
+            return
         n = self.columns.v_pend_len[slot]
         held = self.columns.pend[slot, :n].tobytes() if n else b""
         offset = stream._fast_at[2]  # type: ignore[index]
@@ -284,6 +315,12 @@ class TypedFastPath:
         self.columns.v_pend_len[slot] = 0  # (held by the stream now)
         self.columns.v_choff[slot] = stream.char_offset
         self.columns.v_tag[slot] &= TAG_MASK
+
+    def drop(self, slot: int) -> None:
+        """The slot leaves the path (or closes): no bytes are kept for it any more."""
+        if self.held_slots and slot < len(self.held) and self.held[slot] is not None:
+            self.held[slot] = None
+            self.held_slots -= 1
 
     def kinds(self, tags: bytes) -> tuple[bytes, bytes]:
         """(tags without kind bits, kinds: uint8 per row, empty if none) of a step's rows."""
