@@ -111,10 +111,12 @@ class PackedStepping:
         held = self._typed_path.held if self._typed_path.held_slots else None  # (held steady states' bytes)
         if row_texts:
             out = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args.table, c_args.slots,
-                                        c_args.stop_firsts, self._slow_row, self._tables.texts, packed_text, held)
+                                        c_args.stop_firsts, self._slow_row, self._tables.texts, packed_text, held,
+                                        self._typed_path.held_limit)
         elif held is not None:
             out = (*_compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args.table, c_args.slots,
-                                          c_args.stop_firsts, self._slow_row, None, True, held), None)
+                                          c_args.stop_firsts, self._slow_row, None, True, held,
+                                          self._typed_path.held_limit), None)
         else:
             out = (*_compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args.table, c_args.slots,
                                           c_args.stop_firsts, self._slow_row), None)

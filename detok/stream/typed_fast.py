@@ -20,6 +20,13 @@ complete the escape are plain rows (and put it back); the JSON stream passes a b
 either way (`JsonValueStream`), and a slot taken off in the second mode tells it so
 (`TypedStream.absorb_fast`, with the text the parser holds in that mode).
 
+A call that its family holds to its end and decodes once (`Steady.held`: gemma4's arguments, a
+pythonic list) has no output to stream: the parser only holds such text, the same text joined or
+in pieces. Its slot gets the restricted mode of those triggers and a bytearray in
+`TypedFastPath.held`: the compiled step appends each plain row's token bytes to it and sends the row
+empty, and `leave` hands the bytes to the stream (`TypedStream.absorb_held`), which decodes them
+once and feeds the parser one piece.
+
 While on the path, the slot's char-offset column counts the text of that kind (the offset the
 receiver de-duplicates on) and its tag carries the kind in bits 30-31; `StreamTable.step_packed`
 turns those bits into the step's `kinds` column (1 reasoning, 2 content, 3 arguments of the last
@@ -34,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from detok.parsing.limits import MAX_HELD_CALL_CHARS
 from detok.parsing.tools.schema_values import json_string_body
 from detok.parsing.tools.value_holds import HOLDS, SPACE
 from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, VALUE_VERBATIM, Steady
@@ -253,6 +261,9 @@ class TypedFastPath:
         # the compiled step appends a plain row's bytes to its slot's and sends the row empty
         self.held: list[bytearray | None] = []
         self.held_slots = 0  # slots in a held state now (the step is given `held` only then)
+        # bytes kept per slot at most: a fuller slot's next row goes to its stream, which takes the
+        # bytes back (its parser applies its own bound to the text) and starts an empty buffer
+        self.held_limit = MAX_HELD_CALL_CHARS
 
     def enter(self, slot: int, stream: TypedStream) -> None:
         state = stream.steady_text()

@@ -26,12 +26,13 @@ def _table(rids: list[int]) -> StreamTable:
     return table
 
 
-def _step(table: StreamTable, rids: list[int], ids: list[int], starts: list[int], held: object) -> tuple:  # type: ignore[type-arg]
+def _step(table: StreamTable, rids: list[int], ids: list[int], starts: list[int], held: object,  # type: ignore[type-arg]
+          *limit: int) -> tuple:
     c_args = table._current_args()
     tokens = pack_u32(ids)
     table._cur_tokens = tokens
     return packed_step._compiled_step_packed(table._rid_map, pack_rids(rids), pack_u32(starts), b"", tokens, c_args.table,
-                                             c_args.slots, c_args.stop_firsts, table._slow_row, None, True, held)
+                                             c_args.slots, c_args.stop_firsts, table._slow_row, None, True, held, *limit)
 
 
 def test_kept_bytes_decode_to_the_plain_rows_text() -> None:
@@ -65,3 +66,19 @@ def test_junk_in_held_is_refused_or_ignored() -> None:
     assert np.all(table.columns.ntok[[table._slot_of[1], table._slot_of[2]]] == 1)
     out = _step(table, [1, 2], [i, i], [1, 1], [])
     assert out[0].decode() == " words words"
+
+
+def test_a_full_buffer_hands_the_row_to_its_stream() -> None:
+    """Past `held_limit` bytes a row is not kept: it goes to its stream (here a plain request's,
+    whose text comes back as the row's), the buffer as it was."""
+    tok = vocabularies.qwen()
+    ids = tok.encode(" plain words and more plain words")
+    table = _table([1])
+    slot = table._slot_of[1]
+    held: list[bytearray | None] = [None] * len(table.columns)
+    held[slot] = bytearray()
+    limit = len(tok.decode(ids[:2]).encode())
+    texts = [_step(table, [1], [i], [k], held, limit)[0] for k, i in enumerate(ids)]
+    assert bytes(held[slot]) == tok.decode(ids[:2]).encode()  # type: ignore[arg-type]
+    assert texts[:2] == [b"", b""] and b"".join(texts[2:]).decode() == tok.decode(ids[2:])
+    assert int(table.columns.ntok[slot]) == len(ids)

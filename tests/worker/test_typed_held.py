@@ -79,9 +79,11 @@ def _core(tok, vocab: str, fast: bool, compiled: bool = True, which: int = 0) ->
 
 
 def _run(tok, case: str, groups: list[int], fast: bool, params: DecodeParams = DecodeParams(),  # type: ignore[no-untyped-def]
-         compiled: bool = True) -> Typed:
+         compiled: bool = True, held_limit: int | None = None) -> Typed:
     vocab, reasoning, tool, text = CASES[case]
-    core = _core(tok, vocab, fast, compiled)
+    core = _core(tok, vocab, fast, compiled) if held_limit is None else WorkerCore(tok)
+    if held_limit is not None:
+        core.table._typed_path.held_limit = held_limit
     ids = tok.encode(text)
     rid = next(_RIDS)
     batches = run_request(core, rid, ids, groups or [len(ids)], OutputParsing(reasoning, tool, TOOLS, call_id_seed="s"),
@@ -108,8 +110,13 @@ def test_one_id_per_step_keeps_the_call_on_the_compiled_path(case_tok, monkeypat
     assert counts.held >= 1
     # the held text's ids (most of each case) never reach the request's stream
     assert counts.stream_ids <= n // 2, (counts.stream_ids, n)
+    entered = counts.held
     numpy = _run(tok, case, [1] * n, fast=True, compiled=False)
     assert numpy.key() == slow.key()
+    # a slot's kept bytes bounded (here to a few ids' worth): its stream takes them back and holds anew
+    before = counts.held
+    assert _run(tok, case, [1] * n, fast=True, held_limit=12).key() == slow.key()
+    assert counts.held - before > 2 * entered
 
 
 @pytest.mark.ci_examples(10)
