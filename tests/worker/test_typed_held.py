@@ -94,6 +94,13 @@ def _run(tok, case: str, groups: list[int], fast: bool, params: DecodeParams = D
     return assemble(batches, rid)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _drop_cores() -> Iterator[None]:
+    """The cores go with the module (each holds its vocabulary's tables and modes)."""
+    yield
+    _CORES.clear()
+
+
 @pytest.fixture(scope="module", params=sorted(CASES))
 def case_tok(request):  # type: ignore[no-untyped-def]
     """(case, its vocabulary)."""
