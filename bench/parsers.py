@@ -70,7 +70,8 @@ TOOL_CONFIGS = [
     ("seed_oss (string value)", "qwen_seed", None, "seed_oss", "<seed:tool_call>\n<function=f>\n<parameter=text>\n"),
     ("qwen3_json (arguments)", "qwen", None, "qwen3_json", '<tool_call>\n{"name": "f", "arguments": '),
     ("granite4 (arguments)", "qwen", None, "granite4", '<tool_call>\n{"name": "f", "arguments": '),
-    # (held to the call's end and decoded once: the slow path on every token)
+    # (held to the call's end and decoded once: every feed goes through the family's state machine;
+    # the worker keeps such ids off the parser, on its compiled path: bench.typed_worker)
     ("gemma4 (string value)", "qwen_gemma4", None, "gemma4", '<|tool_call>call:f{text:<|"|>'),
     ("step3p5 (string value)", "qwen", None, "step3p5", "<tool_call>\n<function=f>\n<parameter=text>\n"),
     ("kimi_k3 (string value)", "qwen_k3", None, "kimi_k3",

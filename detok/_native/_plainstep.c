@@ -299,7 +299,7 @@ static inline int64_t row_entry_index(const int64_t *pre_slot, Py_ssize_t j, Py_
 
 /* step_packed(ridmap, rids, starts, counts, tokens, (entries, utf8, vocab, stop_marks),
  *             (pend, pend_len, choff, ntok, expect, eos_stops, mode, tag), (stop_firsts, stop_firsts_len),
- *             slow_row[, token_texts[, packed_text]])
+ *             slow_row[, token_texts[, packed_text[, held[, held_limit]]]])
  *   -> (text, lengths, offsets, num_tokens, byte_lengths, tags, kinds[, texts]): bytes; all but
  *      `text` and `kinds` packed uint32, one per row (`tags`: the row's slot's tag, 0 for an
  *      unknown rid; `kinds`: a byte per row, empty if all are 0). With `token_texts` (a list or tuple of
@@ -320,17 +320,26 @@ static inline int64_t row_entry_index(const int64_t *pre_slot, Py_ssize_t j, Py_
  * stop_firsts[slot] (FIRSTS_BYTES) holds the first characters of the slot's stop strings, UTF-8,
  * stop_firsts_len[slot] bytes of it (0: none); such a slot's row is plain only for an id of whole
  * characters none of which begins a stop string, with nothing held (its matcher then stays idle).
- * slow_row(row, rid, slot, start, first, count) -> (text, offset, num_tokens) steps any other row. */
+ * slow_row(row, rid, slot, start, first, count) -> (text, offset, num_tokens) steps any other row.
+ * `held` (a list, or None): per slot None or a bytearray; a plain row of a slot with a bytearray
+ * (a typed request whose parser holds its text: detok.stream.typed_fast) appends its token's bytes
+ * there and goes out empty (no text, no chars; its slot's held bytes and char offset untouched),
+ * unless that would take the bytearray past `held_limit` bytes: then the row is its stream's. */
 static PyObject *step_packed(PyObject *self, PyObject *args) {
-    PyObject *o[N_BUFS], *slow_row, *token_texts = Py_None;
+    PyObject *o[N_BUFS], *slow_row, *token_texts = Py_None, *held_bufs = Py_None;
     RidMap *map;
-    Py_ssize_t vocab;
+    Py_ssize_t vocab, held_limit = PY_SSIZE_T_MAX;
     int packed_text = 1;
-    if (!PyArg_ParseTuple(args, "O!OOOO(OOnO)(OOOOOOOO)(OO)O|Op", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
+    if (!PyArg_ParseTuple(args, "O!OOOO(OOnO)(OOOOOOOO)(OO)O|OpOn", &RidMapType, &map, &o[B_RIDS], &o[B_STARTS], &o[B_COUNTS],
                           &o[B_TOKENS], &o[B_ENTRIES], &o[B_UTF8], &vocab, &o[B_MARKS], &o[B_PEND], &o[B_PEND_LEN], &o[B_CHOFF],
                           &o[B_NTOK], &o[B_EXPECT], &o[B_EOS_STOPS], &o[B_MODE], &o[B_TAG], &o[B_FIRSTS], &o[B_FIRSTS_LEN],
-                          &slow_row, &token_texts, &packed_text))
+                          &slow_row, &token_texts, &packed_text, &held_bufs, &held_limit))
         return NULL;
+    if (held_bufs != Py_None && !PyList_CheckExact(held_bufs)) {
+        PyErr_SetString(PyExc_TypeError, "held must be a list or None");
+        return NULL;
+    }
+    if (held_bufs == Py_None) held_bufs = NULL;
     if (token_texts == Py_None) packed_text = 1; /* (the blob is then the rows' only text) */
     static const struct {
         Py_ssize_t itemsize;
@@ -464,7 +473,19 @@ static PyObject *step_packed(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "token entry outside utf8");
             goto done;
         }
-        if (e != NULL) { /* a plain row */
+        /* (the list is read at each row: a slow row's call-back may put a slot in or out) */
+        PyObject *keep = held_bufs != NULL && slot < PyList_GET_SIZE(held_bufs) ? PyList_GET_ITEM(held_bufs, slot) : NULL;
+        if (keep != NULL && !PyByteArray_CheckExact(keep)) keep = NULL;
+        if (e != NULL && keep != NULL && e->nbytes > held_limit - PyByteArray_GET_SIZE(keep)) e = NULL; /* full */
+        if (e != NULL && keep != NULL) { /* a plain row whose text its stream's parser holds: kept, sent empty */
+            const char *p = e->nbytes <= INLINE ? e->inl : utf8 + e->off;
+            Py_ssize_t size = PyByteArray_GET_SIZE(keep);
+            if (PyByteArray_Resize(keep, size + e->nbytes) < 0) goto done;
+            memcpy(PyByteArray_AS_STRING(keep) + size, p, e->nbytes);
+            chars = 0;
+            offset = co[slot];
+            count_after = ex[slot] = nt[slot] = nt[slot] + 1;
+        } else if (e != NULL) { /* a plain row */
             const char *p = e->nbytes <= INLINE ? e->inl : utf8 + e->off;
             unsigned char held = pend_len[slot];
             if ((e->flags & T_WHOLE) && !held) {

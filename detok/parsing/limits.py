@@ -30,7 +30,8 @@ MAX_TOOL_CALLS: Final = 128  # calls emitted per response; later ones are parsed
 MAX_FUNCTION_NAME_CHARS: Final = 256  # a longer "name" is not one: the model's text
 # text a family holds for one call before it can pass it on (arguments written before the name, a
 # string-valued arguments awaiting its close, a call's region while no name is known, an XML value held
-# for typing); the text it streams on is the request's output, bounded by its max_tokens
+# for typing); the text it streams on is the request's output, bounded by its max_tokens. Also the
+# bytes the worker's compiled path keeps for a slot in a held steady state before its stream takes them
 MAX_HELD_CALL_CHARS: Final = 1024 * 1024
 
 

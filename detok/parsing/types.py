@@ -78,6 +78,7 @@ class Steady(NamedTuple):
     # nothing (glm45: the value is all the text between its tags). The text of an id then need not
     # pass unchanged (see detok.stream.typed_fast)
     value: str = ""
+    held: bool = False
 
 
 VALUE_NEWLINE, VALUE_VERBATIM = "newline", "verbatim"

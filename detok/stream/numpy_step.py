@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from detok.stream.columns import StreamColumns
     from detok.stream.mode_tables import ModeTables
     from detok.stream.stop_marks import StopMarks
+    from detok.stream.typed_fast import TypedFastPath
 
 _SMALL_BATCH = 8  # up to this many rows a batch is stepped row by row
 # a row through its own stream: (rid, slot, start, ids) -> (text, char offset, tokens, finish)
@@ -42,6 +43,9 @@ class NumpyStep:
         self.columns, self._tables, self._slot_of, self._stops, self._step_one = columns, tables, slot_of, stops, step_one
         self._eos, self._eos_mask, self._vocab = eos, eos_mask, tables.vocab
         self._rows = np.arange(len(columns), dtype=np.int64)  # scratch for duplicate detection
+        # the table's `TypedFastPath`: a slot in a held steady state (its `held`) has its rows go
+        # through its stream here, which takes the kept bytes back first
+        self.typed_path: TypedFastPath | None = None
         self._row_of = np.zeros(len(columns), dtype=np.int64)
 
     def step(
@@ -82,6 +86,9 @@ class NumpyStep:
             stops = self._eos_mask[tok1] | (self._stops.marks[tok1] != 0) if marked else self._eos_mask[tok1]
             elig &= ~(stops & self.columns.eos_stops[slots])
         elig &= self.columns.stop_firsts_len[slots] == 0  # stop strings: each row through its stream here
+        if self.typed_path is not None and self.typed_path.held_slots:
+            held = self.typed_path.held
+            elig &= np.fromiter((s >= len(held) or held[s] is None for s in slots.tolist()), dtype=bool, count=n)
         tables = self._tables
         gi = tok1 if len(tables.index) <= 1 else self.columns.mode[slots] * tables.vocab + tok1
         if tables.restricted:

@@ -108,9 +108,15 @@ class PackedStepping:
         if self._cur_unknown_rows:  # (left by a step that raised; emptied after each step, below)
             self._cur_unknown_rows, self._cur_unknown_rids = array("q"), array("Q")
         # (the tags come back without kind bits, the kinds as their own column: detok.stream.typed_fast)
+        held = self._typed_path.held if self._typed_path.held_slots else None  # (held steady states' bytes)
         if row_texts:
             out = _compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args.table, c_args.slots,
-                                        c_args.stop_firsts, self._slow_row, self._tables.texts, packed_text)
+                                        c_args.stop_firsts, self._slow_row, self._tables.texts, packed_text, held,
+                                        self._typed_path.held_limit)
+        elif held is not None:
+            out = (*_compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args.table, c_args.slots,
+                                          c_args.stop_firsts, self._slow_row, None, True, held,
+                                          self._typed_path.held_limit), None)
         else:
             out = (*_compiled_step_packed(self._rid_map, rids, starts, counts, tokens, c_args.table, c_args.slots,
                                           c_args.stop_firsts, self._slow_row), None)

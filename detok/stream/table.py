@@ -114,6 +114,7 @@ class StreamTable(PlainOpening, PackedStepping):
         self.typed_fast = True  # False: typed requests always step their own stream (tests, benchmarks)
         self._numpy = NumpyStep(self.columns, self._tables, self._slot_of, self._eos, self._eos_mask, self.stops,
                                 self._step_one)
+        self._numpy.typed_path = self._typed_path
 
     # ---- registration -----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -215,6 +216,7 @@ class StreamTable(PlainOpening, PackedStepping):
         elif not stream.columnar and stream._fast_at is not None:  # type: ignore[attr-defined]
             stream._fast_at = None  # type: ignore[attr-defined]
             self._typed.fast_slots -= 1
+            self._typed_path.drop(slot)
             self.columns.v_tag[slot] &= TAG_MASK
         if self._rid_map is not None and _indexable(rid):
             self._rid_map.pop(int(rid))  # type: ignore[arg-type]

@@ -20,6 +20,13 @@ complete the escape are plain rows (and put it back); the JSON stream passes a b
 either way (`JsonValueStream`), and a slot taken off in the second mode tells it so
 (`TypedStream.absorb_fast`, with the text the parser holds in that mode).
 
+A call that its family holds to its end and decodes once (`Steady.held`: gemma4's arguments, a
+pythonic list) has no output to stream: the parser only holds such text, the same text joined or
+in pieces. Its slot gets the restricted mode of those triggers and a bytearray in
+`TypedFastPath.held`: the compiled step appends each plain row's token bytes to it and sends the row
+empty, and `leave` hands the bytes to the stream (`TypedStream.absorb_held`), which decodes them
+once and feeds the parser one piece.
+
 While on the path, the slot's char-offset column counts the text of that kind (the offset the
 receiver de-duplicates on) and its tag carries the kind in bits 30-31; `StreamTable.step_packed`
 turns those bits into the step's `kinds` column (1 reasoning, 2 content, 3 arguments of the last
@@ -35,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from detok.parsing.limits import MAX_HELD_CALL_CHARS
 from detok.parsing.tools.schema_values import json_string_body
 from detok.parsing.tools.value_holds import HOLDS, SPACE
 from detok.parsing.types import JSON_STRING_TEXT, VALUE_NEWLINE, VALUE_VERBATIM, Steady
@@ -263,6 +271,13 @@ class TypedFastPath:
 
     def __init__(self, columns: StreamColumns, typed: TypedModes, eos: frozenset[int], strategy: Any) -> None:
         self.columns, self._typed, self._eos, self._strategy = columns, typed, eos, strategy
+        # per slot: the raw bytes kept for a slot in a held steady state (`Steady.held`), else None;
+        # the compiled step appends a plain row's bytes to its slot's and sends the row empty
+        self.held: list[bytearray | None] = []
+        self.held_slots = 0  # slots in a held state now (the step is given `held` only then)
+        # bytes kept per slot at most: a fuller slot's next row goes to its stream, which takes the
+        # bytes back (its parser applies its own bound to the text) and starts an empty buffer
+        self.held_limit = MAX_HELD_CALL_CHARS
 
     def enter(self, slot: int, stream: TypedStream) -> None:
         state = stream.steady_text()
@@ -276,6 +291,9 @@ class TypedFastPath:
         mode = self._typed.mode(dec._t, steady, stream._parser.marker_set)
         if mode is None:
             return
+        if steady.held:
+            self._enter_held(slot, stream, mode, held)
+            return
         self.columns.v_mode[slot] = mode
         self.columns.v_expect[slot] = self.columns.v_ntok[slot] = stream.num_tokens
         self.columns.v_choff[slot] = offset
@@ -287,7 +305,31 @@ class TypedFastPath:
         stream._fast_at = (steady.kind, index, offset)
         self._typed.fast_slots += 1
 
+    def _enter_held(self, slot: int, stream: TypedStream, mode: int, held: bytes) -> None:
+        """The slot's rows in `mode` go out empty, their bytes kept in `held[slot]` (after the
+        bytes of an incomplete character the stream held), for the stream at `leave`."""
+        if slot >= len(self.held):
+            self.held.extend([None] * (len(self.columns) - len(self.held)))
+        self.held[slot] = bytearray(held)
+        self.held_slots += 1
+        self.columns.v_mode[slot] = mode
+        self.columns.v_expect[slot] = self.columns.v_ntok[slot] = stream.num_tokens
+        self.columns.v_choff[slot] = stream.char_offset
+        self.columns.v_eos_stops[slot] = bool(stream._stop_ids)
+        self.columns.v_pend_len[slot] = 0
+        self.columns.v_tag[slot] &= TAG_MASK
+        stream._fast_at = (0, -1, 0)
+        self._typed.fast_slots += 1
+
     def leave(self, slot: int, stream: TypedStream) -> None:
+        if self.held_slots and slot < len(self.held) and self.held[slot] is not None:
+            data = bytes(self.held[slot])  # type: ignore[arg-type]
+            self.drop(slot)
+            self._typed.fast_slots -= 1
+            self.columns.v_expect[slot] = _NOT_PLAIN
+            stream.absorb_held(data, self.columns.v_ntok[slot])
+            self.columns.v_choff[slot] = stream.char_offset
+            return
         n = self.columns.v_pend_len[slot]
         held = self.columns.pend[slot, :n].tobytes() if n else b""
         offset = stream._fast_at[2]  # type: ignore[index]
@@ -298,6 +340,12 @@ class TypedFastPath:
         self.columns.v_pend_len[slot] = 0  # (held by the stream now)
         self.columns.v_choff[slot] = stream.char_offset
         self.columns.v_tag[slot] &= TAG_MASK
+
+    def drop(self, slot: int) -> None:
+        """The slot leaves the path (or closes): no bytes are kept for it any more."""
+        if self.held_slots and slot < len(self.held) and self.held[slot] is not None:
+            self.held[slot] = None
+            self.held_slots -= 1
 
     def kinds(self, tags: bytes) -> tuple[bytes, bytes]:
         """(tags without kind bits, kinds: uint8 per row, empty if none) of a step's rows."""

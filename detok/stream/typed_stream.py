@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from detok.parsing.output import OutputParser
 from detok.parsing.types import KIND_CONTENT, KIND_REASONING, Piece, Steady, TypedDelta
-from detok.stream.byte_text import ByteTextDecoder
+from detok.stream.byte_text import ByteTextDecoder, _utf8_decode
 from detok.stream.decode_stream import DecodeStream
 from detok.wire.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.strategy import Strategy
@@ -163,6 +163,8 @@ class TypedStream(DecodeStream):
         steady = self._parser.steady()
         if steady is None:
             return None
+        if steady.held:
+            return steady, -1, 0
         if steady.kind == KIND_REASONING:
             return steady, -1, self._roff
         if steady.kind == KIND_CONTENT:
@@ -202,6 +204,31 @@ class TypedStream(DecodeStream):
                 self._parser.resume_held(held_text)
             except Exception as e:  # noqa: BLE001 - a parser's failure is its request's error, at its next step
                 self._broken = e
+
+    def absorb_held(self, data: bytes, num_tokens: int) -> None:
+        """What the table's compiled path kept for this request in a held steady state
+        (`Steady.held`) since `_fast_at` was set: `data`, the raw bytes of its ids (after the bytes
+        of an incomplete character held when it entered), `num_tokens` consumed in all. Their
+        text goes to the parser in one piece, as one push of those ids would give it; an
+        incomplete character's bytes stay held by the decoder."""
+        assert self._fast_at is not None
+        self._fast_at = None
+        self.num_tokens = num_tokens
+        dec = self._raw._dec
+        text, used = _utf8_decode(data, "replace", False)
+        dec._pending = data[used:]
+        dec._fast = not (dec._strip or dec._after_added or dec._pending)
+        if not text:
+            return
+        self.char_offset += len(text)
+        self._raw.raw += len(text)
+        try:
+            out = self._feed(text, final=False)
+        except Exception as e:  # noqa: BLE001 - a parser's failure is its request's error, at its next step
+            self._broken = e
+            return
+        if out:
+            self._emit(self._row(out))
 
     # ---- parsing ------------------------------------------------------------------------------
     def _parse(self, text: str, finish: Finish | None) -> Delta:

@@ -27,6 +27,10 @@ class Typed:
     num_calls: int = 0
     text: str = ""  # plain text rows (a request without parsing)
 
+    def key(self) -> tuple[object, ...]:
+        """Everything a client sees, to compare two runs."""
+        return self.reasoning, self.content, self.calls, self.finish, self.num_calls, self.text
+
 
 def assemble(batches: Sequence[DeltaBatch], rid: int, state: TypedState | None = None, into: Typed | None = None) -> Typed:
     out = into if into is not None else Typed()

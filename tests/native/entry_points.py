@@ -36,6 +36,7 @@ COMPILED_PATH_TESTS: Final = (
     "tests/stream",
     "tests/worker/test_logprobs_worker.py",
     "tests/worker/test_chat_entries.py",
+    "tests/worker/test_typed_held.py",
     "tests/receiver",
     "tests/frontend/test_chunkpush_c.py",
     "tests/frontend/test_chunk_push.py",

@@ -108,10 +108,6 @@ def _run(tok, case: str, groups: list[int], fast: bool, params: DecodeParams = D
     return assemble(batches, 7), kinds, rows
 
 
-def _key(t: Typed) -> tuple[object, ...]:
-    return t.reasoning, t.content, t.calls, t.finish, t.num_calls, t.text
-
-
 @pytest.fixture(scope="module", params=sorted(CASES))
 def case(request):  # type: ignore[no-untyped-def]
     return request.param
@@ -126,7 +122,7 @@ def test_one_id_per_step_is_mostly_on_the_compiled_path_and_exact(tok, case) -> 
     n = len(tok.encode(CASES[case][3]))
     slow, _, _ = _run(tok, case, [1] * n, fast=False)
     fast, kinds, rows = _run(tok, case, [1] * n, fast=True)
-    assert _key(fast) == _key(slow)
+    assert fast.key() == slow.key()
     assert slow.reasoning and not fast.text
     # most ids are inside reasoning, content or a string argument (measured: 45-85% per case)
     assert kinds / rows >= 0.35, (kinds, rows)
@@ -139,7 +135,7 @@ def test_any_grouping_gives_the_slow_paths_result(tok, case, groups, skip) -> No
     params = DecodeParams(skip_special_tokens=skip)
     want, _, _ = _run(tok, case, [], fast=False, params=params)
     got, _, _ = _run(tok, case, groups, fast=True, params=params)
-    assert _key(got) == _key(want)
+    assert got.key() == want.key()
 
 
 def test_stop_strings_keep_a_request_off_the_path(tok, case) -> None:  # type: ignore[no-untyped-def]
@@ -147,7 +143,7 @@ def test_stop_strings_keep_a_request_off_the_path(tok, case) -> None:  # type: i
     params = DecodeParams(stop=["never appears"])
     slow, _, _ = _run(tok, case, [1] * n, fast=False, params=params)
     fast, kinds, _ = _run(tok, case, [1] * n, fast=True, params=params)
-    assert kinds == 0 and _key(fast) == _key(slow)
+    assert kinds == 0 and fast.key() == slow.key()
 
 
 def test_an_abort_mid_reasoning_frees_the_slot(tok, case) -> None:  # type: ignore[no-untyped-def]
@@ -209,7 +205,7 @@ def test_escapes_keep_a_json_string_on_the_compiled_path(case, monkeypatch) -> N
     real_mode = TypedModes.mode
     monkeypatch.setattr(TypedModes, "mode", lambda self, b, s, m: real_mode(self, b, s._replace(triggers=s.triggers + "\\"), m))
     single, kinds_single, _ = _run(tok, case, [1] * n, fast=True)
-    assert _key(paired) == _key(single)
+    assert paired.key() == single.key()
     assert kinds > kinds_single, (kinds, kinds_single, rows)
 
 
@@ -332,7 +328,7 @@ def test_past_the_mode_bound_requests_stay_off_the_path_and_exact(monkeypatch) -
                           EndRequest(7, "length"))
     assert core.table._typed.built == 1 and not core.table._typed.held_in  # no chain built
     assert sum(1 for b in batches for k in b.kinds if k) > 0  # reasoning still on the path
-    assert _key(assemble(batches, 7)) == _key(want)
+    assert assemble(batches, 7).key() == want.key()
 
 
 # pieces that move the chains (escapes cut anywhere, held whitespace, quotes, markers' first
@@ -371,5 +367,5 @@ def test_random_ids_in_a_string_move_the_chains_exactly(family: str, pairs: list
         core = _core(tok, f"chains {family}", fast)
         batches = run_request(core, 7, ids, cut, parsing, DecodeParams(), EndRequest(7, "length"))
         assert not core.live and core.table._typed.fast_slots == 0
-        results.append(_key(assemble(batches, 7)))
+        results.append(assemble(batches, 7).key())
     assert results[1] == results[0] and results[2] == results[0]

@@ -26,6 +26,7 @@ from detok.parsing.malformed import log_malformed
 from detok.parsing.tools import json_values
 from detok.parsing.tools.core import StreamingToolParser
 from detok.parsing.tools.keyed_values import decode
+from detok.parsing.types import KIND_ARGUMENTS, Steady
 
 _CONTENT, _HEAD, _ARGS, _SKIP = range(4)  # _SKIP: a call given up past a bound, to its END
 _BAD_NAME = set("{}<>\"' \t\n\r")
@@ -46,6 +47,14 @@ class KeyedCallToolParser(StreamingToolParser):
         self._raw: list[str] = []  # the region's text while no name is known (content if it fails)
         self._args_text: list[str] = []
         self._held = 0
+        # inside the arguments, text free of a text marker's first character is only held (and
+        # the bound checked on it): one piece or many, the call decodes the same text at its end
+        self._steady_held = Steady(KIND_ARGUMENTS, self._splitter.firsts, held=True)
+
+    def steady(self) -> Steady | None:
+        if self._state == _ARGS and not self._splitter._held:
+            return self._steady_held
+        return super().steady()
 
     def _on_marker(self, marker: str) -> None:
         st = self._state

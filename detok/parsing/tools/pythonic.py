@@ -66,6 +66,14 @@ class PythonicToolParser(StreamingToolParser):
         # steady only in content (`_CONTENT`), where `[` opens nothing (a list opens only the
         # output): its triggers are the text tags' first characters, so the compiled path keeps `[`
         self._steady_content = Steady(KIND_CONTENT, self._splitter.firsts)
+        # in a held list, text free of the tags' first characters is only held (and the bound
+        # checked on it): one piece or many, the list is read from the same text at its end
+        self._steady_held = Steady(KIND_CONTENT, self._splitter.firsts, held=True)
+
+    def steady(self) -> Steady | None:
+        if self._state == _HELD and not self._splitter._held:
+            return self._steady_held
+        return super().steady()
 
     def _on_marker(self, marker: str) -> None:
         if marker == self.start and self._state == _LEAD:
