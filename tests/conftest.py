@@ -73,6 +73,33 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 threadpoolctl.threadpool_limits(1, user_api="blas")
 
 
+# ---- the heaviest files first ------------------------------------------------------------------
+# `make test` gives each xdist worker whole files (`--dist loadfile`, their module fixtures start
+# servers and pools once) in the collection's order (`--no-loadscope-reorder`; xdist's own order,
+# by test count, puts the few-test files that start whole stacks last, where one of them can keep
+# one worker busy while the other has nothing left). These files take the longest, by a full run's
+# per-file times: they go first, in this order, and every other file follows in its shuffled order.
+# A schedule only: a file missing here costs wall time, never a result.
+HEAVIEST_FIRST = (
+    "tests/frontend/test_frontends.py",
+    "tests/parsing/test_family_tables.py",
+    "tests/bench/test_heavy_bench.py",
+    "tests/frontend/test_frontend_live.py",
+    "tests/reference_engine/test_engine_pool.py",
+    "tests/deploy/test_local_pods.py",
+    "tests/worker/test_typed_fast.py",
+    "tests/test_readme.py",
+    "tests/pool/test_rid_reuse.py",
+    "tests/frontend/test_serve.py",
+    "tests/pool/test_replay_pool.py",
+    "tests/frontend/test_typed_serve.py",
+    "tests/stream/test_stream_differential.py",
+    "tests/bench/test_baselines.py",
+    "tests/test_wheel.py",
+    "tests/bench/test_pool_bench.py",
+)
+
+
 def _cap_examples(item: pytest.Item) -> None:
     """The ci profile's bound on a test's own max_examples (hypothesis keeps a test's settings on
     the function `@settings` decorated; `@given` reads them there at each call): CI_EXAMPLE_CAP,
@@ -87,7 +114,17 @@ def _cap_examples(item: pytest.Item) -> None:
         test._hypothesis_internal_use_settings = settings(own, max_examples=cap)  # type: ignore[union-attr]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _heaviest_first(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(HEAVIEST_FIRST)}
+    last = len(HEAVIEST_FIRST)
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], last))  # (stable: the rest keeps its order)
+
+
+# (a wrapper around pytest-randomly's, which shuffles once every other hook has run)
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Generator[None, None, None]:
+    yield
+    _heaviest_first(items)
     if SLOW:
         return
     skip = pytest.mark.skip(reason="long soak / fuzz run: set DETOK_SLOW=1")
@@ -97,6 +134,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             _cap_examples(item)
         if "slow" in item.keywords:
             item.add_marker(skip)
+
 
 
 @pytest.hookimpl(hookwrapper=True)
