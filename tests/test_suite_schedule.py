@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import HEAVIEST_FIRST
@@ -14,11 +16,8 @@ def test_every_file_the_schedule_puts_first_exists_once():
     assert [path for path in HEAVIEST_FIRST if not (ROOT / path).is_file()] == []
 
 
-def test_the_collection_starts_with_the_heaviest_files(pytestconfig):
-    # (the session's own items are not at hand here: the order is checked on a fresh collection)
-    import subprocess
-    import sys
-
+def test_the_collection_starts_with_the_heaviest_files():
+    # (the order is checked on a fresh collection of three files, in a pytest of its own)
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                           "tests/test_readme.py", "tests/test_suite_schedule.py", "tests/frontend/test_serve.py"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
