@@ -155,6 +155,15 @@ class ByteTextDecoder:
                 data = data[1:]
         return self._decode(data)
 
+    def take_kept(self, data: bytes) -> str:
+        """Text of `data`: the raw bytes of ids a compiled step kept for this decoder's stream,
+        beginning with the bytes of an incomplete character it held when they were handed out (so
+        they replace its own). An incomplete character at the end stays held."""
+        text, used = _utf8_decode(data, "replace", False)
+        self._pending = data[used:]
+        self._fast = not (self._strip or self._after_added or self._pending)
+        return text
+
     def push(self, ids: Sequence[int]) -> str:
         """Text completed by these ids. Raises OutOfVocabulary before consuming anything."""
         if not ids:

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from detok.parsing.output import OutputParser
 from detok.parsing.types import KIND_CONTENT, KIND_REASONING, Piece, Steady, TypedDelta
-from detok.stream.byte_text import ByteTextDecoder, _utf8_decode
+from detok.stream.byte_text import ByteTextDecoder
 from detok.stream.decode_stream import DecodeStream
 from detok.wire.params import EMPTY_DELTA, DecodeParams, Delta, Finish, FinishReason
 from detok.stream.strategy import Strategy
@@ -214,10 +214,7 @@ class TypedStream(DecodeStream):
         assert self._fast_at is not None
         self._fast_at = None
         self.num_tokens = num_tokens
-        dec = self._raw._dec
-        text, used = _utf8_decode(data, "replace", False)
-        dec._pending = data[used:]
-        dec._fast = not (dec._strip or dec._after_added or dec._pending)
+        text = self._raw._dec.take_kept(data)
         if not text:
             return
         self.char_offset += len(text)
