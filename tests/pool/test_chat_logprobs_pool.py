@@ -91,7 +91,9 @@ def test_chat_items_survive_a_killed_worker() -> None:
             for r in requests:
                 client.add_request(Registration(r.rid, rx.endpoint, r.context, r.params, logprobs=k[r.rid],
                                                 logprobs_form=form[r.rid]))  # type: ignore[arg-type]
-            out = collect(rx, list(by_rid), step, timeout=120)
+            out = collect(rx, list(by_rid), step, timeout=120, describe=lambda: (
+                f"restarts {pool.restarts}, pids {pool.pids()}, steps {steps[0]}, replays sent {client.replays_sent}, "
+                f"workers {client.worker_states()}, events {list(client.events)[-5:]}"))
         finally:
             client.close()
             rx.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -36,12 +37,18 @@ def stack():
         yield load_tokenizer(source), pool
 
 
-def collect(rx: DeltaReceiver, rids: list[int], pump, timeout: float = 30.0) -> dict[int, dict]:
+def collect(rx: DeltaReceiver, rids: list[int], pump, timeout: float = 30.0,
+            describe: Callable[[], str] = str) -> dict[int, dict]:
+    """Every request's text, logprob runs and finish; `describe`: the sending side's state, told
+    with the unfinished requests when they miss the deadline."""
     streams = {r: rx.open(r) for r in rids}
     out = {r: {"text": "", "runs": [], "finish": None, "num_tokens": None} for r in rids}
     deadline = time.monotonic() + timeout
     while any(v["finish"] is None for v in out.values()):
-        assert time.monotonic() < deadline, "requests never finished"
+        if time.monotonic() >= deadline:
+            unfinished = {r: (len(v["text"]), sum(len(run.token_ids) for run in v["runs"]))
+                          for r, v in out.items() if v["finish"] is None}
+            raise AssertionError(f"requests never finished; rid: (chars, logprob entries) {unfinished}; {describe()}")
         pump()
         rx.poll_blocking(0.02)
         for r, s in streams.items():
