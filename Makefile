@@ -53,8 +53,11 @@ run-model: $(STAMP)
 # modules first (tests/conftest.py HEAVIEST_FIRST); XDIST= runs serially
 XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 
+# PYTHONDONTWRITEBYTECODE cleared: every test process and every process the tests start would
+# otherwise compile the modules it imports from source (uv installs without bytecode; pytest's
+# rewritten test modules are cached the same way)
 test: $(TEST_STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 
 # the sdist and, built from it, the wheel, into dist/ (offline: the build backend is a test extra;
 # tests/test_wheel.py builds, installs and runs one the same way)
