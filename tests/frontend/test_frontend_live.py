@@ -29,7 +29,8 @@ MODEL = "detok-stub"
 
 @pytest.fixture(scope="module")
 def server():
-    live = LiveServer("--workers", "2", "--no-spare", "--step-ms", "5", "--api-key", API_KEY, "--max-model-len", "4096")
+    # 1 ms steps: a request of N tokens takes at least N ms (the disconnect tests' 4000 take 4 s)
+    live = LiveServer("--workers", "2", "--no-spare", "--step-ms", "1", "--api-key", API_KEY, "--max-model-len", "4096")
     try:
         yield live
     finally:
@@ -134,18 +135,6 @@ def _metric(server, name: str, **labels: str) -> float:
 
 
 # ---- basics ------------------------------------------------------------------------------------
-
-
-def test_an_idle_kept_alive_connection_outlives_uvicorns_5_s(idle_connection):
-    """--timeout-keep-alive (default 60 s): a connection idle for longer than uvicorn's 5 s still
-    serves the next request (a client pool reusing it does not race the server's close)."""
-    (conn, first, idle_since), open_one = idle_connection
-    if time.monotonic() - idle_since > MAX_IDLE_S:  # a slow box: too near the server's own 60 s, start again
-        conn, first, idle_since = open_one()
-    time.sleep(max(0.0, idle_since + KEPT_IDLE_S - time.monotonic()))  # what the other tests left of it
-    assert time.monotonic() - idle_since >= KEPT_IDLE_S
-    replies = [first, _health_on(conn)]  # on the same connection both times
-    assert all(r.startswith(b"HTTP/1.1 200") for r in replies), replies
 
 
 def test_health_models_and_metrics(server, client):
@@ -519,14 +508,14 @@ def test_streaming_disconnect_aborts_in_scheduler_and_worker(server, client):
     aborted = _metric(server, "detok_worker_requests_finished_total", reason="abort")
     counted = _metric(server, "detok_frontend_requests_finished_total", reason="abort")
     stream = client.completions.create(
-        model=MODEL, prompt="Once upon a time", max_tokens=3000, stream=True, extra_body={"ignore_eos": True}
+        model=MODEL, prompt="Once upon a time", max_tokens=4000, stream=True, extra_body={"ignore_eos": True}
     )
     got = 0
     for chunk in stream:
         got += bool(chunk.choices and chunk.choices[0].text)
         if got >= 3:
             break
-    stream.close()  # the client goes away 3 deltas into a 15 s generation
+    stream.close()  # the client goes away 3 deltas into a 4 s generation
     assert _wait_for(lambda: _metric(server, "detok_worker_requests_finished_total", reason="abort") >= aborted + 1)
     assert _wait_for(lambda: _metric(server, "detok_worker_live_requests") == 0)
     assert _wait_for(lambda: _metric(server, "detok_frontend_requests_finished_total", reason="abort") >= counted + 1)
@@ -534,7 +523,7 @@ def test_streaming_disconnect_aborts_in_scheduler_and_worker(server, client):
 
 def test_non_streaming_disconnect_aborts(server):
     aborted = _metric(server, "detok_worker_requests_finished_total", reason="abort")
-    body = {"model": MODEL, "prompt": "x", "max_tokens": 3000, "ignore_eos": True}
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 4000, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(server.base_url + "/v1/completions", json=body, timeout=1.0,
                    headers={"Authorization": f"Bearer {API_KEY}"})
@@ -602,3 +591,18 @@ def test_api_key_is_required_on_v1_only(server):
 def test_unknown_route_is_openai_shaped_404(server):
     r = server.get("/v1/nothing-here")
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+
+
+# ---- last in the file: (unshuffled) it then waits nothing of its idle time -------------------
+
+
+def test_an_idle_kept_alive_connection_outlives_uvicorns_5_s(idle_connection):
+    """--timeout-keep-alive (default 60 s): a connection idle for longer than uvicorn's 5 s still
+    serves the next request (a client pool reusing it does not race the server's close)."""
+    (conn, first, idle_since), open_one = idle_connection
+    if time.monotonic() - idle_since > MAX_IDLE_S:  # a slow box: too near the server's own 60 s, start again
+        conn, first, idle_since = open_one()
+    time.sleep(max(0.0, idle_since + KEPT_IDLE_S - time.monotonic()))  # what the other tests left of it
+    assert time.monotonic() - idle_since >= KEPT_IDLE_S
+    replies = [first, _health_on(conn)]  # on the same connection both times
+    assert all(r.startswith(b"HTTP/1.1 200") for r in replies), replies
