@@ -2,10 +2,10 @@
 (docs/reliability.md, "Heavy requests").
 
     python -m bench.heavy [--users 8] [--duration-s 20] [--step-ms 20] [--max-tokens 100]
-                          [--after-s 30] [--workers 1] [--json]
+                          [--after-s 30] [--warmup-s 2] [--workers 1] [--json]
 
 Starts `detok serve --workers W --no-spare --step-ms S` (the default tokenizer, --max-model-len
-32768), then runs, side by side in one run:
+32768), lets the users stream for `warmup-s` seconds unmeasured, then runs, side by side in one run:
   quiet  N users stream chat completions back to back for `duration-s` seconds;
   heavy  the same, while a second client (its own process) sends the heavy bodies back to back:
          a 3.8 MB text prompt (~1M tokens), a chat with one 3.8 MB message, a 2 MB CJK prompt,
@@ -251,12 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-ms", type=float, default=20.0)
     p.add_argument("--max-tokens", type=int, default=100)
     p.add_argument("--after-s", type=float, default=30.0)
+    p.add_argument("--warmup-s", type=float, default=2.0, help="users stream this long, unmeasured, first")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print one JSON line per phase on stdout")
     args = p.parse_args(argv)
     server = SpawnedServer(["--workers", str(args.workers), "--no-spare", "--step-ms", f"{args.step_ms:g}"])
     try:
-        asyncio.run(_users(server.url, args.users, 2.0, args.max_tokens))  # warm up
+        asyncio.run(_users(server.url, args.users, args.warmup_s, args.max_tokens))  # warm up
         quiet = _phase(args, server, "quiet", heavy=False)
         _common.report(args.json, quiet)
         heavy = _phase(args, server, "heavy", heavy=True)

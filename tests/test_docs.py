@@ -8,6 +8,7 @@ docs/reliability.md with the constants in the code (tests/helpers/limits_table.p
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from tests.helpers import limits_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+_all_limits = functools.cache(limits_table.all_limits)  # parses every module: once for the tests that read it
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -91,7 +93,7 @@ def test_the_folder_map_is_read_from_the_page() -> None:
 def test_the_limits_table_is_the_code_s() -> None:
     page = (DOCS / "reliability.md").read_text(encoding="utf-8")
     table = page.split(limits_table.BEGIN, 1)[1].split(limits_table.END, 1)[0].strip()
-    assert table == limits_table.render(limits_table.all_limits()), (
+    assert table == limits_table.render(_all_limits()), (
         "docs/reliability.md's limits table differs from the code: run python -m tests.helpers.limits_table --write"
     )
 
@@ -105,6 +107,6 @@ def test_the_limits_reader_finds_known_limits_with_their_values(tmp_path: Path) 
     )
     found = {(limit.name, limit.value) for limit in limits_table.module_limits(source, module="mod")}
     assert found == {("MAX_THINGS", "8 * 1024"), ("STALL_TIMEOUT_S", "10.0"), ("CHUNK_CHARS", "16_384")}
-    names = {limit.name for limit in limits_table.all_limits()}
+    names = {limit.name for limit in _all_limits()}
     assert {"MAX_BODY_BYTES", "STALL_TIMEOUT_S", "MAX_TOOL_CALLS", "MAX_KV_CACHE_BYTES", "MAX_RID"} <= names
 

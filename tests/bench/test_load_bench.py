@@ -28,6 +28,7 @@ pytestmark = pytest.mark.timeout(120)
 FIRST_S = 0.040  # the scripted server's time to first token
 GAP_S = 0.015  # and between tokens
 TOKENS = 6
+RUN_S = 0.5  # a point's duration: a few requests per client at the pacing above
 
 
 _served = [0]
@@ -78,11 +79,11 @@ def scripted_server():
 
 
 def test_point_reports_the_servers_timing(scripted_server):
-    cfg = load.LoadConfig(scripted_server, max_tokens=64, duration_s=1.0, grace_s=10)
+    cfg = load.LoadConfig(scripted_server, max_tokens=64, duration_s=RUN_S, grace_s=10)
     result = asyncio.run(load.run_point(cfg, 4, show_progress=False))
     per_request = FIRST_S + (TOKENS - 1) * GAP_S
     assert result.errors == 0 and result.first_error == ""
-    assert 1 <= result.requests <= 4 * (1.0 / per_request + 1)  # the server's pacing bounds it
+    assert 1 <= result.requests <= 4 * (RUN_S / per_request + 1)  # the server's pacing bounds it
     assert result.ttft_p50_ms >= FIRST_S * 1000  # the server's pauses: lower bounds, never upper
     assert result.itl_p50_ms >= GAP_S * 1000 * 0.8
     assert result.output_tokens_per_s == pytest.approx(result.requests * TOKENS / result.duration_s, rel=1e-3)

@@ -31,8 +31,8 @@ from deploy.wiring import wiring_errors  # noqa: E402
 
 ENGINE, FRONTEND, SERVICE = "detok-engine", "detok-frontend", "detok"
 START_TIMEOUT_S = 150.0  # the engine loads the tokenizer in its scheduler, workers and frontend
-DRAIN_S, PRE_STOP_S, GRACE_S = 6, 1, 10
-SHORT_TOKENS = 30  # ~0.6 s at the stub's 20 ms steps: finishes well inside the drain
+DRAIN_S, PRE_STOP_S, GRACE_S = 3, 1, 10
+SHORT_TOKENS = 30  # ~0.6 s at the stub's 20 ms steps: finishes well inside preStop + the drain
 LONG_TOKENS = 2000  # ~40 s: outlives the drain
 VALUES: dict[str, Any] = {
     "engine": {"workers": 2, "extraArgs": ["--no-spare"], "shutdownDrainSeconds": 2,
@@ -50,7 +50,9 @@ class Outcome:
     detail: str = ""
 
 
-def stream(address: tuple[str, int] | None, pod: str, max_tokens: int) -> Outcome:
+def stream(address: tuple[str, int] | None, pod: str, max_tokens: int,
+           under_way: threading.Event | None = None) -> Outcome:
+    """One streamed chat completion; `under_way` is set at its first event."""
     if address is None:
         return Outcome("no endpoint", "")
     body = {"model": "detok-stub", "stream": True, "max_tokens": max_tokens, "ignore_eos": True,
@@ -63,6 +65,8 @@ def stream(address: tuple[str, int] | None, pod: str, max_tokens: int) -> Outcom
                 r.read()
                 return Outcome("error", pod, f"HTTP {r.status_code}")
             for line in r.iter_lines():
+                if under_way is not None and line.startswith("data: "):
+                    under_way.set()
                 if line == "data: [DONE]":
                     done = True
                 elif line.startswith("data: ") and '"error"' in line[:20]:
@@ -115,6 +119,10 @@ class Traffic:
                 "not served": dict(details)}
 
 
+def _served_by(outcomes: list[Outcome], pod: str) -> int:
+    return sum(o.kind == "served" and o.pod == pod for o in outcomes)
+
+
 def _wait(condition: Any, timeout_s: float, what: str) -> float:
     t0 = time.monotonic()
     while not condition():
@@ -153,11 +161,14 @@ def _kill_a_frontend(cluster: LocalCluster) -> dict[str, Any]:
     kubelet restarts it and it serves again."""
     victim = cluster.pods[FRONTEND][0]
     traffic = Traffic(cluster, clients=4)
-    time.sleep(2.0)
+    # streams under way on every frontend before the kill
+    _wait(lambda: all(_served_by(traffic.outcomes, p.name) for p in cluster.pods[FRONTEND]), START_TIMEOUT_S,
+          "served by every frontend")
     killed_at = len(traffic.outcomes)
     victim.kill()
     back = _wait(lambda: victim.restarts == 1 and victim.ready, START_TIMEOUT_S, "the killed frontend ready again")
-    time.sleep(2.0)
+    back_at = len(traffic.outcomes)
+    _wait(lambda: _served_by(traffic.outcomes[back_at:], victim.name), START_TIMEOUT_S, "the restarted frontend serving")
     report = traffic.stop()
     after = [o for o in traffic.outcomes[killed_at:] if o.pod != victim.name]
     report.update(killed=victim.name, back_ready_after_s=round(back, 1), restarts=victim.restarts,
@@ -181,14 +192,16 @@ def _roll_frontends(cluster: LocalCluster, replace: int) -> dict[str, Any]:
     for pod in old:
         new = cluster.add_pod(FRONTEND)
         cluster.wait_ready([new], START_TIMEOUT_S)
+        under_way = threading.Event()
         long = threading.Thread(target=lambda p=pod: long_streams.append(stream((p.ip, p.port("http")), p.name,
-                                                                                LONG_TOKENS)))
+                                                                                LONG_TOKENS, under_way)))
         long.start()
-        time.sleep(1.0)
+        assert under_way.wait(START_TIMEOUT_S), long_streams
         took.append(cluster.delete_pod(pod))
         long.join(60)
         assert pod.exit_code() == 0, pod.log()[-2000:]  # drained and exited inside the grace period
-    time.sleep(1.0)
+        rolled_at = len(traffic.outcomes)
+        _wait(lambda n=new: _served_by(traffic.outcomes[rolled_at:], n.name), START_TIMEOUT_S, "the new frontend serving")
     report = traffic.stop()
     report.update(replaced=[p.name for p in old], seconds_to_delete=[round(t, 1) for t in took],
                   streams_longer_than_the_drain=[f"{o.kind}: {o.detail}" for o in long_streams])
