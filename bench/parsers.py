@@ -110,9 +110,9 @@ def corpus() -> str:
 
 
 def first_ids(tok: Tokenizer, text: str, n: int) -> list[int]:
-    """The first `n` ids of `text`'s encoding, encoding only a prefix (the whole corpus, once per
-    row, was most of a short run's time): one long enough for `n` ids and a margin, so the cut
-    falls past them."""
+    """The first `n` ids of `text`'s encoding, encoding only a prefix (the whole corpus for every
+    row would be most of a short run's time): one long enough for `n` ids and a margin, so the
+    cut falls past them."""
     size = 8 * n + 1024
     while True:
         ids = tok.encode(text[:size])
