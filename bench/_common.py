@@ -288,7 +288,8 @@ class Oracle:
         from detok.stream import prepare_decoding
 
         self._tok = tok
-        self._decoding = tok.byte_decoding() if prepare_decoding(tok).strategy == "bytes" else None
+        plan = prepare_decoding(tok)  # its verified byte map (building another takes a pass over the vocabulary)
+        self._decoding = plan.decoding if plan.strategy == "bytes" else None
 
     def _bytes_text(self, ids: Sequence[int]) -> str:
         decoding = self._decoding

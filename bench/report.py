@@ -25,8 +25,6 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/report.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.report_render import render  # noqa: E402
-
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "benchmarks.md"
 PLOTS = REPO / "docs" / "benchmarks"
@@ -100,6 +98,8 @@ def collect(quick: bool, only: set[str] | None, previous: dict[str, Any] | None)
 
 
 def write(results: dict[str, Any], page: Path = PAGE, plots: Path = PLOTS) -> None:
+    from bench.report_render import render  # matplotlib: a second of imports, only when drawing
+
     plots.mkdir(parents=True, exist_ok=True)
     (plots / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     page.write_text(render(results, plots), encoding="utf-8")

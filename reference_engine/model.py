@@ -91,11 +91,10 @@ class Segment(NamedTuple):
     tokens: Sequence[int]
 
 
-def _field(reader: object, key: str) -> object:
-    field = reader.fields.get(key)  # type: ignore[attr-defined]
-    if field is None:
+def _field(metadata: dict[str, object], key: str) -> object:
+    if key not in metadata:
         raise ModelFormatError(f"the GGUF file has no {key!r}")
-    return field.contents()
+    return metadata[key]
 
 
 class LlamaModel:
@@ -117,24 +116,35 @@ class LlamaModel:
         """Read and dequantise a Llama-family GGUF (any quantisation `gguf` can dequantise)."""
         import gguf
 
-        reader = gguf.GGUFReader(os.fspath(path))
-        arch = _field(reader, "general.architecture")
+        from detok.tokenizer.gguf_metadata import read_gguf_layout
+
+        # detok's header reader, not gguf.GGUFReader: the latter builds numpy views of every
+        # vocabulary string, which is most of a small model's load time
+        metadata, infos = read_gguf_layout(path)
+        arch = _field(metadata, "general.architecture")
         if arch != "llama":
             raise ModelFormatError(f"the reference engine runs Llama-family models; this GGUF is {arch!r}")
 
         def meta(name: str, default: object = None) -> object:
             key = f"llama.{name}"
-            if default is not None and key not in reader.fields:
+            if default is not None and key not in metadata:
                 return default
-            return _field(reader, key)
+            return _field(metadata, key)
 
-        tensors = {t.name: t for t in reader.tensors}
+        tensors = {t.name: t for t in infos}
+        data = np.memmap(path, dtype=np.uint8, mode="r")
 
         def weight(name: str) -> np.ndarray:
             t = tensors.get(name)
             if t is None:
                 raise ModelFormatError(f"the GGUF file has no tensor {name!r}")
-            return np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=F32)
+            kind = gguf.GGMLQuantizationType(t.ggml_type)
+            shape = gguf.quant_shape_to_byte_shape(tuple(reversed(t.dims)), kind)  # rows of bytes
+            size = int(np.prod(shape))
+            if t.offset + size > len(data):
+                raise ModelFormatError(f"the GGUF file is truncated: tensor {name!r} ends past its end")
+            raw = data[t.offset : t.offset + size].reshape(shape)
+            return np.ascontiguousarray(gguf.quants.dequantize(raw, kind), dtype=F32)
 
         embedding = weight("token_embd.weight")
         n_heads = int(meta("attention.head_count"))  # type: ignore[arg-type]

@@ -128,8 +128,9 @@ def test_the_installed_serve_demo_streams_multilingual_text_then_ctrl_c_stops_ev
     """What `make run` shows, from the wheel: the demo's streamed text is the embedded corpus's
     (CJK or emoji through), the banner names the API and metrics, the workers and the stub run as
     children, /health is ok, and Ctrl-C to the group ends every process with exit 0."""
+    # 2 ms steps: the demo's answer streams without the default 20 ms pacing per token (the same text)
     server = LiveServer(command=[str(installed / "bin" / "detok"), "serve", "--port", "0", "--demo", "--workers", "1",
-                                 "--no-spare"],
+                                 "--no-spare", "--step-ms", "2"],
                         cwd=tmp_path)
     try:
         out = server.output

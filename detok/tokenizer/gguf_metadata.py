@@ -1,4 +1,5 @@
-"""Read the key/value metadata of a GGUF file: the header only, tensors are never touched.
+"""Read the key/value metadata of a GGUF file, and where its tensors lie: the header only, tensor
+data is never touched.
 
 `gguf.GGUFReader` builds two numpy views per string of every array, which takes 15 s for the
 280k merges of a Llama-3 vocabulary; this reader walks the same layout (constants from the `gguf`
@@ -7,6 +8,7 @@ package) in well under a second and maps only the header of multi-GB model files
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import struct
@@ -116,7 +118,21 @@ def is_gguf(head: bytes) -> bool:
     return head[:4] == GGUF_MAGIC_BYTES
 
 
-def _parse(buf: mmap.mmap) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class GGUFTensorInfo:
+    """Where one tensor's data lies in the file (its bytes are not read here)."""
+
+    name: str
+    dims: tuple[int, ...]  # as stored: the fastest-varying dimension first
+    ggml_type: int  # a gguf.GGMLQuantizationType value
+    offset: int  # of its first byte, from the start of the file
+
+
+_DEFAULT_ALIGNMENT = 32  # GGUF's, when general.alignment is absent
+
+
+def _parse(buf: mmap.mmap, tensors: list[GGUFTensorInfo] | None = None) -> dict[str, Any]:
+    """The metadata; the tensor infos too, appended to `tensors` if given."""
     if not is_gguf(buf[:4]):
         raise GGUFFormatError("not a GGUF file (no 'GGUF' magic)")
     cur = _Cursor(buf, "<")
@@ -127,13 +143,34 @@ def _parse(buf: mmap.mmap) -> dict[str, Any]:
         version = struct.unpack(">I", struct.pack("<I", version))[0]
     if version not in READER_SUPPORTED_VERSIONS:
         raise GGUFFormatError(f"unsupported GGUF version {version}")
-    cur.scalar("Q", "tensor count")
+    tensor_count = cur.scalar("Q", "tensor count")
     kv_count = cur.scalar("Q", "metadata count")
     metadata: dict[str, Any] = {}
     for _ in range(kv_count):
         key = cur.string("metadata key")
         metadata[key] = cur.value(cur.scalar("I", key), key)
+    if tensors is not None:
+        infos = []
+        for _ in range(tensor_count):
+            name = cur.string("tensor name")
+            dims = tuple(cur.scalar("Q", name) for _ in range(cur.scalar("I", name)))
+            infos.append((name, dims, cur.scalar("I", name), cur.scalar("Q", name)))
+        alignment = int(metadata.get("general.alignment", _DEFAULT_ALIGNMENT))
+        start = -(-cur.pos // alignment) * alignment  # the data section starts aligned
+        tensors += [GGUFTensorInfo(name, dims, kind, start + offset) for name, dims, kind, offset in infos]
     return metadata
+
+
+def _read(path: str | os.PathLike[str], tensors: list[GGUFTensorInfo] | None) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise GGUFFormatError("file is empty")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            try:
+                return _parse(mapped, tensors)
+            except GGUFFormatError as e:
+                problem = str(e)  # raised below, once the traceback no longer pins the mapping
+    raise GGUFFormatError(problem)
 
 
 def read_gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -141,12 +178,10 @@ def read_gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     Raises GGUFFormatError for anything that is not a complete GGUF header, OSError if unreadable.
     """
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise GGUFFormatError("file is empty")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            try:
-                return _parse(mapped)
-            except GGUFFormatError as e:
-                problem = str(e)  # raised below, once the traceback no longer pins the mapping
-    raise GGUFFormatError(problem)
+    return _read(path, None)
+
+
+def read_gguf_layout(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[GGUFTensorInfo]]:
+    """The metadata (as `read_gguf_metadata`) and each tensor's name, dimensions, type and offset."""
+    tensors: list[GGUFTensorInfo] = []
+    return _read(path, tensors), tensors

@@ -23,10 +23,13 @@ def model_path() -> str:
 
 
 @pytest.fixture(scope="session")
-def model_parts(model_path):  # type: ignore[no-untyped-def]
-    from reference_engine.process import load_engine_parts
+def model_parts(model_path, tok):  # type: ignore[no-untyped-def]
+    """What reference_engine.process.load_engine_parts gives (the model and its vocabulary's
+    end-of-sequence ids), with the session's tokenizer instead of a second load of it; the
+    function itself runs in the standalone engine process of test_engine_pool."""
+    from reference_engine.model import LlamaModel
 
-    return load_engine_parts(model_path)
+    return LlamaModel.load(model_path), tok.eos_token_ids
 
 
 @pytest.fixture(scope="session")

@@ -112,3 +112,30 @@ def test_the_model_knows_english(model, tok):
     logprobs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     nll = -logprobs[np.arange(len(ids) - 1), ids[1:]].sum()
     assert np.exp(nll / (len(ids) - 1)) < 25  # 19.2 measured; the half-rotation RoPE gives 36.7
+
+
+def test_a_bad_gguf_is_a_model_format_error(tmp_path):
+    """Another architecture, a missing tensor, tensor data cut short: each a ModelFormatError
+    naming it (read before any forward pass)."""
+    import gguf
+
+    from reference_engine.model import ModelFormatError
+
+    def write(arch: str, **tensors: np.ndarray) -> bytes:
+        path = tmp_path / "m.gguf"
+        writer = gguf.GGUFWriter(path, arch=arch)
+        for name, value in tensors.items():
+            writer.add_tensor(name, value)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path.read_bytes()
+
+    cases = [(write("gpt2"), "this GGUF is 'gpt2'"), (write("llama"), "no tensor 'token_embd.weight'")]
+    whole = write("llama", **{"token_embd.weight": np.ones((64, 32), np.float32)})
+    cases.append((whole[:-100], "truncated: tensor 'token_embd.weight'"))
+    for data, reason in cases:
+        (tmp_path / "case.gguf").write_bytes(data)
+        with pytest.raises(ModelFormatError, match=reason):
+            LlamaModel.load(tmp_path / "case.gguf")

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
+import numpy as np
 import pytest
 import sentencepiece
 import tokenizers
@@ -18,7 +19,7 @@ import tests.helpers.stream_roster as stream_roster
 from detok.stream.strategy import verify_byte_decoding
 from detok.tokenizer.base import TokenizerLoadError
 from detok.tokenizer.gguf_backend import GGUFTokenizer, is_gguf, load_gguf
-from detok.tokenizer.gguf_metadata import read_gguf_metadata
+from detok.tokenizer.gguf_metadata import GGUFFormatError, read_gguf_metadata
 from tests.helpers.tokenizers_available import (
     assert_byte_decoding_holds,
     corpus_text,
@@ -212,6 +213,41 @@ def test_metadata_reader_agrees_with_gguf_reader(tmp_path: Path) -> None:
     assert read_gguf_metadata(tmp_path / "types.gguf")["t.bytes"].tobytes() == b"\x00\xff\x10"
 
 
+
+@pytest.mark.parametrize("alignment", [None, 64])
+def test_tensor_layout_agrees_with_gguf_reader(tmp_path: Path, alignment: int | None) -> None:
+    """read_gguf_layout's names, dimensions, types and offsets are GGUFReader's (odd sizes, so the
+    data section's alignment padding counts; with and without general.alignment)."""
+    from detok.tokenizer.gguf_metadata import read_gguf_layout
+
+    path = tmp_path / "tensors.gguf"
+    writer = gguf.GGUFWriter(path, arch="llama")
+    if alignment is not None:
+        writer.add_custom_alignment(alignment)
+    writer.add_array("tokenizer.ggml.tokens", ["a", "bb", "ccc"])
+    rng = np.random.default_rng(0)
+    for name, shape in (("a.weight", (3,)), ("b.weight", (5, 7)), ("c.weight", (2, 3, 4))):
+        writer.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    writer.add_tensor("q.weight", gguf.quants.quantize(rng.standard_normal((2, 64)).astype(np.float32),
+                                                       gguf.GGMLQuantizationType.Q8_0),
+                      raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    metadata, infos = read_gguf_layout(path)
+    reader = gguf.GGUFReader(path)
+    assert metadata == read_gguf_metadata(path)
+    assert [(t.name, t.dims, t.ggml_type, t.offset) for t in infos] == [
+        (t.name, tuple(int(d) for d in t.shape), int(t.tensor_type), int(t.data_offset)) for t in reader.tensors]
+    raw = path.read_bytes()
+    for ours, theirs in zip(infos, reader.tensors):
+        assert raw[ours.offset : ours.offset + theirs.n_bytes] == theirs.data.tobytes(), ours.name
+    truncated = tmp_path / "cut.gguf"
+    truncated.write_bytes(raw[: infos[0].offset - 40])  # inside the tensor infos
+    with pytest.raises(GGUFFormatError, match="truncated"):
+        read_gguf_layout(truncated)
+
 # ---- broken input ------------------------------------------------------------------------------
 def write_gguf(path: Path, **metadata: object) -> Path:
     writer = gguf.GGUFWriter(path, arch="llama")
@@ -399,10 +435,12 @@ def test_gemma4_tokenizer_json_form_streams_exactly() -> None:
     from detok.stream import prepare_decoding
     from tests.helpers.stream_helpers import oracle, run_stream
 
-    spec = json.loads(loaded("gemma-4").hf_tokenizer.to_str())
-    assert spec["normalizer"] == {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
-    assert [d["type"] for d in spec["decoder"]["decoders"]] == ["Replace", "ByteFallback", "Fuse"]
-    assert spec["model"]["type"] == "BPE" and spec["model"]["byte_fallback"]
+    hf = loaded("gemma-4").hf_tokenizer
+    # each part's own JSON (the whole tokenizer's holds the 262K vocabulary and its merges)
+    normalizer, decoder = (json.loads(part.__getstate__()) for part in (hf.normalizer, hf.decoder))
+    assert normalizer == {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    assert [d["type"] for d in decoder["decoders"]] == ["Replace", "ByteFallback", "Fuse"]
+    assert type(hf.model).__name__ == "BPE" and hf.model.byte_fallback
     tok = stream_roster.get("hf-gemma-4")  # that tokenizer.json, loaded by the Hugging Face backend
     assert tok.backend == "huggingface"
     plan = prepare_decoding(tok)
