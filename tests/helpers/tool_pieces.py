@@ -6,7 +6,9 @@ way a step of several ids would (never across a marker), so a test can replay an
 
 from __future__ import annotations
 
+import functools
 import random
+import re
 from collections.abc import Callable, Sequence
 
 from detok.parsing.registry import marker_token_ids
@@ -70,17 +72,19 @@ def text_pieces(text: str, markers: Sequence[str]) -> list[Piece]:
     markers added to a vocabulary), the text between them one piece per character."""
     out: list[Piece] = []
     i = 0
-    ordered = sorted(markers, key=len, reverse=True)
-    while i < len(text):
-        for m in ordered:
-            if text.startswith(m, i):
-                out.append(Piece(m, m))
-                i += len(m)
-                break
-        else:
-            out.append(Piece(text[i]))
-            i += 1
+    # the longest marker that starts at each position, left to right (one pass, not one per character)
+    for hit in _marker_pattern(tuple(markers)).finditer(text):
+        out += map(Piece, text[i : hit.start()])
+        out.append(Piece(hit.group(), hit.group()))
+        i = hit.end()
+    out += map(Piece, text[i:])
     return out
+
+
+@functools.cache
+def _marker_pattern(markers: tuple[str, ...]) -> re.Pattern[str]:
+    ordered = sorted(markers, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, ordered)) if ordered else "(?!)")
 
 
 def added_marker_pieces(tok, text: str, markers: Sequence[str]) -> list[Piece]:  # type: ignore[no-untyped-def]

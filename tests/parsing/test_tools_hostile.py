@@ -1,6 +1,6 @@
 """Hostile input for the tool-call families: huge arguments (linear, streamed as they arrive), broken
-JSON, calls cut off at every point, 1000 calls (MAX_TOOL_CALLS emitted, the rest dropped), names not
-in the request's tools, and the registry's errors."""
+JSON, calls cut off at every point, twice MAX_TOOL_CALLS calls (MAX_TOOL_CALLS emitted, the rest
+dropped), names not in the request's tools, and the registry's errors."""
 
 from __future__ import annotations
 
@@ -86,18 +86,22 @@ def test_cut_at_every_point_is_valid_and_grouping_free(name: str) -> None:
     assert full.content == "" and [c.name for c in full.calls] == ["f"]
 
 
+# as many calls again past the bound: each dropped one parsed through (one character a piece)
+MANY_CALLS = 2 * MAX_TOOL_CALLS
+
+
 @pytest.mark.parametrize("name", sorted(ONE_CALL))
-def test_a_thousand_calls_emit_max_tool_calls(name: str) -> None:
+def test_calls_past_the_bound_emit_max_tool_calls(name: str) -> None:
     family = tool_parser_class(name)
     text = ONE_CALL[name]
     if name in ("deepseek_v3", "deepseek_v31", "kimi_k2"):  # one section, many calls
         head, tail = text.index("<", 1), text.rindex("<")
-        text = text[:head] + text[head:tail] * 1000 + text[tail:]
+        text = text[:head] + text[head:tail] * MANY_CALLS + text[tail:]
     elif name in ("pythonic", "llama4_pythonic"):  # one list, many calls
         head, tail = text.index("[") + 1, text.rindex("]")
-        text = text[:head] + ", ".join([text[head:tail]] * 1000) + text[tail:]
+        text = text[:head] + ", ".join([text[head:tail]] * MANY_CALLS) + text[tail:]
     else:
-        text = (text + ("; " if name == "llama3_json" else "")) * 1000
+        text = (text + ("; " if name == "llama3_json" else "")) * MANY_CALLS
     pieces = text_pieces(text, family.markers)
     result = run_parser(family, pieces, tools=TOOLS, token_markers=frozenset(family.markers))
     assert len(result.calls) == MAX_TOOL_CALLS
