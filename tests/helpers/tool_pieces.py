@@ -71,13 +71,26 @@ def text_pieces(text: str, markers: Sequence[str]) -> list[Piece]:
     """Pieces of `text` with the given marker strings cut out as marker pieces (no tokenizer: for
     markers added to a vocabulary), the text between them one piece per character."""
     out: list[Piece] = []
+    for p in marker_runs(text, markers):
+        if p.marker is None:
+            out += map(Piece, p.text)
+        else:
+            out.append(p)
+    return out
+
+
+def marker_runs(text: str, markers: Sequence[str]) -> list[Piece]:
+    """`text` with the given marker strings cut out as marker pieces (the longest that starts at
+    each point, left to right), each run of text between them one piece."""
+    out: list[Piece] = []
     i = 0
-    # the longest marker that starts at each position, left to right (one pass, not one per character)
     for hit in _marker_pattern(tuple(markers)).finditer(text):
-        out += map(Piece, text[i : hit.start()])
+        if hit.start() > i:
+            out.append(Piece(text[i : hit.start()]))
         out.append(Piece(hit.group(), hit.group()))
         i = hit.end()
-    out += map(Piece, text[i:])
+    if i < len(text):
+        out.append(Piece(text[i:]))
     return out
 
 

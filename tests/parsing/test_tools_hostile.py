@@ -15,7 +15,7 @@ from detok.parsing.tools.core import MAX_TOOL_CALLS
 from detok.parsing.tools import HermesToolParser
 from detok.parsing.tools import Qwen3CoderToolParser
 from detok.parsing.types import OutputParsing, Piece
-from tests.helpers.tool_pieces import marker_ids, single_token_id, text_pieces, token_pieces
+from tests.helpers.tool_pieces import marker_ids, marker_runs, single_token_id, text_pieces, token_pieces
 from tests.helpers.tool_parsing import assert_valid_arguments, run_all_groupings, run_parser, tools_of
 
 # one call per family, as text with its markers
@@ -116,21 +116,11 @@ def test_huge_arguments_stream_as_they_arrive(name: str) -> None:
     family = tool_parser_class(name)
     big = "x\\n\\u00e9\\\"" * 20000
     text = ONE_CALL[name].replace('"b"', f'"{big}"')
-    marker_pieces = text_pieces(text, family.markers)
     pieces: list[Piece] = []
-    run: list[str] = []
-    for p in marker_pieces:
-        if p.marker is None:
-            run.append(p.text)
-            if len(run) == 7:
-                pieces.append(Piece("".join(run)))
-                run = []
-        else:
-            if run:
-                pieces.append(Piece("".join(run)))
-                run = []
-            pieces.append(p)
-    pieces.append(Piece("".join(run)))
+    for p in marker_runs(text, family.markers):
+        pieces += [p] if p.marker is not None else [Piece(p.text[i : i + 7]) for i in range(0, len(p.text), 7)]
+    if pieces[-1].marker is not None or len(pieces[-1].text) == 7:
+        pieces.append(Piece(""))  # (and an empty piece last, unless the text ends mid-piece)
     parser = family(tools=TOOLS, token_markers=frozenset(family.markers), call_id=lambda i: f"id{i}")
     sent = silent = 0
     for p in pieces:
