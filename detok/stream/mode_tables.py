@@ -4,6 +4,7 @@ compiled step reads (and the arrays its numpy fallback gathers from)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import weakref
 
 import numpy as np
@@ -41,7 +42,8 @@ class ModeTables:
         self.eos = eos  # bool per id: an end-of-sequence id
         self.index: dict[object, int] = {}
         # tuples, not lists: untracked by the cycle collector (see ByteTables)
-        self.texts: tuple[str | None, ...] = ()
+        self._mode_texts: list[tuple[str | None, ...]] = []  # each mode's text per id
+        self._texts: tuple[str | None, ...] | None = ()  # `texts`, joined at the first ask after a mode is added
         self.entries = np.zeros(0, dtype=TOKEN_ENTRY)  # the compiled step's view of every id
         self.utf8 = b""  # the bytes of the ids too long to fit in their entry
         self.pieces: list[tuple[bytes, ...]] = []  # each mode's bytes per id
@@ -55,6 +57,9 @@ class ModeTables:
         # (`restricted_chain`); `switching` once any does
         self.shift = np.empty(0, dtype=np.int8)
         self.switching = False
+        # the per-(mode, id) arrays above are views of these, which keep room for more modes: a
+        # mode added copies its own records only, not every mode's before it
+        self._room: dict[str, np.ndarray] = {}
 
     def restricted_mode(self, tables: ByteTables, spec: ModeSpec, key: object) -> int:
         """A mode with the text of `tables`'s as `spec` changes it, named by `key`. A copy of the
@@ -67,7 +72,7 @@ class ModeTables:
         base = self.mode_of(tables)
         n = self.vocab
         span = slice(base * n, (base + 1) * n)
-        texts = self.texts[span]
+        texts = self._mode_texts[base]
         pieces = self.pieces[base]
         lengths = self.lengths[span].copy()
         entries = self.entries[span].copy()  # the same spilled bytes in `utf8`
@@ -105,15 +110,11 @@ class ModeTables:
             texts = [prefix + t if p and t is not None else t for t, p in zip(texts, prefixed.tolist())]
             lengths += prefixed * len(prefix)
         m = self.index[index_key] = len(self.index)
-        self.texts = self.texts + tuple(texts)
+        self._add_texts(tuple(texts))
         self.pieces.append(tuple(pieces))
-        self.whole = np.concatenate([self.whole, self.whole[span]])
-        self.lengths = np.concatenate([self.lengths, lengths])
         self.restricted = self.restricted or not byte_ok.all()
-        self.byte_ok = np.concatenate([self.byte_ok, byte_ok])
         self.switching = self.switching or bool(shift.any())
-        self.shift = np.concatenate([self.shift, shift])
-        self.entries = np.concatenate([self.entries, entries])
+        self._append(whole=self.whole[span], lengths=lengths, byte_ok=byte_ok, shift=shift, entries=entries)
         return m
 
     def restricted_chain(self, tables: ByteTables, specs: list[ModeSpec], key: object) -> int:
@@ -142,19 +143,43 @@ class ModeTables:
             self.utf8 += block.utf8
             if len(self.utf8) >= 2**32:
                 raise ValueError("token bytes too long for the compiled step")
-            self.texts = self.texts + block.texts
+            self._add_texts(block.texts)
             self.pieces.append(block.pieces)
             self.restricted = self.restricted or not block.byte_ok.all()
             if not m:  # the first mode: the block's arrays as they are (read-only, shared)
                 self.whole, self.lengths, self.byte_ok, self.shift = block.whole, block.lengths, block.byte_ok, block.shift
                 self.entries = entries
             else:
-                self.whole = np.concatenate([self.whole, block.whole])
-                self.lengths = np.concatenate([self.lengths, block.lengths])
-                self.byte_ok = np.concatenate([self.byte_ok, block.byte_ok])
-                self.shift = np.concatenate([self.shift, block.shift])
-                self.entries = np.concatenate([self.entries, entries])
+                self._append(whole=block.whole, lengths=block.lengths, byte_ok=block.byte_ok, shift=block.shift,
+                             entries=entries)
         return m
+
+    @property
+    def texts(self) -> tuple[str | None, ...]:
+        """Every mode's text per id, concatenated (mode m's id t at m * vocab + t; None: not whole
+        characters). Joined when first asked for after a mode is added: a worker's steps never ask
+        (only an in-process caller's row texts and the numpy path do), so adding a mode costs no
+        pass over the modes before it."""
+        if self._texts is None:
+            self._texts = tuple(itertools.chain.from_iterable(self._mode_texts))
+        return self._texts
+
+    def _add_texts(self, texts: tuple[str | None, ...]) -> None:
+        self._mode_texts.append(texts)
+        self._texts = None
+
+    def _append(self, **more: np.ndarray) -> None:
+        """Each named per-(mode, id) array extended by a mode's records: written into the room
+        kept after it (the room doubled when full), the attribute a view of what is in use."""
+        for name, records in more.items():
+            now: np.ndarray = getattr(self, name)
+            used, need = len(now), len(now) + len(records)
+            room = self._room.get(name)
+            if room is None or len(room) < need:  # (the first mode's arrays are the block's own: no room)
+                room = self._room[name] = np.empty(max(need, 2 * used), dtype=now.dtype)
+                room[:used] = now
+            room[used:need] = records
+            setattr(self, name, room[:need])
 
     def block_of(self, tables: ByteTables) -> ModeBlock:
         """The records of a decode mode's tables over this vocabulary (as `mode_of` adds them)."""

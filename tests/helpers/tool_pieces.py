@@ -6,7 +6,9 @@ way a step of several ids would (never across a marker), so a test can replay an
 
 from __future__ import annotations
 
+import functools
 import random
+import re
 from collections.abc import Callable, Sequence
 
 from detok.parsing.registry import marker_token_ids
@@ -69,18 +71,33 @@ def text_pieces(text: str, markers: Sequence[str]) -> list[Piece]:
     """Pieces of `text` with the given marker strings cut out as marker pieces (no tokenizer: for
     markers added to a vocabulary), the text between them one piece per character."""
     out: list[Piece] = []
-    i = 0
-    ordered = sorted(markers, key=len, reverse=True)
-    while i < len(text):
-        for m in ordered:
-            if text.startswith(m, i):
-                out.append(Piece(m, m))
-                i += len(m)
-                break
+    for p in marker_runs(text, markers):
+        if p.marker is None:
+            out += map(Piece, p.text)
         else:
-            out.append(Piece(text[i]))
-            i += 1
+            out.append(p)
     return out
+
+
+def marker_runs(text: str, markers: Sequence[str]) -> list[Piece]:
+    """`text` with the given marker strings cut out as marker pieces (the longest that starts at
+    each point, left to right), each run of text between them one piece."""
+    out: list[Piece] = []
+    i = 0
+    for hit in _marker_pattern(tuple(markers)).finditer(text):
+        if hit.start() > i:
+            out.append(Piece(text[i : hit.start()]))
+        out.append(Piece(hit.group(), hit.group()))
+        i = hit.end()
+    if i < len(text):
+        out.append(Piece(text[i:]))
+    return out
+
+
+@functools.cache
+def _marker_pattern(markers: tuple[str, ...]) -> re.Pattern[str]:
+    ordered = sorted(markers, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, ordered)) if ordered else "(?!)")
 
 
 def added_marker_pieces(tok, text: str, markers: Sequence[str]) -> list[Piece]:  # type: ignore[no-untyped-def]

@@ -3,8 +3,8 @@ naming its source), on real vocabularies. Per case: the parsed result equals the
 step and all ids at once on each vocabulary its file names (the family's own first: markers as
 tokens; then markers as text, an older vocabulary), and for random regroupings (also cutting inside
 a token's text); in the worker, on the family's own vocabulary, random step sizes, one id per step and
-all at once agree, with stop strings on the raw text, and a replay from the start on a fresh worker
-after a cut mid-output gives the same result once."""
+all at once agree, with stop strings on the raw text, and a replay from the start after a cut
+mid-output (the request registered again on a worker) gives the same result once."""
 
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ _RIDS = itertools.count(1)
 
 
 @functools.cache
-def _core(name: str, which: int = 0) -> WorkerCore:
-    """A worker per vocabulary (`which`: a second one, for replays), each request a new rid: a
-    WorkerCore is costly to build and every request here ends."""
+def _core(name: str) -> WorkerCore:
+    """A worker per vocabulary, each request a new rid (a replay's: ended first): a WorkerCore
+    is costly to build (and each typed request's modes in it) and every request here ends."""
     return WorkerCore(vocabulary(name))
 
 
@@ -140,11 +140,12 @@ def test_a_replay_mid_output_gives_the_result_once(case: PeerCase) -> None:
     ids = vocabulary(name).encode(case.output)
     state = TypedState()
     rid, other = next(_RIDS), next(_RIDS)
-    # the first worker dies mid-output (it never sees the request's end); the second gets it all again
+    # the output is cut mid-way (what the worker sends after the cut, its end too, never arrives);
+    # the request is registered again and gets it all again, from the start
     first = assemble(run_request(_core(name), rid, ids[: len(ids) // 2], [2] * len(ids), case.parsing()), rid, state)
-    again = assemble(run_request(_core(name, 1), rid, ids, [3] * len(ids), case.parsing(), end=EndRequest(rid, "length")),
+    _core(name).handle_batch(DetokBatch(1, 0.0, [], b"", b"", b"", b"", [EndRequest(rid, "abort")]))  # (lost)
+    again = assemble(run_request(_core(name), rid, ids, [3] * len(ids), case.parsing(), end=EndRequest(rid, "length")),
                      rid, state, first)
     whole = assemble(run_request(_core(name), other, ids, [1] * len(ids), case.parsing(),
                                  end=EndRequest(other, "length")), other)
     assert _key(again) == _key(whole) and state.gaps == 0
-    _core(name).handle_batch(DetokBatch(1, 0.0, [], b"", b"", b"", b"", [EndRequest(rid, "length")]))  # freed

@@ -1,6 +1,6 @@
 """Hostile input for the tool-call families: huge arguments (linear, streamed as they arrive), broken
-JSON, calls cut off at every point, 1000 calls (MAX_TOOL_CALLS emitted, the rest dropped), names not
-in the request's tools, and the registry's errors."""
+JSON, calls cut off at every point, twice MAX_TOOL_CALLS calls (MAX_TOOL_CALLS emitted, the rest
+dropped), names not in the request's tools, and the registry's errors."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from detok.parsing.tools.core import MAX_TOOL_CALLS
 from detok.parsing.tools import HermesToolParser
 from detok.parsing.tools import Qwen3CoderToolParser
 from detok.parsing.types import OutputParsing, Piece
-from tests.helpers.tool_pieces import marker_ids, single_token_id, text_pieces, token_pieces
+from tests.helpers.tool_pieces import marker_ids, marker_runs, single_token_id, text_pieces, token_pieces
 from tests.helpers.tool_parsing import assert_valid_arguments, run_all_groupings, run_parser, tools_of
 
 # one call per family, as text with its markers
@@ -86,18 +86,22 @@ def test_cut_at_every_point_is_valid_and_grouping_free(name: str) -> None:
     assert full.content == "" and [c.name for c in full.calls] == ["f"]
 
 
+# as many calls again past the bound: each dropped one parsed through (one character a piece)
+MANY_CALLS = 2 * MAX_TOOL_CALLS
+
+
 @pytest.mark.parametrize("name", sorted(ONE_CALL))
-def test_a_thousand_calls_emit_max_tool_calls(name: str) -> None:
+def test_calls_past_the_bound_emit_max_tool_calls(name: str) -> None:
     family = tool_parser_class(name)
     text = ONE_CALL[name]
     if name in ("deepseek_v3", "deepseek_v31", "kimi_k2"):  # one section, many calls
         head, tail = text.index("<", 1), text.rindex("<")
-        text = text[:head] + text[head:tail] * 1000 + text[tail:]
+        text = text[:head] + text[head:tail] * MANY_CALLS + text[tail:]
     elif name in ("pythonic", "llama4_pythonic"):  # one list, many calls
         head, tail = text.index("[") + 1, text.rindex("]")
-        text = text[:head] + ", ".join([text[head:tail]] * 1000) + text[tail:]
+        text = text[:head] + ", ".join([text[head:tail]] * MANY_CALLS) + text[tail:]
     else:
-        text = (text + ("; " if name == "llama3_json" else "")) * 1000
+        text = (text + ("; " if name == "llama3_json" else "")) * MANY_CALLS
     pieces = text_pieces(text, family.markers)
     result = run_parser(family, pieces, tools=TOOLS, token_markers=frozenset(family.markers))
     assert len(result.calls) == MAX_TOOL_CALLS
@@ -112,21 +116,11 @@ def test_huge_arguments_stream_as_they_arrive(name: str) -> None:
     family = tool_parser_class(name)
     big = "x\\n\\u00e9\\\"" * 20000
     text = ONE_CALL[name].replace('"b"', f'"{big}"')
-    marker_pieces = text_pieces(text, family.markers)
     pieces: list[Piece] = []
-    run: list[str] = []
-    for p in marker_pieces:
-        if p.marker is None:
-            run.append(p.text)
-            if len(run) == 7:
-                pieces.append(Piece("".join(run)))
-                run = []
-        else:
-            if run:
-                pieces.append(Piece("".join(run)))
-                run = []
-            pieces.append(p)
-    pieces.append(Piece("".join(run)))
+    for p in marker_runs(text, family.markers):
+        pieces += [p] if p.marker is not None else [Piece(p.text[i : i + 7]) for i in range(0, len(p.text), 7)]
+    if pieces[-1].marker is not None or len(pieces[-1].text) == 7:
+        pieces.append(Piece(""))  # (and an empty piece last, unless the text ends mid-piece)
     parser = family(tools=TOOLS, token_markers=frozenset(family.markers), call_id=lambda i: f"id{i}")
     sent = silent = 0
     for p in pieces:

@@ -4,6 +4,7 @@ decoder: random batches give the same results and state on both paths."""
 from __future__ import annotations
 
 import codecs
+import itertools
 
 import numpy as np
 import pytest
@@ -88,12 +89,24 @@ def test_compiled_and_numpy_paths_agree_row_for_row(batches: list[list[tuple[int
 _TRICKY_BYTES = [0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEF, 0xF0, 0xF1, 0xF4, 0xF5, 0xFF]
 
 
-@pytest.mark.ci_examples(3000)  # cheap: its whole count in make test too
+def test_compiled_utf8_decoder_is_cpythons_on_every_short_sequence() -> None:
+    """The compiled step decodes held bytes itself: U+FFFD per maximal invalid subpart, an
+    incomplete tail kept (a truncated surrogate too), exactly as codecs.utf_8_decode(final=False).
+    Every sequence of one or two bytes, and of three and four of _TRICKY_BYTES (a byte of each
+    lead class and the ends of each continuation range: every rule of one character)."""
+    from detok._native._plainstep import decode_utf8
+
+    sequences = itertools.chain(*(itertools.product(range(256), repeat=k) for k in (1, 2)),
+                                *(itertools.product(_TRICKY_BYTES, repeat=k) for k in (3, 4)))
+    wrong = [data for data in map(bytes, sequences) if decode_utf8(data) != codecs.utf_8_decode(data, "replace", False)]
+    assert not wrong, wrong[:5]
+
+
+@pytest.mark.ci_examples(300)  # longer runs of characters: every one-character rule is checked above
 @settings(max_examples=3000, deadline=None)
 @given(data=st.lists(st.one_of(st.sampled_from(_TRICKY_BYTES), st.integers(0, 255)), max_size=12).map(bytes))
 def test_compiled_utf8_decoder_is_cpythons_incremental_replace_decoder(data: bytes) -> None:
-    """The compiled step decodes held bytes itself: U+FFFD per maximal invalid subpart, an
-    incomplete tail kept (a truncated surrogate too), exactly as codecs.utf_8_decode(final=False)."""
+    """Any bytes, several characters long: the same as codecs.utf_8_decode(final=False)."""
     from detok._native._plainstep import decode_utf8
 
     assert decode_utf8(data) == codecs.utf_8_decode(data, "replace", False)

@@ -5,6 +5,7 @@ grouping of the ids, on real vocabularies (markers as tokens, and as text on GPT
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -82,17 +83,28 @@ _CORES: dict[tuple[str, bool], WorkerCore] = {}  # insertion order: the oldest f
 _KEPT_CORES = 8
 
 
-def _core(tok, case: str, fast: bool) -> WorkerCore:  # type: ignore[no-untyped-def]
+def _core(tok, case: str, fast: bool, compiled: bool = True) -> WorkerCore:  # type: ignore[no-untyped-def]
     """A long-lived core per case and path, as a worker is (its tables and modes built once; the
     request's rid is reused after each run's end); the last _KEPT_CORES used are kept."""
-    core = _CORES.pop((case, fast), None)
+    core = _CORES.pop((case, fast, compiled), None)
     if core is None:
         core = WorkerCore(tok)
         core.table.typed_fast = fast
+        if compiled:
+            assert core.table.compiled, "the compiled extension is not built"
+        core.table.compiled = compiled
         while len(_CORES) >= _KEPT_CORES:
             del _CORES[next(iter(_CORES))]
-    _CORES[(case, fast)] = core
+    _CORES[(case, fast, compiled)] = core
     return core
+
+
+@functools.cache
+def _one_id_per_step_on_the_slow_path(case: str) -> Typed:
+    """The reference of the tests that send one id per step with the default parameters (the
+    parser fed every id): the same for every path and grouping, so made once per case."""
+    tok = getattr(vocabularies, CASES[case][0])()
+    return _run(tok, case, [1] * len(tok.encode(CASES[case][3])), fast=False)[0]
 
 
 def _run(tok, case: str, groups: list[int], fast: bool, params: DecodeParams = DecodeParams()) -> tuple[Typed, int, int]:  # type: ignore[no-untyped-def]
@@ -120,7 +132,7 @@ def tok(case):  # type: ignore[no-untyped-def]
 
 def test_one_id_per_step_is_mostly_on_the_compiled_path_and_exact(tok, case) -> None:  # type: ignore[no-untyped-def]
     n = len(tok.encode(CASES[case][3]))
-    slow, _, _ = _run(tok, case, [1] * n, fast=False)
+    slow = _one_id_per_step_on_the_slow_path(case)
     fast, kinds, rows = _run(tok, case, [1] * n, fast=True)
     assert fast.key() == slow.key()
     assert slow.reasoning and not fast.text
@@ -254,11 +266,8 @@ def test_many_requests_at_once_give_each_the_slow_paths_result(tok, case, compil
 
     _, reasoning, tool, text = CASES[case]
     ids = tok.encode(text)
-    want, _, _ = _run(tok, case, [1] * len(ids), fast=False)
-    core = WorkerCore(tok)
-    if compiled:
-        assert core.table.compiled, "the compiled extension is not built"
-    core.table.compiled = compiled
+    want = _one_id_per_step_on_the_slow_path(case)
+    core = _core(tok, case, True, compiled)  # (the compiled one: the other tests' fast core, its modes built)
     parsing = OutputParsing(reasoning, tool, TOOLS if tool else ())
     rids = list(range(100, 112))
     regs = [Registration(r, REPLY_TO, [], DecodeParams(), parsing=parsing) for r in rids]
@@ -320,7 +329,7 @@ def test_past_the_mode_bound_requests_stay_off_the_path_and_exact(monkeypatch) -
     case = "hermes escapes"
     _, reasoning, tool, text = CASES[case]
     ids = tok.encode(text)
-    want, _, _ = _run(tok, case, [1] * len(ids), fast=False)
+    want = _one_id_per_step_on_the_slow_path(case)
     # room for the first (reasoning) mode only: none for a chain of up to two after it
     monkeypatch.setattr(typed_fast, "MAX_TYPED_MODES", 2)
     core = WorkerCore(tok)
