@@ -1,0 +1,132 @@
+"""The decode-plan check's outcome kept in the cache folder: a second process's load of the same
+tokenizer reads it back instead of checking again, and anything that changes what was checked
+(the tokenizer's file, its class, a damaged entry) checks again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers
+
+from detok.stream import plan_cache
+from detok.stream.strategy import prepare_decoding
+from detok.tokenizer.hf import HFTokenizer
+
+
+def _write_tokenizer(folder: Path, decoder: decoders.Decoder) -> Path:
+    """A real byte-level BPE tokenizer.json: the 256 byte tokens, a few merges, two specials."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {c: i for i, c in enumerate(sorted(alphabet))}
+    merges = [("h", "e"), ("l", "l"), ("he", "ll")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    tok = tokenizers.Tokenizer(models.BPE(vocab, merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoder
+    tok.add_special_tokens(["<|end|>", "<|start|>"])
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("DETOK_CACHE_DIR", str(folder))
+    return folder
+
+
+def _entries(cache: Path) -> list[Path]:
+    return sorted((cache / "decode-plans").glob("*.msgpack"))
+
+
+def _checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sources whose byte map was derived (what a read-back skips)."""
+    calls: list[str] = []
+    derive = HFTokenizer.byte_decoding
+
+    def counted(self: HFTokenizer):  # type: ignore[no-untyped-def]
+        calls.append(self.source)
+        return derive(self)
+
+    monkeypatch.setattr(HFTokenizer, "byte_decoding", counted)
+    return calls
+
+
+def test_a_second_load_reads_the_checked_plan_back(tmp_path: Path, cache: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _write_tokenizer(tmp_path / "tok", decoders.ByteLevel())
+    checks = _checks(monkeypatch)
+    first = prepare_decoding(HFTokenizer.from_path(folder))
+    assert first.strategy == "bytes" and len(checks) == 1 and len(_entries(cache)) == 1
+    again = HFTokenizer.from_path(folder)
+    second = prepare_decoding(again)
+    assert len(checks) == 1, "the second load checked again"
+    assert second.strategy == "bytes" and second.reason == first.reason
+    assert first.decoding is not None and second.decoding is not None
+    assert second.decoding.pieces == first.decoding.pieces
+    assert second.decoding.special_ids == again.special_ids
+    # the tables are built before the plan is handed out, as the check builds them
+    assert set(second._tables) == set(first._tables)
+    ids = again.encode("hello <|end|> héllo", add_special_tokens=False)
+    for skip, spaces in ((True, True), (False, False), (False, True)):
+        dec = second.text_decoder(skip, spaces, ())
+        assert dec.push(ids) + dec.flush() == again.decode(ids, skip_special_tokens=skip,
+                                                           spaces_between_special_tokens=spaces)
+
+
+def test_a_changed_file_a_damaged_entry_or_a_subclass_checks_again(tmp_path: Path, cache: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _write_tokenizer(tmp_path / "tok", decoders.ByteLevel())
+    checks = _checks(monkeypatch)
+    prepare_decoding(HFTokenizer.from_path(folder))
+    [entry] = _entries(cache)
+    entry.write_bytes(entry.read_bytes()[:100])  # cut short
+    prepare_decoding(HFTokenizer.from_path(folder))
+    assert len(checks) == 2 and entry.stat().st_size > 100, "a damaged entry is checked again and rewritten"
+
+    class Renamed(HFTokenizer):
+        pass
+
+    prepare_decoding(Renamed.from_path(folder))
+    assert len(checks) == 3, "another class (its decode may differ) is checked itself"
+
+    data = json.loads((folder / "tokenizer.json").read_text())
+    data["model"]["merges"] = data["model"]["merges"][:2]  # "hell" is no longer made
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+    prepare_decoding(HFTokenizer.from_path(folder))
+    assert len(checks) == 4, "a rewritten file is checked again"
+    assert len(_entries(cache)) == 3
+
+
+def test_a_map_that_does_not_verify_is_refused_from_the_kept_outcome_too(tmp_path: Path, cache: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # A ByteLevel-shaped claim over a decoder that replaces "l": every "l" token decodes to "L".
+    folder = _write_tokenizer(tmp_path / "tok", decoders.Sequence([decoders.ByteLevel(), decoders.Replace("l", "L")]))
+    checks = _checks(monkeypatch)
+    monkeypatch.setattr(HFTokenizer, "byte_decoding", lambda self: (checks.append(self.source),
+                                                                    _bytelevel_claim(self))[1])
+    plan = prepare_decoding(HFTokenizer.from_path(folder))
+    assert plan.strategy == "window" and "byte map gives" in plan.reason
+    with pytest.raises(ValueError, match="not exact"):
+        prepare_decoding(HFTokenizer.from_path(folder), "bytes")
+    assert len(checks) == 1, "the second load read the failed check back"
+    again = prepare_decoding(HFTokenizer.from_path(folder))
+    assert again.strategy == "window" and again.reason == plan.reason
+
+
+def _bytelevel_claim(tok: HFTokenizer):  # type: ignore[no-untyped-def]
+    from detok.tokenizer.byte_pieces import byte_decoding_from_decoder
+
+    return byte_decoding_from_decoder({"type": "ByteLevel"}, tok.vocab_size, tok.id_to_token, tok.special_ids)
+
+
+def test_no_digest_keeps_nothing(cache: Path) -> None:
+    tok = HFTokenizer(tokenizers.Tokenizer.from_file(str(_write_tokenizer(cache.parent / "t", decoders.ByteLevel())
+                                                         / "tokenizer.json")), "in memory")
+    assert tok.content_digest is None
+    assert prepare_decoding(tok).strategy == "bytes"
+    assert _entries(cache) == [] and plan_cache.load_checked(tok) is None
