@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers
@@ -87,18 +88,24 @@ def test_a_changed_file_a_damaged_entry_or_a_subclass_checks_again(tmp_path: Pat
     entry.write_bytes(entry.read_bytes()[:100])  # cut short
     prepare_decoding(HFTokenizer.from_path(folder))
     assert len(checks) == 2 and entry.stat().st_size > 100, "a damaged entry is checked again and rewritten"
+    kept = msgspec.msgpack.decode(entry.read_bytes(), type=plan_cache.CheckedPlan)
+    assert kept.pieces is not None
+    entry.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(kept, pieces=kept.pieces[:-1])))
+    prepare_decoding(HFTokenizer.from_path(folder))
+    assert len(checks) == 3, "an entry that does not fit the tokenizer is checked again"
 
     class Renamed(HFTokenizer):
         pass
 
+    Renamed.__module__ = HFTokenizer.__module__  # only the class differs
     prepare_decoding(Renamed.from_path(folder))
-    assert len(checks) == 3, "another class (its decode may differ) is checked itself"
+    assert len(checks) == 4, "another class (its decode may differ) is checked itself"
 
     data = json.loads((folder / "tokenizer.json").read_text())
     data["model"]["merges"] = data["model"]["merges"][:2]  # "hell" is no longer made
     (folder / "tokenizer.json").write_text(json.dumps(data))
     prepare_decoding(HFTokenizer.from_path(folder))
-    assert len(checks) == 4, "a rewritten file is checked again"
+    assert len(checks) == 5, "a rewritten file is checked again"
     assert len(_entries(cache)) == 3
 
 
