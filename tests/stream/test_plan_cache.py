@@ -4,6 +4,7 @@ tokenizer reads it back instead of checking again, and anything that changes wha
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -137,3 +138,22 @@ def test_no_digest_keeps_nothing(cache: Path) -> None:
     assert tok.content_digest is None
     assert prepare_decoding(tok).strategy == "bytes"
     assert _entries(cache) == [] and plan_cache.load_checked(tok) is None
+
+
+def test_a_tiktoken_file_is_read_back_and_its_special_tokens_are_part_of_the_key(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from detok.tokenizer.tiktoken_backend import TiktokenTokenizer, load_tiktoken
+
+    ranks = tmp_path / "bytes.tiktoken"
+    ranks.write_text("".join(f"{base64.b64encode(bytes([b])).decode()} {b}\n" for b in range(256)))
+    calls: list[str] = []
+    derive = TiktokenTokenizer.byte_decoding
+    monkeypatch.setattr(TiktokenTokenizer, "byte_decoding", lambda self: (calls.append(self.source), derive(self))[1])
+    first = prepare_decoding(load_tiktoken(str(ranks), special_tokens={"<|end|>": 256}))
+    again = prepare_decoding(load_tiktoken(str(ranks), special_tokens={"<|end|>": 256}))
+    assert first.strategy == again.strategy == "bytes" and len(calls) == 1
+    assert again.decoding is not None and first.decoding is not None
+    assert again.decoding.pieces == first.decoding.pieces
+    # the same ids, the special token spelled otherwise: another tokenizer, checked itself
+    other = prepare_decoding(load_tiktoken(str(ranks), special_tokens={"<|stop|>": 256}))
+    assert len(calls) == 2 and other.decoding is not None and other.decoding.pieces[256] == b"<|stop|>"
