@@ -8,7 +8,7 @@ why there is none); the others read it back. An entry is keyed by the tokenizer'
 code that derived and checked the map, so a change to any of them is a miss and checks again.
 A tokenizer without a digest, or an entry that cannot be read or does not fit the tokenizer, is
 checked as if there were no cache; a folder that cannot be written only costs the next process
-the check.
+the check. At most `MAX_KEPT_PLANS` entries are kept, the oldest removed first.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import importlib
 import logging
 from functools import lru_cache
 from pathlib import Path
+from typing import Final
 
 import msgspec
 
@@ -26,6 +27,9 @@ from detok.tokenizer.base import ByteDecoding, Tokenizer
 log = logging.getLogger("detok.stream")
 
 _FOLDER = "decode-plans"
+# entries kept at most (each a vocabulary's bytes, ~1 MB for 150K ids): a new one removes the
+# oldest beyond it, so tokenizers and detok versions tried over time do not pile up
+MAX_KEPT_PLANS: Final = 16
 # the modules whose code decides the outcome (the tokenizer's own module is added per class)
 _CHECKING_MODULES = ("detok.stream.strategy", "detok.stream.byte_text", "detok.tokenizer.byte_pieces",
                      "detok.tokenizer.base", __name__)
@@ -102,5 +106,20 @@ def store_checked(tokenizer: Tokenizer, decoding: ByteDecoding | None, reason: s
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, msgspec.msgpack.encode(plan))
+        _remove_oldest(path.parent, keep=path)
     except OSError as e:
         log.debug("decode plan of %s not kept in %s: %s", tokenizer.source, path.parent, e)
+
+
+def _remove_oldest(folder: Path, keep: Path) -> None:
+    """Entries beyond MAX_KEPT_PLANS, oldest first (never `keep`, the one just written)."""
+    dated = []
+    for entry in folder.glob("*.msgpack"):
+        try:
+            dated.append((entry.stat().st_mtime, entry))
+        except OSError:  # removed meanwhile by another process
+            continue
+    dated.sort(reverse=True)
+    for _, entry in dated[MAX_KEPT_PLANS:]:
+        if entry != keep:
+            entry.unlink(missing_ok=True)

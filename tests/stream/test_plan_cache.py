@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import msgspec
@@ -157,3 +158,17 @@ def test_a_tiktoken_file_is_read_back_and_its_special_tokens_are_part_of_the_key
     # the same ids, the special token spelled otherwise: another tokenizer, checked itself
     other = prepare_decoding(load_tiktoken(str(ranks), special_tokens={"<|stop|>": 256}))
     assert len(calls) == 2 and other.decoding is not None and other.decoding.pieces[256] == b"<|stop|>"
+
+
+def test_the_oldest_entries_beyond_the_bound_are_removed(tmp_path: Path, cache: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plan_cache, "MAX_KEPT_PLANS", 2)
+    folder = _write_tokenizer(tmp_path / "tok", decoders.ByteLevel())
+    old = cache / "decode-plans"
+    old.mkdir(parents=True)
+    for age, name in enumerate(("a", "b", "c")):  # three entries of other tokenizers, "a" the oldest
+        (old / f"{name}.msgpack").write_bytes(b"x")
+        os.utime(old / f"{name}.msgpack", (1000 + age, 1000 + age))
+    prepare_decoding(HFTokenizer.from_path(folder))
+    kept = {p.name for p in _entries(cache)}
+    assert len(kept) == 2 and "c.msgpack" in kept and not kept & {"a.msgpack", "b.msgpack"}
