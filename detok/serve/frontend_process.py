@@ -57,10 +57,10 @@ class FrontendParts:
 
 
 def import_frontend() -> None:
-    """Import the HTTP app and server ahead of `serve_frontend` (about a second of CPU: fastapi,
-    pydantic models, uvicorn). `detok serve` runs this in a thread while its stack starts, where
-    the process otherwise only waits for its workers; a failure here is left to `serve_frontend`'s
-    own imports to report."""
+    """Import the HTTP app and server ahead of `serve_frontend` (fastapi, its pydantic models and
+    uvicorn: the largest part of this process's start). `detok serve` runs this in a thread while
+    its stack starts, where the process otherwise only waits for its workers; a failure here is
+    left to `serve_frontend`'s own imports to report."""
     try:
         import uvicorn  # noqa: F401
 

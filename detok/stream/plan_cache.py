@@ -27,7 +27,7 @@ from detok.tokenizer.base import ByteDecoding, Tokenizer
 log = logging.getLogger("detok.stream")
 
 _FOLDER = "decode-plans"
-# entries kept at most (each a vocabulary's bytes, ~1 MB for 150K ids): a new one removes the
+# entries kept at most (each holds a vocabulary's bytes): a new one removes the
 # oldest beyond it, so tokenizers and detok versions tried over time do not pile up
 MAX_KEPT_PLANS: Final = 16
 # the modules whose code decides the outcome (the tokenizer's own module is added per class)
