@@ -8,14 +8,20 @@ why there is none); the others read it back. An entry is keyed by the tokenizer'
 code that derived and checked the map, so a change to any of them is a miss and checks again.
 A tokenizer without a digest, or an entry that cannot be read or does not fit the tokenizer, is
 checked as if there were no cache; a folder that cannot be written only costs the next process
-the check. At most `MAX_KEPT_PLANS` entries are kept, the oldest removed first.
+the check. At most `MAX_KEPT_PLANS` entries are kept, the oldest removed first. Processes that
+start together take turns (`one_checker`): the first checks, the others wait for its outcome.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib
 import logging
+import os
+import time
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Final
@@ -30,6 +36,10 @@ _FOLDER = "decode-plans"
 # entries kept at most (each holds a vocabulary's bytes): a new one removes the
 # oldest beyond it, so tokenizers and detok versions tried over time do not pile up
 MAX_KEPT_PLANS: Final = 16
+# how long a process waits for another that is checking (a pool's workers start together): past it,
+# it checks itself (the other may hang)
+CHECK_WAIT_S: Final = 30.0
+_LOCK_POLL_S: Final = 0.02
 # the modules whose code decides the outcome (the tokenizer's own module is added per class)
 _CHECKING_MODULES = ("detok.stream.strategy", "detok.stream.byte_text", "detok.tokenizer.byte_pieces",
                      "detok.tokenizer.base", __name__)
@@ -73,6 +83,39 @@ def _entry_path(tokenizer: Tokenizer) -> Path | None:
     from detok.tokenizer.default import cache_folder  # (the tokenizers library: only where a digest is)
 
     return cache_folder() / _FOLDER / f"{key.hexdigest()[:32]}.msgpack"
+
+
+@contextlib.contextmanager
+def one_checker(tokenizer: Tokenizer) -> Iterator[None]:
+    """Held around read-back-or-check: processes that start together (a pool's workers) check
+    one at a time, so the first checks and the others read its outcome back. One lock for the
+    folder (a lock file per entry would outlive its entry); without a digest or a folder that can
+    be locked, nothing is held."""
+    path = _entry_path(tokenizer)
+    if path is None:
+        yield
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.parent / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + CHECK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    log.warning("another process has been checking a tokenizer for %g s: %s checks itself",
+                                CHECK_WAIT_S, tokenizer.source)
+                    break
+                time.sleep(_LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
 
 
 def load_checked(tokenizer: Tokenizer) -> CheckedPlan | None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from detok.stream.byte_text import ByteTables, ByteTextDecoder, raw_added_changes_text
-from detok.stream.plan_cache import load_checked, store_checked
+from detok.stream.plan_cache import load_checked, one_checker, store_checked
 from detok.stream.window_text import WindowTextDecoder
 from detok.tokenizer.base import ByteDecoding, Tokenizer
 
@@ -122,19 +122,20 @@ def _choose(tokenizer: Tokenizer, strategy: Strategy | None) -> DecodePlan:
     t0 = time.perf_counter()
     problem: str | None
     tables: dict[str, ByteTables] = {}
-    checked = load_checked(tokenizer)  # another process checked this very tokenizer already
+    with one_checker(tokenizer):
+        checked = load_checked(tokenizer)  # another process checked this very tokenizer already
+        if checked is None:
+            decoding = tokenizer.byte_decoding()
+            if decoding is None:
+                problem = "the decoder is not a per-token byte map"
+            else:
+                problem, tables = _verify(tokenizer, decoding)
+            store_checked(tokenizer, decoding if problem is None else None, problem or _VERIFIED)
     if checked is not None:
         decoding = checked.decoding()
         problem = checked.reason if decoding is None else None
         if decoding is not None:
             tables = _build_mode_tables(tokenizer, decoding)
-    else:
-        decoding = tokenizer.byte_decoding()
-        if decoding is None:
-            problem = "the decoder is not a per-token byte map"
-        else:
-            problem, tables = _verify(tokenizer, decoding)
-        store_checked(tokenizer, decoding if problem is None else None, problem or _VERIFIED)
     if problem is None:
         assert decoding is not None
         log.info("byte-table decoding %s for %s in %.2fs", "read back" if checked else "verified", tokenizer.source,

@@ -5,8 +5,10 @@ tokenizer reads it back instead of checking again, and anything that changes wha
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
+import threading
 from pathlib import Path
 
 import msgspec
@@ -172,3 +174,40 @@ def test_the_oldest_entries_beyond_the_bound_are_removed(tmp_path: Path, cache: 
     prepare_decoding(HFTokenizer.from_path(folder))
     kept = {p.name for p in _entries(cache)}
     assert len(kept) == 2 and "c.msgpack" in kept and not kept & {"a.msgpack", "b.msgpack"}
+
+
+def _hold_the_lock(cache: Path) -> int:
+    (cache / "decode-plans").mkdir(parents=True, exist_ok=True)
+    fd = os.open(cache / "decode-plans" / ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_a_process_waits_for_the_one_checking_and_reads_its_outcome(tmp_path: Path, cache: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _write_tokenizer(tmp_path / "tok", decoders.ByteLevel())
+    checks = _checks(monkeypatch)
+    fd = _hold_the_lock(cache)  # as a worker that is checking this tokenizer does
+    done: list[str] = []
+    waiter = threading.Thread(target=lambda: done.append(prepare_decoding(HFTokenizer.from_path(folder)).strategy))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and checks == [], "it did not wait for the process holding the lock"
+    checker = HFTokenizer.from_path(folder)  # that process's outcome, kept as it finishes
+    plan_cache.store_checked(checker, _bytelevel_claim(checker), "byte map verified against decode()")
+    os.close(fd)
+    waiter.join(30)
+    assert done == ["bytes"] and checks == [], "the waiting process checked again instead of reading back"
+
+
+@pytest.mark.timeout(30)
+def test_a_process_that_holds_the_lock_too_long_is_not_waited_for(tmp_path: Path, cache: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plan_cache, "CHECK_WAIT_S", 0.2)
+    folder = _write_tokenizer(tmp_path / "tok", decoders.ByteLevel())
+    checks = _checks(monkeypatch)
+    fd = _hold_the_lock(cache)
+    try:
+        assert prepare_decoding(HFTokenizer.from_path(folder)).strategy == "bytes" and len(checks) == 1
+    finally:
+        os.close(fd)
