@@ -56,6 +56,19 @@ class FrontendParts:
     insecure: bool = False
 
 
+def import_frontend() -> None:
+    """Import the HTTP app and server ahead of `serve_frontend` (fastapi, its pydantic models and
+    uvicorn: the largest part of this process's start). `detok serve` runs this in a thread while
+    its stack starts, where the process otherwise only waits for its workers; a failure here is
+    left to `serve_frontend`'s own imports to report."""
+    try:
+        import uvicorn  # noqa: F401
+
+        import detok.api.app  # noqa: F401
+    except Exception:  # noqa: BLE001 - reported where the frontend really imports it
+        log.debug("importing the frontend ahead failed", exc_info=True)
+
+
 def serve_frontend(cfg: ServeConfig, parts: FrontendParts, listener: socket.socket,
                    on_server: Callable[[uvicorn.Server], None] | None = None) -> None:
     """Serve HTTP on `listener` until a signal stops the server (drained, see detok.serve.shutdown)."""

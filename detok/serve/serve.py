@@ -202,6 +202,12 @@ def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
     scheduler = f"the reference engine on {cfg.model}" if cfg.model else "the scheduler stub"
     print(f"detok serve: starting {cfg.workers} detok workers and {scheduler} ...", file=sys.stderr, flush=True)
     t0 = time.monotonic()
+    ahead = None
+    if cfg.frontends == 1:  # this process serves HTTP: its imports overlap the workers' start
+        from detok.serve.frontend_process import import_frontend
+
+        ahead = threading.Thread(target=import_frontend, name="detok-frontend-import", daemon=True)
+        ahead.start()
     try:
         stack.start()
     except StackStartError as e:
@@ -210,6 +216,9 @@ def _start_stack(cfg: ServeConfig, metrics_root: str) -> Stack:
     except BaseException:
         stack.close()
         raise
+    finally:
+        if ahead is not None:
+            ahead.join()  # (bounded: imports; never a half-imported module left at exit)
     print(f"detok serve: stack ready in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     log.info("process tree: frontend %d, scheduler stub %s, detok workers %s", os.getpid(), stack.stub_pid,
              stack.pool.pids() if stack.pool is not None else [])

@@ -3,7 +3,8 @@
 A backend may claim its decoder is a per-token byte map (`Tokenizer.byte_decoding`). The claim is
 verified here on the tokenizer itself — every id alone, every special token in both skip modes, and
 random multi-token sequences in every decode mode — never assumed from a name. A claim that fails
-falls back to the window diff, which is exact for any `decode`.
+falls back to the window diff, which is exact for any `decode`. The outcome is kept on disk for
+the next process that loads the same tokenizer (`detok.stream.plan_cache`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from detok.stream.byte_text import ByteTables, ByteTextDecoder, raw_added_changes_text
+from detok.stream.plan_cache import load_checked, one_checker, store_checked
 from detok.stream.window_text import WindowTextDecoder
 from detok.tokenizer.base import ByteDecoding, Tokenizer
 
@@ -24,6 +26,7 @@ Strategy = Literal["bytes", "window"]
 TextDecoder = ByteTextDecoder | WindowTextDecoder
 
 _PLAN_ATTR = "_detok_decode_plan"
+_VERIFIED = "byte map verified against decode()"
 _MODES = ((True, True), (False, False), (False, True))  # (skip_special_tokens, spaces_between_special_tokens)
 # The byte tables of a tokenizer: special tokens skipped, kept, or kept with vLLM's raw-added rule
 _SKIP, _KEEP, _RAW = "skip", "keep", "raw"
@@ -117,19 +120,53 @@ def _choose(tokenizer: Tokenizer, strategy: Strategy | None) -> DecodePlan:
     if strategy == "window":
         return DecodePlan(tokenizer, "window", None, "requested")
     t0 = time.perf_counter()
-    decoding = tokenizer.byte_decoding()
-    if decoding is None:
-        problem: str | None = "the decoder is not a per-token byte map"
-    else:
-        problem, tables = _verify(tokenizer, decoding)
+    problem: str | None
+    tables: dict[str, ByteTables] = {}
+    with one_checker(tokenizer):
+        checked = load_checked(tokenizer)  # another process checked this very tokenizer already
+        if checked is None:
+            decoding = tokenizer.byte_decoding()
+            if decoding is None:
+                problem = "the decoder is not a per-token byte map"
+            else:
+                problem, tables = _verify(tokenizer, decoding)
+            store_checked(tokenizer, decoding if problem is None else None, problem or _VERIFIED)
+    if checked is not None:
+        decoding = checked.decoding()
+        problem = checked.reason if decoding is None else None
+        if decoding is not None:
+            tables = _build_mode_tables(tokenizer, decoding)
     if problem is None:
-        log.info("byte-table decoding verified for %s in %.2fs", tokenizer.source, time.perf_counter() - t0)
+        assert decoding is not None
+        log.info("byte-table decoding %s for %s in %.2fs", "read back" if checked else "verified", tokenizer.source,
+                 time.perf_counter() - t0)
         # the tables the check built are the plan's: a large vocabulary's take a pass over every id
-        return DecodePlan(tokenizer, "bytes", decoding, "byte map verified against decode()", tables)
+        return DecodePlan(tokenizer, "bytes", decoding, _VERIFIED, tables)
     if strategy == "bytes":
         raise ValueError(f"byte-table decoding is not exact for {tokenizer.source}: {problem}")
     log.info("window-diff decoding for %s: %s", tokenizer.source, problem)
     return DecodePlan(tokenizer, "window", None, problem)
+
+
+def _mode_tables(tokenizer: Tokenizer, decoding: ByteDecoding,
+                 built: dict[str, ByteTables]) -> dict[tuple[bool, bool], ByteTables]:
+    """Each decode mode's tables (None-kind modes left out), the ones built added to `built`."""
+    modes = {}
+    for skip, spaces in _MODES:
+        kind = _table_kind(tokenizer, decoding, skip, spaces)
+        if kind is not None:
+            if kind not in built:  # (modes that give the same text share one table)
+                built[kind] = _build_tables(tokenizer, decoding, kind)
+            modes[skip, spaces] = built[kind]
+    return modes
+
+
+def _build_mode_tables(tokenizer: Tokenizer, decoding: ByteDecoding) -> dict[str, ByteTables]:
+    """Every kind of table the decode modes use, built now, as the check builds them: never on a
+    request's path."""
+    built: dict[str, ByteTables] = {}
+    _mode_tables(tokenizer, decoding, built)
+    return built
 
 
 def _byte_model_decode(tables: ByteTables, ids: Sequence[int]) -> str:
@@ -166,13 +203,7 @@ def _verify(tokenizer: Tokenizer, decoding: ByteDecoding, samples: int = 300,
     if special != tokenizer.special_ids:
         return "byte map's special ids differ from the tokenizer's", built
     pieces = decoding.pieces
-    modes = {}
-    for skip, spaces in _MODES:
-        kind = _table_kind(tokenizer, decoding, skip, spaces)
-        if kind is not None:
-            if kind not in built:  # (modes that give the same text share one table)
-                built[kind] = _build_tables(tokenizer, decoding, kind)
-            modes[skip, spaces] = built[kind]
+    modes = _mode_tables(tokenizer, decoding, built)
     # Every id alone (specials kept), and every special skipped.
     decode_one = tokenizer._decode_ids
     strip = decoding.strip_leading_space

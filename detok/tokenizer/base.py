@@ -93,6 +93,10 @@ class Tokenizer(ABC):
     # its own segment, segments joined by " ". Only a backend whose reference is such a tokenizer
     # sets it (a user Python class may); every native decoder inserts nothing (vLLM v1, SGLang).
     slow_special_spacing: bool = False
+    # A digest of everything `decode` depends on (the files and library a backend loaded), where
+    # the backend knows it: it keys what is derived from decode and kept on disk (the verified
+    # decode plan, `detok.stream.plan_cache`). None: nothing derived from decode is kept.
+    content_digest: str | None = None
 
     def __init__(self, source: str) -> None:
         self.source = source

@@ -27,7 +27,8 @@ def _package_folder() -> resources.abc.Traversable:
     return resources.files("detok") / "_data" / DEFAULT_TOKENIZER_NAME
 
 
-def _cache_root() -> Path:
+def cache_folder() -> Path:
+    """detok's cache folder: DETOK_CACHE_DIR, else $XDG_CACHE_HOME/detok or ~/.cache/detok."""
     explicit = os.environ.get("DETOK_CACHE_DIR")
     if explicit:
         return Path(explicit)
@@ -35,9 +36,9 @@ def _cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "detok"
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    # Several processes may materialise the folder at once: each writes a private temp file and
-    # renames it into place, so no reader ever sees a half-written tokenizer.json.
+def write_atomically(path: Path, data: bytes) -> None:
+    """Several processes may write one file of the cache folder at once (a pool's workers): each
+    writes a private temp file and renames it into place, so no reader sees a half-written file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -52,9 +53,9 @@ def _materialise(folder: Path, compressed: bytes) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     package = _package_folder()
     for name in _FILES:
-        _write_atomically(folder / name, (package / name).read_bytes())
+        write_atomically(folder / name, (package / name).read_bytes())
     # tokenizer.json last: its presence marks the folder complete
-    _write_atomically(folder / "tokenizer.json", lzma.decompress(compressed))
+    write_atomically(folder / "tokenizer.json", lzma.decompress(compressed))
 
 
 def default_tokenizer_dir(cache_root: Path | None = None) -> Path:
@@ -68,7 +69,7 @@ def default_tokenizer_dir(cache_root: Path | None = None) -> Path:
     if cache_root is not None:
         roots = [cache_root]
     else:
-        roots = [_cache_root(), Path(tempfile.gettempdir()) / f"detok-{os.getuid()}"]
+        roots = [cache_folder(), Path(tempfile.gettempdir()) / f"detok-{os.getuid()}"]
     last_error: OSError | None = None
     for root in roots:
         folder = root / f"{DEFAULT_TOKENIZER_NAME}-{digest}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -103,7 +104,10 @@ class HFTokenizer(StoredVocabularyTokenizer):
         if not file.is_file():
             raise TokenizerLoadError(src, f"no tokenizer.json in {folder}")
         try:
-            tok = tokenizers.Tokenizer.from_file(str(file))
+            data = file.read_bytes()  # read once: the digest is of exactly what is loaded
+            tok = tokenizers.Tokenizer.from_buffer(data)
+        except OSError as e:
+            raise TokenizerLoadError(src, f"cannot read {file}: {e.strerror}") from None
         except Exception as e:  # the Rust parser's errors are plain Exceptions
             read_json(file, src)  # corrupt JSON gets its own clear message
             raise TokenizerLoadError(src, f"{file.name} is not a tokenizers file ({e})") from None
@@ -119,7 +123,10 @@ class HFTokenizer(StoredVocabularyTokenizer):
         if (folder / "generation_config.json").is_file():
             eos = read_json(folder / "generation_config.json", src).get("eos_token_id")
             extra_eos = [e for e in (eos if isinstance(eos, list) else [eos]) if isinstance(e, int)]
-        return cls(tok, src, config=config, chat_template=template, extra_eos_ids=extra_eos)
+        loaded = cls(tok, src, config=config, chat_template=template, extra_eos_ids=extra_eos)
+        # decode depends on tokenizer.json and the library that runs it (the config names tokens)
+        loaded.content_digest = hashlib.sha256(f"tokenizers {tokenizers.__version__}\n".encode() + data).hexdigest()
+        return loaded
 
     # ---- protocol ---------------------------------------------------------------------------
     @property

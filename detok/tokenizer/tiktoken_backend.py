@@ -12,6 +12,7 @@ The presets live in `tiktoken_presets.py`, loading by name from tiktoken's cache
 from __future__ import annotations
 
 import binascii
+import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -199,13 +200,9 @@ def _load_by_name(source: str) -> TiktokenTokenizer:
 
 
 # ---- loading a local file -----------------------------------------------------------------------
-def _read_ranks(path: Path, source: str) -> dict[bytes, int]:
+def _read_ranks(data: bytes, path: Path, source: str) -> dict[bytes, int]:
     # parsed here rather than with tiktoken.load.load_tiktoken_bpe, which copies local files into
     # its cache keyed by path and would serve a stale copy after the file changes
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise TokenizerLoadError(source, f"cannot read {path}: {e.strerror}") from None
     ranks: dict[bytes, int] = {}
     unbase64 = binascii.a2b_base64
     for lineno, line in enumerate(data.splitlines(), 1):
@@ -250,7 +247,11 @@ def _check_options(options: Mapping[str, Any], source: str) -> None:
 
 def _load_file(path: Path, source: str, options: Mapping[str, Any]) -> TiktokenTokenizer:
     _check_options(options, source)
-    ranks = _read_ranks(path, source)
+    try:
+        data = path.read_bytes()  # read once: the digest is of exactly what is loaded
+    except OSError as e:
+        raise TokenizerLoadError(source, f"cannot read {path}: {e.strerror}") from None
+    ranks = _read_ranks(data, path, source)
     preset = PRESETS[options["preset"]] if options.get("preset") else PRESET_BY_RANKS.get(len(ranks))
     preset = preset or PRESETS["generic"]
     specials = options.get("special_tokens")
@@ -267,7 +268,7 @@ def _load_file(path: Path, source: str, options: Mapping[str, Any]) -> TiktokenT
     except Exception as e:  # bad regex, clashing ids: tiktoken raises ValueError or a Rust error
         raise TokenizerLoadError(source, f"tiktoken rejected {path.name}: {e}") from None
     extra_eos = options.get("eos_tokens", preset.extra_eos)
-    return TiktokenTokenizer(
+    loaded = TiktokenTokenizer(
         encoding,
         source,
         ranks=ranks,
@@ -276,6 +277,10 @@ def _load_file(path: Path, source: str, options: Mapping[str, Any]) -> TiktokenT
         extra_eos=(extra_eos,) if isinstance(extra_eos, str) else tuple(extra_eos),
         add_bos=preset.add_bos or "bos_token" in options,
     )
+    # decode depends on the ranks, the special tokens and the library (bos/eos only name tokens)
+    specs = sorted(specials.items())
+    loaded.content_digest = hashlib.sha256(f"tiktoken {tiktoken.__version__} {specs!r}\n".encode() + data).hexdigest()
+    return loaded
 
 
 def load_tiktoken(source: str, **options: Any) -> Tokenizer:
