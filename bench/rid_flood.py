@@ -6,8 +6,8 @@ A real worker process (DetokPool, one worker, no spare) gets one `DetokBatch` of
 one registered (one token each; 1.25M rids is a 20 MB message) per flood, the scheduler client
 draining the stop notices naming them. Reported per flood: the worker's RSS before, its peak
 (sampled every 50 ms while it works, and VmHWM), and its RSS 5 s (or `--after-s` s, if sooner)
-and `--after-s` s after the flood was answered (a small request sent after the flood gets its text); then the same request is
-served again, to show the worker still serves.
+and `--after-s` s after the flood was answered (a small request sent after the flood gets its
+text); then the same request is served again, to show the worker still serves.
 """
 
 from __future__ import annotations
