@@ -62,7 +62,8 @@ def test_chat_items_survive_a_killed_worker() -> None:
         steps = [0]
 
         def step() -> None:
-            if not pos:
+            if not pos:  # every id sent: the scheduler still polls (a restarted worker may yet ask for its replay)
+                client.poll()
                 return
             steps[0] += 1
             if steps[0] == 6:  # mid-stream: the worker of most requests dies, its slot restarts
